@@ -1,0 +1,583 @@
+//! Circuit breaker: after enough failed attempts the system is declared
+//! unavailable and calls fail fast, until a probe shows it is back.
+//!
+//! Every attempt of a call passes through the breaker (R-RES-RE-2, R-RES-CB-1),
+//! so three failed attempts are three failures. While the breaker is closed,
+//! admission is one atomic load and recording an outcome touches only the
+//! failure window (atomics for [`Breaker::consecutive`] and [`Breaker::count`]);
+//! the mutex is taken only on the way to open, while open or half-open, and
+//! for manual control. Time comes from `tokio::time`, so tests run it on a
+//! paused clock.
+
+mod consecutive;
+mod count;
+mod sampling;
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use crate::backoff::{Backoff, Delays};
+use crate::events::{Emitter, EventKind};
+use crate::outcome::Rejection;
+use crate::rules::Violation;
+use crate::Class;
+
+use consecutive::Consecutive;
+use count::CountWindow;
+use sampling::SamplingWindow;
+
+/// The state of a circuit breaker. As a number (the
+/// `ballast_breaker_state` gauge): 0 closed, 1 half-open, 2 open, 3 isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakerState {
+    /// Calls flow.
+    Closed,
+    /// A limited number of probe calls are let through.
+    HalfOpen,
+    /// Calls are rejected at once until the half-open delay has passed.
+    Open,
+    /// Held open by hand until released or reset.
+    Isolated,
+}
+
+impl BreakerState {
+    /// 0 closed, 1 half-open, 2 open, 3 isolated.
+    pub const fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// `"closed"`, `"half_open"`, `"open"` or `"isolated"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::HalfOpen => "half_open",
+            BreakerState::Open => "open",
+            BreakerState::Isolated => "isolated",
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => BreakerState::Closed,
+            1 => BreakerState::HalfOpen,
+            2 => BreakerState::Open,
+            _ => BreakerState::Isolated,
+        }
+    }
+}
+
+/// How long an open breaker waits before letting a probe through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HalfOpenAfter {
+    /// Always the same wait.
+    Fixed(Duration),
+    /// A wait that grows each time the breaker re-opens without closing in
+    /// between (reset when it closes).
+    Backoff(Backoff),
+}
+
+impl From<Duration> for HalfOpenAfter {
+    fn from(d: Duration) -> Self {
+        HalfOpenAfter::Fixed(d)
+    }
+}
+
+impl From<Backoff> for HalfOpenAfter {
+    fn from(b: Backoff) -> Self {
+        HalfOpenAfter::Backoff(b)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Consecutive { n: u32 },
+    Count { threshold: f64, size: usize, min_calls: Option<usize> },
+    Sampling { threshold: f64, period: Duration, min_throughput: u64 },
+}
+
+/// Circuit breaker settings.
+///
+/// ```
+/// use std::time::Duration;
+/// use ballast::Breaker;
+///
+/// // The guide's payment gateway: opens at 50 % failures over the last 50
+/// // attempts, lets a probe through after 30 s.
+/// let b = Breaker::count(0.5, 50).half_open_after(Duration::from_secs(30));
+/// # let _ = b;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Breaker {
+    kind: Kind,
+    half_open_after: HalfOpenAfter,
+    probes: u32,
+    permanent_is_failure: bool,
+}
+
+impl Breaker {
+    const DEFAULT_HALF_OPEN: Duration = Duration::from_secs(30);
+
+    fn with(kind: Kind) -> Self {
+        Self {
+            kind,
+            half_open_after: HalfOpenAfter::Fixed(Self::DEFAULT_HALF_OPEN),
+            probes: 1,
+            permanent_is_failure: false,
+        }
+    }
+
+    /// Opens after `n` failures in a row.
+    pub fn consecutive(n: u32) -> Self {
+        Self::with(Kind::Consecutive { n })
+    }
+
+    /// Opens when, over the last `size` outcomes, failures exceed
+    /// `threshold · total` and `total ≥ min_calls` (default `size`).
+    pub fn count(threshold: f64, size: usize) -> Self {
+        Self::with(Kind::Count { threshold, size, min_calls: None })
+    }
+
+    /// Opens when, over the last `period`, failures exceed `threshold · calls`
+    /// and at least [`min_throughput`](Breaker::min_throughput) calls were
+    /// seen (default 20).
+    pub fn sampling(threshold: f64, period: Duration) -> Self {
+        Self::with(Kind::Sampling { threshold, period, min_throughput: 20 })
+    }
+
+    /// For [`Breaker::count`]: outcomes needed before it may open.
+    pub fn min_calls(mut self, min_calls: usize) -> Self {
+        if let Kind::Count { min_calls: m, .. } = &mut self.kind {
+            *m = Some(min_calls);
+        }
+        self
+    }
+
+    /// For [`Breaker::sampling`]: calls in the period needed before it may open.
+    pub fn min_throughput(mut self, calls: u64) -> Self {
+        if let Kind::Sampling { min_throughput, .. } = &mut self.kind {
+            *min_throughput = calls;
+        }
+        self
+    }
+
+    /// Wait before a probe: a [`Duration`] or a [`Backoff`] (default 30 s).
+    pub fn half_open_after(mut self, after: impl Into<HalfOpenAfter>) -> Self {
+        self.half_open_after = after.into();
+        self
+    }
+
+    /// Probe calls admitted while half-open (default 1); all must succeed to close.
+    pub fn probes(mut self, probes: u32) -> Self {
+        self.probes = probes;
+        self
+    }
+
+    /// Count permanent errors as failures too. By default a permanent error
+    /// means the system answered, which is a success for the breaker.
+    pub fn permanent_is_failure(mut self, yes: bool) -> Self {
+        self.permanent_is_failure = yes;
+        self
+    }
+
+    pub(crate) fn check(&self, out: &mut Vec<Violation>) {
+        let threshold_ok = |t: f64| t > 0.0 && t <= 1.0;
+        match self.kind {
+            Kind::Consecutive { n: 0 } => out.push(Violation::error(
+                None,
+                "breaker.threshold",
+                "a consecutive breaker with threshold 0 would never close".into(),
+                "open after a few failures in a row, e.g. 5",
+            )),
+            Kind::Count { threshold, size, min_calls } => {
+                if !threshold_ok(threshold) {
+                    out.push(threshold_violation(threshold));
+                }
+                if size == 0 {
+                    out.push(Violation::error(
+                        None,
+                        "breaker.size",
+                        "the count breaker's window size is 0".into(),
+                        "count over the last calls, e.g. size = 50",
+                    ));
+                }
+                if min_calls.is_some_and(|m| m == 0 || m > size) {
+                    out.push(Violation::error(
+                        None,
+                        "breaker.min_calls",
+                        format!("min_calls {} is outside 1..={size}", min_calls.unwrap_or(0)),
+                        "use a value from 1 to size (default size)",
+                    ));
+                }
+            }
+            Kind::Sampling { threshold, period, .. } => {
+                if !threshold_ok(threshold) {
+                    out.push(threshold_violation(threshold));
+                }
+                if period.is_zero() {
+                    out.push(Violation::error(
+                        None,
+                        "breaker.duration",
+                        "the sampling period is zero".into(),
+                        "sample over several seconds, e.g. 30 s",
+                    ));
+                }
+            }
+            Kind::Consecutive { .. } => {}
+        }
+        match self.half_open_after {
+            HalfOpenAfter::Fixed(d) if d.is_zero() => out.push(Violation::error(
+                None,
+                "breaker.half_open_after",
+                "half_open_after is zero: an open breaker would never hold back any call".into(),
+                "wait before probing, e.g. 30 s",
+            )),
+            HalfOpenAfter::Backoff(b) => b.check("breaker.half_open_after", out),
+            HalfOpenAfter::Fixed(_) => {}
+        }
+        if self.probes == 0 {
+            out.push(Violation::error(
+                None,
+                "breaker.probes",
+                "0 probes: a half-open breaker could never close".into(),
+                "admit at least 1 probe",
+            ));
+        }
+    }
+
+    /// Whether an outcome of this class counts as a failure.
+    pub(crate) fn is_failure(&self, class: Class) -> bool {
+        class == Class::Transient || self.permanent_is_failure
+    }
+}
+
+fn threshold_violation(threshold: f64) -> Violation {
+    Violation::error(
+        None,
+        "breaker.threshold",
+        format!("the failure threshold {threshold} is outside (0, 1]"),
+        "use a share of failures, e.g. 0.5 for 50 %",
+    )
+}
+
+#[derive(Debug)]
+enum Window {
+    Consecutive(Consecutive),
+    Count(CountWindow),
+    Sampling(Box<SamplingWindow>),
+}
+
+impl Window {
+    #[inline]
+    fn record(&self, failure: bool) -> bool {
+        match self {
+            Window::Consecutive(c) => c.record(failure),
+            Window::Count(c) => c.record(failure),
+            Window::Sampling(s) => s.record(failure, Instant::now()),
+        }
+    }
+
+    fn reset(&self) {
+        match self {
+            Window::Consecutive(c) => c.reset(),
+            Window::Count(c) => c.reset(),
+            Window::Sampling(s) => s.reset(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    since: Instant,
+    half_open_at: Instant,
+    reopen_delays: Option<Delays>,
+    probes_taken: u32,
+    probes_ok: u32,
+}
+
+/// The running circuit breaker of one policy: state, manual control and
+/// snapshots. Reach it through [`Policy::breaker`](crate::Policy::breaker).
+#[derive(Debug)]
+pub struct CircuitBreaker {
+    cfg: Breaker,
+    state: AtomicU8,
+    window: Window,
+    shared: Mutex<Shared>,
+    events: Emitter,
+    seed: u64,
+}
+
+/// What the breaker let through: a normal call, or one of the probes.
+#[derive(Debug)]
+pub(crate) struct Admission<'a> {
+    breaker: &'a CircuitBreaker,
+    probe: bool,
+    recorded: bool,
+}
+
+impl Admission<'_> {
+    /// Records the attempt's outcome.
+    #[inline]
+    pub(crate) fn record(mut self, failure: bool) {
+        self.recorded = true;
+        if self.probe {
+            self.breaker.record_probe(failure, Instant::now());
+        } else if self.breaker.window.record(failure) && failure {
+            self.breaker.open_from_closed(Instant::now());
+        }
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        if self.probe && !self.recorded {
+            self.breaker.release_probe();
+        }
+    }
+}
+
+/// A breaker's state, serializable, so a restarted process can start with
+/// its breaker still open.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BreakerSnapshot {
+    /// The state when taken.
+    pub state: BreakerState,
+    /// When open: the wall-clock time a probe is let through.
+    pub half_open_at: Option<SystemTime>,
+}
+
+impl CircuitBreaker {
+    pub(crate) fn new(cfg: Breaker, events: Emitter, seed: u64) -> Self {
+        Self::new_at(cfg, events, seed, Instant::now())
+    }
+
+    fn new_at(cfg: Breaker, events: Emitter, seed: u64, now: Instant) -> Self {
+        let window = match cfg.kind {
+            Kind::Consecutive { n } => Window::Consecutive(Consecutive::new(n)),
+            Kind::Count { threshold, size, min_calls } => {
+                Window::Count(CountWindow::new(threshold, size, min_calls.unwrap_or(size)))
+            }
+            Kind::Sampling { threshold, period, min_throughput } => {
+                Window::Sampling(Box::new(SamplingWindow::new(threshold, period, min_throughput, now)))
+            }
+        };
+        Self {
+            cfg,
+            state: AtomicU8::new(BreakerState::Closed.as_u8()),
+            window,
+            shared: Mutex::new(Shared {
+                since: now,
+                half_open_at: now,
+                reopen_delays: None,
+                probes_taken: 0,
+                probes_ok: 0,
+            }),
+            events,
+            seed,
+        }
+    }
+
+    /// The current state. An open breaker whose delay has passed still reads
+    /// `Open` until the next call moves it to half-open.
+    pub fn state(&self) -> BreakerState {
+        BreakerState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// How long the breaker has been in its current state.
+    pub fn in_state_for(&self) -> Duration {
+        self.lock().since.elapsed()
+    }
+
+    /// When open: the time left until a probe is let through.
+    pub fn next_probe_in(&self) -> Option<Duration> {
+        (self.state() == BreakerState::Open)
+            .then(|| self.lock().half_open_at.saturating_duration_since(Instant::now()))
+    }
+
+    /// Holds the breaker open until [`release`](Self::release) or
+    /// [`reset`](Self::reset): every call is rejected.
+    pub fn isolate(&self) {
+        let mut s = self.lock();
+        s.since = Instant::now();
+        self.state.store(BreakerState::Isolated.as_u8(), Ordering::Release);
+        self.events.emit(EventKind::BreakerIsolated);
+    }
+
+    /// Ends an isolation: the breaker closes. Does nothing unless isolated.
+    pub fn release(&self) {
+        if self.state() == BreakerState::Isolated {
+            self.reset();
+        }
+    }
+
+    /// Closes the breaker and forgets every recorded outcome.
+    pub fn reset(&self) {
+        let mut s = self.lock();
+        self.close(&mut s, Instant::now());
+    }
+
+    /// The state, to restore after a restart.
+    pub fn snapshot(&self) -> BreakerSnapshot {
+        let s = self.lock();
+        let state = self.state();
+        let half_open_at = (state == BreakerState::Open)
+            .then(|| SystemTime::now() + s.half_open_at.saturating_duration_since(Instant::now()));
+        BreakerSnapshot { state, half_open_at }
+    }
+
+    /// Starts from a snapshot: an open breaker stays open until its probe time
+    /// (a half-open one probes at once), an isolated one stays isolated.
+    pub fn restore(&self, snapshot: &BreakerSnapshot) {
+        let now = Instant::now();
+        match snapshot.state {
+            BreakerState::Closed => self.reset(),
+            BreakerState::Isolated => self.isolate(),
+            BreakerState::Open | BreakerState::HalfOpen => {
+                let wait = snapshot
+                    .half_open_at
+                    .and_then(|at| at.duration_since(SystemTime::now()).ok())
+                    .unwrap_or(Duration::ZERO);
+                let mut s = self.lock();
+                s.since = now;
+                s.half_open_at = now + wait;
+                s.probes_taken = 0;
+                s.probes_ok = 0;
+                self.state.store(BreakerState::Open.as_u8(), Ordering::Release);
+                self.events.emit(EventKind::BreakerOpened { half_open_in: wait });
+            }
+        }
+    }
+
+    /// Lets an attempt through, or says why not. Closed: one atomic load.
+    #[inline]
+    pub(crate) fn admit(&self) -> Result<Admission<'_>, Rejection> {
+        if self.state.load(Ordering::Acquire) == BreakerState::Closed.as_u8() {
+            return Ok(Admission { breaker: self, probe: false, recorded: false });
+        }
+        self.admit_slow(Instant::now())
+    }
+
+    /// Whether the next attempt would be refused right now, without taking a
+    /// probe slot: lets a retry stop at once instead of waiting out its backoff.
+    pub(crate) fn refusal(&self) -> Option<Rejection> {
+        match self.state() {
+            BreakerState::Closed | BreakerState::HalfOpen => None,
+            BreakerState::Isolated => Some(Rejection::BreakerIsolated),
+            BreakerState::Open => {
+                let now = Instant::now();
+                let at = self.lock().half_open_at;
+                (now < at).then(|| Rejection::BreakerOpen { retry_in: at - now })
+            }
+        }
+    }
+
+    #[cold]
+    fn admit_slow(&self, now: Instant) -> Result<Admission<'_>, Rejection> {
+        let mut s = self.lock();
+        match self.state() {
+            BreakerState::Closed => Ok(Admission { breaker: self, probe: false, recorded: false }),
+            BreakerState::Isolated => Err(Rejection::BreakerIsolated),
+            BreakerState::Open if now < s.half_open_at => {
+                Err(Rejection::BreakerOpen { retry_in: s.half_open_at - now })
+            }
+            BreakerState::Open | BreakerState::HalfOpen => {
+                if self.state() == BreakerState::Open {
+                    s.since = now;
+                    s.probes_taken = 0;
+                    s.probes_ok = 0;
+                    self.state.store(BreakerState::HalfOpen.as_u8(), Ordering::Release);
+                    self.events.emit(EventKind::BreakerHalfOpened);
+                }
+                if s.probes_taken < self.cfg.probes {
+                    s.probes_taken += 1;
+                    Ok(Admission { breaker: self, probe: true, recorded: false })
+                } else {
+                    let retry_in = self.peek_reopen_delay(&s);
+                    Err(Rejection::BreakerHalfOpen { retry_in })
+                }
+            }
+        }
+    }
+
+    fn record_probe(&self, failure: bool, now: Instant) {
+        let mut s = self.lock();
+        if self.state() != BreakerState::HalfOpen {
+            return;
+        }
+        if failure {
+            self.open(&mut s, now);
+        } else {
+            s.probes_ok += 1;
+            if s.probes_ok >= self.cfg.probes {
+                self.close(&mut s, now);
+            }
+        }
+    }
+
+    fn release_probe(&self) {
+        let mut s = self.lock();
+        if self.state() == BreakerState::HalfOpen {
+            s.probes_taken = s.probes_taken.saturating_sub(1);
+        }
+    }
+
+    #[cold]
+    fn open_from_closed(&self, now: Instant) {
+        let mut s = self.lock();
+        if self.state() == BreakerState::Closed {
+            self.open(&mut s, now);
+        }
+    }
+
+    fn open(&self, s: &mut Shared, now: Instant) {
+        let wait = match self.cfg.half_open_after {
+            HalfOpenAfter::Fixed(d) => d,
+            HalfOpenAfter::Backoff(b) => {
+                let seed = self.seed;
+                s.reopen_delays.get_or_insert_with(|| b.delays(seed)).next().unwrap_or(b.cap())
+            }
+        };
+        s.since = now;
+        s.half_open_at = now + wait;
+        s.probes_taken = 0;
+        s.probes_ok = 0;
+        self.state.store(BreakerState::Open.as_u8(), Ordering::Release);
+        self.events.emit(EventKind::BreakerOpened { half_open_in: wait });
+    }
+
+    fn close(&self, s: &mut Shared, now: Instant) {
+        self.window.reset();
+        s.since = now;
+        s.reopen_delays = None;
+        s.probes_taken = 0;
+        s.probes_ok = 0;
+        let was = self.state.swap(BreakerState::Closed.as_u8(), Ordering::AcqRel);
+        if was != BreakerState::Closed.as_u8() {
+            self.events.emit(EventKind::BreakerClosed);
+        }
+    }
+
+    /// The wait a failing probe would cause: what a rejected caller can expect.
+    fn peek_reopen_delay(&self, s: &Shared) -> Duration {
+        match self.cfg.half_open_after {
+            HalfOpenAfter::Fixed(d) => d,
+            HalfOpenAfter::Backoff(b) => {
+                s.reopen_delays.clone().unwrap_or_else(|| b.delays(self.seed)).next().unwrap_or(b.cap())
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn config(&self) -> &Breaker {
+        &self.cfg
+    }
+}
+
+#[cfg(test)]
+mod model_tests;

@@ -1,0 +1,223 @@
+//! Retry budget: retries may add at most a fraction of the recent calls (plus
+//! a small floor), so a fleet of clients cannot multiply the load on a sick
+//! system — in the spirit of Finagle's `RetryBudget` and the SRE book.
+//!
+//! Recording a call is one relaxed atomic add and never reads the clock: the
+//! calls counted since the last retry are placed in time only when the next
+//! retry asks for budget, spread evenly over the interval since then. That is
+//! the only approximation, and it errs on neither side on average.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::rules::Violation;
+
+/// Number of buckets the window is cut into.
+const BUCKETS: usize = 10;
+
+/// Retry budget settings.
+///
+/// Over any `window`, retries may number at most
+/// `ratio · calls + min_per_sec · window`. The default is 10 % over 10 s plus
+/// 10 retries a second.
+///
+/// ```
+/// use std::time::Duration;
+/// use ballast::{Budget, Retry};
+///
+/// let retry = Retry::attempts(3).budget(Budget::ratio(0.2).window(Duration::from_secs(30)));
+/// # let _ = retry;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget {
+    ratio: f64,
+    window: Duration,
+    min_per_sec: u32,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Self { ratio: 0.1, window: Duration::from_secs(10), min_per_sec: 10 }
+    }
+}
+
+impl Budget {
+    /// Retries may add `ratio` of the recent calls (default 0.1).
+    pub fn ratio(ratio: f64) -> Self {
+        Self { ratio, ..Self::default() }
+    }
+
+    /// How far back "recent" reaches (default 10 s).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Retries always allowed per second whatever the traffic (default 10).
+    pub fn min_per_sec(mut self, n: u32) -> Self {
+        self.min_per_sec = n;
+        self
+    }
+
+    /// The ratio.
+    pub fn get_ratio(&self) -> f64 {
+        self.ratio
+    }
+
+    /// The window.
+    pub fn get_window(&self) -> Duration {
+        self.window
+    }
+
+    /// The floor, in retries per second.
+    pub fn get_min_per_sec(&self) -> u32 {
+        self.min_per_sec
+    }
+
+    /// The floor over one window: retries always allowed.
+    pub fn floor(&self) -> u64 {
+        (f64::from(self.min_per_sec) * self.window.as_secs_f64()).floor() as u64
+    }
+
+    pub(crate) fn check(&self, out: &mut Vec<Violation>) {
+        if !(self.ratio.is_finite() && (0.0..=1.0).contains(&self.ratio)) {
+            out.push(Violation::error(
+                None,
+                "retry.budget_ratio",
+                format!("the budget ratio {} is outside [0, 1]", self.ratio),
+                "use a fraction of recent calls, e.g. 0.1 for 10 %",
+            ));
+        }
+        if self.window.is_zero() {
+            out.push(Violation::error(
+                None,
+                "retry.budget_window",
+                "the budget window is zero".into(),
+                "use a window of several seconds, e.g. 10 s",
+            ));
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    epoch: u64,
+    calls: f64,
+    retries: u64,
+}
+
+#[derive(Debug)]
+struct Window {
+    origin: Instant,
+    synced: Instant,
+    buckets: [Bucket; BUCKETS],
+}
+
+/// The running budget shared by every call of one policy.
+#[derive(Debug)]
+pub(crate) struct RetryBudget {
+    cfg: Budget,
+    bucket_len: Duration,
+    unplaced_calls: AtomicU64,
+    window: Mutex<Window>,
+}
+
+impl RetryBudget {
+    pub(crate) fn new(cfg: Budget) -> Self {
+        let now = Instant::now();
+        Self {
+            cfg,
+            bucket_len: cfg.window / BUCKETS as u32,
+            unplaced_calls: AtomicU64::new(0),
+            window: Mutex::new(Window { origin: now, synced: now, buckets: [Bucket::default(); BUCKETS] }),
+        }
+    }
+
+    /// Counts a call. No clock, no lock.
+    #[inline]
+    pub(crate) fn deposit(&self) {
+        self.unplaced_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes one retry from the budget, or says there is none left.
+    pub(crate) fn try_withdraw(&self) -> bool {
+        self.try_withdraw_at(Instant::now())
+    }
+
+    fn try_withdraw_at(&self, now: Instant) -> bool {
+        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        let epoch = self.epoch(&w, now);
+        let unplaced = self.unplaced_calls.swap(0, Ordering::Relaxed) as f64;
+        let since = now.saturating_duration_since(w.synced);
+        let recent = if since <= self.cfg.window || since.is_zero() {
+            unplaced
+        } else {
+            unplaced * self.cfg.window.as_secs_f64() / since.as_secs_f64()
+        };
+        w.synced = now;
+        let oldest = epoch.saturating_sub(BUCKETS as u64 - 1);
+        let slot = (epoch % BUCKETS as u64) as usize;
+        if w.buckets[slot].epoch != epoch {
+            w.buckets[slot] = Bucket { epoch, calls: 0.0, retries: 0 };
+        }
+        w.buckets[slot].calls += recent;
+        let (calls, retries) = w
+            .buckets
+            .iter()
+            .filter(|b| b.epoch >= oldest && b.epoch <= epoch)
+            .fold((0.0, 0u64), |(c, r), b| (c + b.calls, r + b.retries));
+        let allowed = self.cfg.floor() as f64 + self.cfg.ratio * calls;
+        if (retries as f64) + 1.0 <= allowed {
+            w.buckets[slot].retries += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn epoch(&self, w: &Window, now: Instant) -> u64 {
+        let nanos = self.bucket_len.as_nanos().max(1);
+        (now.saturating_duration_since(w.origin).as_nanos() / nanos) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn floor_then_ratio_of_calls() {
+        let b = RetryBudget::new(Budget::ratio(0.1).min_per_sec(1).window(Duration::from_secs(10)));
+        // floor = 10 retries per 10 s window with no traffic at all
+        let granted = (0..50).filter(|_| b.try_withdraw()).count();
+        assert_eq!(granted, 10);
+        for _ in 0..100 {
+            b.deposit();
+        }
+        let granted = (0..50).filter(|_| b.try_withdraw()).count();
+        assert_eq!(granted, 10, "100 calls buy 10 more retries");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn budget_refills_as_the_window_slides() {
+        let b = RetryBudget::new(Budget::ratio(0.0).min_per_sec(1).window(Duration::from_secs(10)));
+        assert_eq!((0..20).filter(|_| b.try_withdraw()).count(), 10);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!((0..20).filter(|_| b.try_withdraw()).count(), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn old_calls_do_not_buy_retries() {
+        let b = RetryBudget::new(Budget::ratio(0.5).min_per_sec(0).window(Duration::from_secs(10)));
+        for _ in 0..1000 {
+            b.deposit();
+        }
+        tokio::time::advance(Duration::from_secs(1000)).await;
+        // 1000 calls spread over 1000 s: about 10 fall in the last 10 s → 5 retries
+        let granted = (0..100).filter(|_| b.try_withdraw()).count();
+        assert_eq!(granted, 5);
+    }
+}

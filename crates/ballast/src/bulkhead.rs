@@ -1,0 +1,150 @@
+//! Bulkhead: at most `limit` attempts of one system in flight, plus a bounded
+//! queue; anything over that is rejected at once ("system unavailable").
+//!
+//! It keeps one sick system from taking every task of the service: with the
+//! guide's bulkhead of 8, the ninth concurrent call to a hanging gateway is
+//! refused instead of piling up.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::rules::Violation;
+
+/// Bulkhead settings: concurrent attempts and queue length.
+///
+/// ```
+/// use ballast::Bulkhead;
+/// let b = Bulkhead::new(8).queue(4); // 8 in flight, 4 more may wait
+/// assert_eq!((b.limit(), b.queue_len()), (8, 4));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bulkhead {
+    limit: usize,
+    queue: usize,
+}
+
+impl Bulkhead {
+    /// At most `limit` attempts in flight, none waiting.
+    pub const fn new(limit: usize) -> Self {
+        Self { limit, queue: 0 }
+    }
+
+    /// Lets up to `queue` attempts wait for a slot (default 0). Waiting respects
+    /// the total deadline and cancellation.
+    pub const fn queue(mut self, queue: usize) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// The concurrency limit.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// The queue length.
+    pub fn queue_len(&self) -> usize {
+        self.queue
+    }
+
+    pub(crate) fn check(&self, out: &mut Vec<Violation>) {
+        if self.limit == 0 {
+            out.push(Violation::error(
+                None,
+                "bulkhead.limit",
+                "the bulkhead limit is 0: every call would be rejected".into(),
+                "allow at least 1 concurrent call; the guide uses 8 for a payment gateway",
+            ));
+        } else if self.limit > Semaphore::MAX_PERMITS {
+            out.push(Violation::error(
+                None,
+                "bulkhead.limit",
+                format!("the bulkhead limit {} is too large", self.limit),
+                format!("use at most {}", Semaphore::MAX_PERMITS),
+            ));
+        }
+    }
+}
+
+/// Why a slot was not had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    Full,
+    Deadline,
+    Cancelled,
+}
+
+/// The running bulkhead shared by every call of one policy.
+#[derive(Debug)]
+pub(crate) struct BulkheadState {
+    slots: Semaphore,
+    waiting: AtomicUsize,
+    limit: usize,
+    queue: usize,
+}
+
+impl BulkheadState {
+    pub(crate) fn new(cfg: Bulkhead) -> Self {
+        Self {
+            slots: Semaphore::new(cfg.limit),
+            waiting: AtomicUsize::new(0),
+            limit: cfg.limit,
+            queue: cfg.queue,
+        }
+    }
+
+    /// Attempts in flight now.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.limit - self.slots.available_permits()
+    }
+
+    /// A slot, at once if one is free, else after waiting in the queue.
+    pub(crate) async fn acquire(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<SemaphorePermit<'_>, Refused> {
+        if let Ok(permit) = self.slots.try_acquire() {
+            return Ok(permit);
+        }
+        if self.queue == 0 {
+            return Err(Refused::Full);
+        }
+        let admitted = self
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w < self.queue).then_some(w + 1))
+            .is_ok();
+        if !admitted {
+            return Err(Refused::Full);
+        }
+        let _leave = LeaveQueue(&self.waiting);
+        let deadline_passed = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let cancelled = async {
+            match cancel {
+                Some(c) => c.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            permit = self.slots.acquire() => permit.map_err(|_| Refused::Full),
+            () = deadline_passed => Err(Refused::Deadline),
+            () = cancelled => Err(Refused::Cancelled),
+        }
+    }
+}
+
+/// Leaves the queue however the wait ends, dropped futures included.
+struct LeaveQueue<'a>(&'a AtomicUsize);
+
+impl Drop for LeaveQueue<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}

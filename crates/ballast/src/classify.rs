@@ -1,0 +1,137 @@
+//! Error classification: only transient errors are retried (R-RES-RE-X2).
+//!
+//! There is deliberately no "retry everything" switch: an error type says, one
+//! error at a time, whether the external system might answer differently if
+//! asked again. Contract errors (a 4xx, a validation failure) are permanent.
+
+use std::io;
+use std::time::Duration;
+
+/// Whether asking again can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// A failure that may pass: a timeout, a 5xx, a refused or reset connection.
+    Transient,
+    /// A contract error: the system answered and asking again gives the same answer.
+    Permanent,
+}
+
+impl Class {
+    /// `"transient"` or `"permanent"`, as used in events and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Transient => "transient",
+            Class::Permanent => "permanent",
+        }
+    }
+}
+
+/// The class of an error plus an optional server-given wait (`Retry-After`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Classification {
+    /// Transient or permanent.
+    pub class: Class,
+    /// How long the server asked us to wait before the next attempt.
+    pub retry_after: Option<Duration>,
+}
+
+impl Classification {
+    /// A transient failure: worth another attempt.
+    pub const fn transient() -> Self {
+        Self { class: Class::Transient, retry_after: None }
+    }
+
+    /// A permanent failure: never retried.
+    pub const fn permanent() -> Self {
+        Self { class: Class::Permanent, retry_after: None }
+    }
+
+    /// Adds the wait the server asked for. The retry waits the larger of its
+    /// backoff and this, or gives up if that would overrun the deadline.
+    pub const fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// Whether this is [`Class::Transient`].
+    pub fn is_transient(&self) -> bool {
+        self.class == Class::Transient
+    }
+}
+
+/// Tells the policy whether an error is worth another attempt.
+///
+/// Implement it on the error type of your adapter, deciding at the adapter
+/// boundary what is transient (R-RES-RE-X2):
+///
+/// ```
+/// use ballast::{Classify, Classification};
+///
+/// #[derive(Debug)]
+/// enum GatewayError { Unavailable(u16), Rejected(u16) }
+///
+/// impl Classify for GatewayError {
+///     fn classify(&self) -> Classification {
+///         match self {
+///             GatewayError::Unavailable(_) => Classification::transient(),
+///             GatewayError::Rejected(_) => Classification::permanent(),
+///         }
+///     }
+/// }
+/// assert!(GatewayError::Unavailable(503).classify().is_transient());
+/// ```
+pub trait Classify {
+    /// The class of this error and any server-given wait.
+    fn classify(&self) -> Classification;
+}
+
+/// Refused, reset and aborted connections, timeouts, broken pipes and
+/// unexpected EOF are transient; every other I/O error is permanent.
+impl Classify for io::Error {
+    fn classify(&self) -> Classification {
+        use io::ErrorKind::*;
+        match self.kind() {
+            ConnectionRefused | ConnectionReset | ConnectionAborted | TimedOut | BrokenPipe
+            | UnexpectedEof => Classification::transient(),
+            _ => Classification::permanent(),
+        }
+    }
+}
+
+impl<T: Classify + ?Sized> Classify for Box<T> {
+    fn classify(&self) -> Classification {
+        (**self).classify()
+    }
+}
+
+impl<T: Classify + ?Sized> Classify for &T {
+    fn classify(&self) -> Classification {
+        (**self).classify()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_split_into_transient_and_permanent() {
+        use io::ErrorKind::*;
+        for kind in
+            [ConnectionRefused, ConnectionReset, ConnectionAborted, TimedOut, BrokenPipe, UnexpectedEof]
+        {
+            assert_eq!(io::Error::from(kind).classify().class, Class::Transient, "{kind:?}");
+        }
+        for kind in [NotFound, PermissionDenied, InvalidInput, InvalidData, AlreadyExists, Other] {
+            assert_eq!(io::Error::from(kind).classify().class, Class::Permanent, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn retry_after_is_carried() {
+        let c = Classification::transient().with_retry_after(Duration::from_secs(2));
+        assert_eq!(c.retry_after, Some(Duration::from_secs(2)));
+        assert!(c.is_transient());
+    }
+}

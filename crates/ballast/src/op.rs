@@ -1,0 +1,87 @@
+//! What an operation declares about itself, and what each attempt sees.
+
+use std::fmt;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::IdempotencyKey;
+
+/// The three kinds of operation (R-RES-RE-1, R-RES-RE-X1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// A read (GET-equivalent): no side effect, retried.
+    Read,
+    /// A write carrying an idempotency key the system deduplicates by: retried.
+    Write,
+    /// A write without a key: exactly one attempt, never retried.
+    WriteOnce,
+}
+
+impl OpKind {
+    /// `"read"`, `"write"` or `"write_once"`, as used in events and metrics.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OpKind::Read => "read",
+            OpKind::Write => "write",
+            OpKind::WriteOnce => "write_once",
+        }
+    }
+
+    /// Whether this kind may be retried at all.
+    pub const fn is_retryable(self) -> bool {
+        !matches!(self, OpKind::WriteOnce)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What one attempt knows about its call: which attempt it is, the call's
+/// idempotency key, and a cancellation signal.
+///
+/// The signal fires when a cooperative timeout expires or when the caller
+/// cancels (see [`Policy::cancel_on`](crate::Policy::cancel_on)); an attempt
+/// that can stop early should watch [`Context::cancelled`].
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub(crate) attempt: u32,
+    pub(crate) kind: OpKind,
+    pub(crate) key: Option<IdempotencyKey>,
+    pub(crate) cancel: Option<CancellationToken>,
+}
+
+impl Context {
+    /// 1 for the first attempt, 2 for the first retry, …
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The kind of operation this attempt belongs to.
+    pub fn kind(&self) -> OpKind {
+        self.kind
+    }
+
+    /// The call's idempotency key: the same on every attempt of a
+    /// [`Policy::write`](crate::Policy::write), `None` for reads and
+    /// [`Policy::write_once`](crate::Policy::write_once).
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// Whether this attempt has been asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(CancellationToken::is_cancelled)
+    }
+
+    /// Completes when this attempt is asked to stop; never, if nothing can ask.
+    pub async fn cancelled(&self) {
+        match &self.cancel {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! How a call through a policy can fail, split by what the caller must do.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::Class;
+
+/// Why a call stopped without success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The error was permanent (R-RES-RE-X2): asking again cannot help.
+    Permanent,
+    /// Every allowed attempt failed (R-RES-RE-3).
+    Exhausted,
+    /// The operation may not be retried: an unkeyed write (R-RES-RE-X1), or a
+    /// keyed write to a system that does not deduplicate (R-RES-RE-1).
+    NotRetryable,
+    /// The retry budget had no retry left for this system.
+    BudgetExhausted,
+    /// The next wait (backoff or the server's `Retry-After`) would overrun the
+    /// total deadline or the in-memory window (R-RES-RE-4).
+    DeadlineWouldOverrun,
+    /// The total deadline passed.
+    TotalTimeout,
+    /// The breaker or the bulkhead refused the attempt ("system unavailable").
+    Rejected,
+    /// The caller cancelled the call.
+    Cancelled,
+}
+
+impl StopReason {
+    /// A short stable label, e.g. `"budget_exhausted"`, for metrics.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Permanent => "permanent",
+            StopReason::Exhausted => "exhausted",
+            StopReason::NotRetryable => "not_retryable",
+            StopReason::BudgetExhausted => "budget_exhausted",
+            StopReason::DeadlineWouldOverrun => "deadline_would_overrun",
+            StopReason::TotalTimeout => "total_timeout",
+            StopReason::Rejected => "rejected",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StopReason::Permanent => "permanent error, not retried (R-RES-RE-X2)",
+            StopReason::Exhausted => "all attempts used (R-RES-RE-3)",
+            StopReason::NotRetryable => "operation may not be retried (R-RES-RE-X1, R-RES-RE-1)",
+            StopReason::BudgetExhausted => "budget exhausted",
+            StopReason::DeadlineWouldOverrun => "next wait would overrun the deadline (R-RES-RE-4)",
+            StopReason::TotalTimeout => "total deadline passed",
+            StopReason::Rejected => "rejected: system unavailable",
+            StopReason::Cancelled => "cancelled",
+        })
+    }
+}
+
+/// Why the breaker or the bulkhead refused an attempt: "system unavailable —
+/// fail fast". A rejection is never retried and never waited out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// The breaker is open; a probe is let through after `retry_in`.
+    BreakerOpen {
+        /// Time until the breaker lets a probe through.
+        retry_in: Duration,
+    },
+    /// The breaker is half-open and its probes are all taken.
+    BreakerHalfOpen {
+        /// Time until the next probe may be tried, when known.
+        retry_in: Duration,
+    },
+    /// The breaker was isolated by hand and stays open until reset.
+    BreakerIsolated,
+    /// The bulkhead's slots and queue are full.
+    BulkheadFull,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::BreakerOpen { retry_in } => {
+                write!(f, "circuit breaker open (next probe in {retry_in:?})")
+            }
+            Rejection::BreakerHalfOpen { retry_in } => {
+                write!(f, "circuit breaker half-open, probes taken (retry in {retry_in:?})")
+            }
+            Rejection::BreakerIsolated => f.write_str("circuit breaker isolated"),
+            Rejection::BulkheadFull => f.write_str("bulkhead full"),
+        }
+    }
+}
+
+/// Which timeout fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TimeoutKind {
+    /// One attempt took longer than the attempt timeout.
+    Attempt,
+    /// The call's total deadline passed.
+    Total,
+}
+
+/// A call through a [`Policy`](crate::Policy) that did not succeed.
+///
+/// The variants separate what a caller handles differently: the operation's
+/// own error (map it to a domain error), a timeout, a rejection ("system
+/// unavailable", see [`Failure::is_unavailable`]), and cancellation.
+#[derive(Debug)]
+pub enum Failure<E> {
+    /// The operation's own error, from its last attempt.
+    Operation {
+        /// The error the last attempt returned.
+        error: E,
+        /// Its class.
+        class: Class,
+        /// Attempts made.
+        attempts: u32,
+        /// Why no further attempt was made.
+        stop: StopReason,
+    },
+    /// The last attempt timed out (a transient failure).
+    Timeout {
+        /// Which deadline passed.
+        kind: TimeoutKind,
+        /// Attempts made.
+        attempts: u32,
+        /// Why no further attempt was made.
+        stop: StopReason,
+    },
+    /// The breaker or the bulkhead refused an attempt: the system is unavailable.
+    Rejected {
+        /// What refused it.
+        rejection: Rejection,
+        /// Attempts that ran before the refusal.
+        attempts: u32,
+        /// The error of the last attempt that ran, if any.
+        last_error: Option<E>,
+    },
+    /// The caller cancelled the call.
+    Cancelled {
+        /// Attempts that ran (or were running).
+        attempts: u32,
+    },
+}
+
+impl<E> Failure<E> {
+    /// Attempts made, including one cut short by a timeout or cancellation.
+    pub fn attempts(&self) -> u32 {
+        match self {
+            Failure::Operation { attempts, .. }
+            | Failure::Timeout { attempts, .. }
+            | Failure::Rejected { attempts, .. }
+            | Failure::Cancelled { attempts } => *attempts,
+        }
+    }
+
+    /// Why the call stopped.
+    pub fn stop_reason(&self) -> StopReason {
+        match self {
+            Failure::Operation { stop, .. } | Failure::Timeout { stop, .. } => *stop,
+            Failure::Rejected { .. } => StopReason::Rejected,
+            Failure::Cancelled { .. } => StopReason::Cancelled,
+        }
+    }
+
+    /// "System unavailable — fail fast": the breaker or the bulkhead refused.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Failure::Rejected { .. })
+    }
+
+    /// Whether the call ended on a transient failure or a rejection, so the
+    /// same keyed write may be handed to the durable queue. Permanent errors
+    /// and cancellation are not deferrable.
+    pub fn is_deferrable(&self) -> bool {
+        match self {
+            Failure::Operation { class, .. } => *class == Class::Transient,
+            Failure::Timeout { .. } | Failure::Rejected { .. } => true,
+            Failure::Cancelled { .. } => false,
+        }
+    }
+
+    /// The operation's own error, if the last attempt returned one.
+    pub fn error(&self) -> Option<&E> {
+        match self {
+            Failure::Operation { error, .. } => Some(error),
+            Failure::Rejected { last_error, .. } => last_error.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Takes the operation's own error, if the last attempt returned one.
+    pub fn into_error(self) -> Option<E> {
+        match self {
+            Failure::Operation { error, .. } => Some(error),
+            Failure::Rejected { last_error, .. } => last_error,
+            _ => None,
+        }
+    }
+
+    /// Maps the operation's error, keeping everything else.
+    pub fn map_err<F, G: FnMut(E) -> F>(self, mut f: G) -> Failure<F> {
+        match self {
+            Failure::Operation { error, class, attempts, stop } => {
+                Failure::Operation { error: f(error), class, attempts, stop }
+            }
+            Failure::Timeout { kind, attempts, stop } => Failure::Timeout { kind, attempts, stop },
+            Failure::Rejected { rejection, attempts, last_error } => {
+                Failure::Rejected { rejection, attempts, last_error: last_error.map(f) }
+            }
+            Failure::Cancelled { attempts } => Failure::Cancelled { attempts },
+        }
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for Failure<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Operation { error, class, attempts, stop } => {
+                write!(f, "{error} ({}, {attempts} attempt(s); {stop})", class.as_str())
+            }
+            Failure::Timeout { kind: TimeoutKind::Attempt, attempts, stop } => {
+                write!(f, "attempt timed out ({attempts} attempt(s); {stop})")
+            }
+            Failure::Timeout { kind: TimeoutKind::Total, attempts, .. } => {
+                write!(f, "total deadline passed after {attempts} attempt(s)")
+            }
+            Failure::Rejected { rejection, attempts, last_error } => {
+                write!(f, "system unavailable: {rejection} after {attempts} attempt(s)")?;
+                if let Some(e) = last_error {
+                    write!(f, "; last error: {e}")?;
+                }
+                Ok(())
+            }
+            Failure::Cancelled { attempts } => write!(f, "cancelled after {attempts} attempt(s)"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for Failure<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

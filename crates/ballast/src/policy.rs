@@ -1,0 +1,397 @@
+//! The policy of one external system: one composition, fixed order,
+//! retry → circuit breaker → bulkhead → timeout (R-RES-RE-2, R-RES-CB-1).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::breaker::{Breaker, CircuitBreaker};
+use crate::budget::RetryBudget;
+use crate::bulkhead::{Bulkhead, BulkheadState};
+use crate::call;
+use crate::events::{Emitter, Listener};
+use crate::retry::Retry;
+use crate::rules::{BuildError, Rule, Severity, Violation};
+use crate::timeout::Timeout;
+use crate::{Classify, Context, Failure, IdempotencyKey, OpKind};
+
+/// The in-memory window over which the guide sends work to the task queue (R-RES-RE-4).
+pub const WINDOW_ERROR: Duration = Duration::from_secs(30);
+/// The in-memory window over which the guide advises the task queue (R-RES-RE-4).
+pub const WINDOW_WARNING: Duration = Duration::from_secs(5);
+
+/// Builds a [`Policy`]; see [`Policy::builder`].
+#[derive(Clone)]
+pub struct PolicyBuilder {
+    name: Arc<str>,
+    retry: Retry,
+    breaker: Option<Breaker>,
+    bulkhead: Option<Bulkhead>,
+    timeout: Timeout,
+    listeners: Vec<Arc<dyn Listener>>,
+    seed: Option<u64>,
+}
+
+impl std::fmt::Debug for PolicyBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyBuilder")
+            .field("name", &self.name)
+            .field("retry", &self.retry)
+            .field("breaker", &self.breaker)
+            .field("bulkhead", &self.bulkhead)
+            .field("timeout", &self.timeout)
+            .field("listeners", &self.listeners.len())
+            .field("seed", &self.seed)
+            .finish()
+    }
+}
+
+impl PolicyBuilder {
+    /// Retry settings (default: 3 attempts, exponential backoff from 500 ms, budget on).
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// A circuit breaker (default: none).
+    pub fn breaker(mut self, breaker: Breaker) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// A bulkhead (default: none).
+    pub fn bulkhead(mut self, bulkhead: Bulkhead) -> Self {
+        self.bulkhead = Some(bulkhead);
+        self
+    }
+
+    /// Attempt timeout and total deadline (default: 5 s per attempt, aggressive).
+    pub fn timeout(mut self, timeout: Timeout) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Adds an event listener.
+    pub fn listener(mut self, listener: impl Listener) -> Self {
+        self.listeners.push(Arc::new(listener));
+        self
+    }
+
+    /// Adds a shared event listener.
+    pub fn shared_listener(mut self, listener: Arc<dyn Listener>) -> Self {
+        self.listeners.push(listener);
+        self
+    }
+
+    /// Seeds the jitter, so a run's delays can be replayed (default: random).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The worst-case in-memory window: every attempt timing out plus the
+    /// longest backoff before each retry, bounded by the total deadline.
+    pub fn worst_case(&self) -> Duration {
+        worst_case(&self.retry, &self.timeout)
+    }
+
+    /// Every finding — errors, warnings and notes — without building.
+    pub fn check(&self) -> Vec<Violation> {
+        let mut out = Vec::new();
+        self.retry.check(&mut out);
+        self.timeout.check(&mut out);
+        if let Some(b) = &self.breaker {
+            b.check(&mut out);
+        }
+        if let Some(b) = &self.bulkhead {
+            b.check(&mut out);
+        }
+        let window = self.worst_case();
+        if window > WINDOW_ERROR {
+            out.push(Violation::error(
+                Some(Rule::Re4),
+                "retry",
+                format!("the worst-case in-memory window is {window:.1?}, over the 30 s limit"),
+                "lower max_attempts, the attempt timeout or max_delay, or set a total deadline; \
+                 hand longer outages to the durable task queue",
+            ));
+        } else if window > WINDOW_WARNING {
+            out.push(Violation::warning(
+                Rule::Re4,
+                "retry",
+                format!("the worst-case in-memory window is {window:.1?}, over 5 s"),
+                "in-memory retry is for blips under ~5 s; consider handing keyed writes to the durable task queue",
+            ));
+        }
+        out
+    }
+
+    /// Builds the policy, or returns every error at once, each naming its
+    /// rule. Warnings stay available from [`Policy::warnings`].
+    pub fn build(self) -> Result<Policy, BuildError> {
+        let findings = self.check();
+        let (errors, warnings): (Vec<_>, Vec<_>) =
+            findings.into_iter().partition(|v| v.severity == Severity::Error);
+        if !errors.is_empty() {
+            return Err(BuildError { violations: errors });
+        }
+        let seed = self.seed.unwrap_or_else(rand::random);
+        let events = Emitter::new(self.name.clone(), self.listeners);
+        let worst_case = worst_case(&self.retry, &self.timeout);
+        Ok(Policy {
+            inner: Arc::new(Inner {
+                breaker: self.breaker.map(|b| CircuitBreaker::new(b, events.clone(), seed ^ 0xB4EA_CE55)),
+                bulkhead: self.bulkhead.map(BulkheadState::new),
+                budget: self.retry.get_budget().map(|b| RetryBudget::new(*b)),
+                retry: self.retry,
+                timeout: self.timeout,
+                events,
+                warnings,
+                worst_case,
+                seed,
+                calls: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+fn worst_case(retry: &Retry, timeout: &Timeout) -> Duration {
+    let n = retry.max_attempts().clamp(1, 64);
+    let attempts = timeout.attempt().saturating_mul(n);
+    let waits =
+        (0..n - 1).fold(Duration::ZERO, |acc, i| acc.saturating_add(retry.get_backoff().bounds(i).max));
+    let window = attempts.saturating_add(waits);
+    timeout.total_deadline().map_or(window, |t| window.min(t))
+}
+
+pub(crate) struct Inner {
+    pub(crate) retry: Retry,
+    pub(crate) breaker: Option<CircuitBreaker>,
+    pub(crate) bulkhead: Option<BulkheadState>,
+    pub(crate) budget: Option<RetryBudget>,
+    pub(crate) timeout: Timeout,
+    pub(crate) events: Emitter,
+    pub(crate) worst_case: Duration,
+    warnings: Vec<Violation>,
+    seed: u64,
+    calls: AtomicU64,
+}
+
+impl Inner {
+    /// A distinct, reproducible jitter seed per call.
+    pub(crate) fn next_seed(&self) -> u64 {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        splitmix(self.seed ^ splitmix(n))
+    }
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The resilience policy of one external system.
+///
+/// Operations declare whether they may be retried, and the policy obeys
+/// (R-RES-RE-1): [`read`](Policy::read) and [`write`](Policy::write) (with an
+/// idempotency key) are retried on transient errors; [`write_once`](Policy::write_once)
+/// makes exactly one attempt (R-RES-RE-X1). Every attempt passes, in this fixed
+/// order, through the circuit breaker, the bulkhead and the timeout.
+///
+/// Cloning is cheap and clones share state (breaker, bulkhead, budget): make
+/// one policy per external system and share it.
+///
+/// ```
+/// use std::time::Duration;
+/// use ballast::{Backoff, Breaker, Bulkhead, IdempotencyKey, Policy, Retry, Timeout};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let policy = Policy::builder("sber")
+///     .retry(Retry::attempts(3).backoff(Backoff::exponential(Duration::from_millis(500)).max_delay(Duration::from_secs(2))))
+///     .breaker(Breaker::count(0.5, 50).half_open_after(Duration::from_secs(30)))
+///     .bulkhead(Bulkhead::new(8))
+///     .timeout(Timeout::aggressive(Duration::from_secs(5)))
+///     .build()?;
+///
+/// let order = policy.read(|_ctx| async { Ok::<_, std::io::Error>("order 42") }).await?;
+/// let key = IdempotencyKey::v5(42, "register-payment");
+/// let paid = policy
+///     .write(&key, |ctx| async move { Ok::<_, std::io::Error>(format!("paid with {}", ctx.key().unwrap())) })
+///     .await?;
+/// let _ = policy.write_once(|_ctx| async { Ok::<_, std::io::Error>(()) }).await?;
+/// # let _ = (order, paid); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Policy {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("system", &self.name())
+            .field("retry", &self.inner.retry)
+            .field("breaker", &self.inner.breaker.as_ref().map(CircuitBreaker::state))
+            .field("timeout", &self.inner.timeout)
+            .finish()
+    }
+}
+
+impl Policy {
+    /// Starts a policy for the external system `system` (used in events,
+    /// spans and metrics).
+    pub fn builder(system: impl Into<String>) -> PolicyBuilder {
+        PolicyBuilder {
+            name: Arc::from(system.into()),
+            retry: Retry::default(),
+            breaker: None,
+            bulkhead: None,
+            timeout: Timeout::default(),
+            listeners: Vec::new(),
+            seed: None,
+        }
+    }
+
+    /// The external system's name.
+    pub fn name(&self) -> &str {
+        self.inner.events.system()
+    }
+
+    /// The worst-case in-memory window (R-RES-RE-4).
+    pub fn worst_case(&self) -> Duration {
+        self.inner.worst_case
+    }
+
+    /// Warnings found at build time (e.g. a window over 5 s, R-RES-RE-4).
+    pub fn warnings(&self) -> &[Violation] {
+        &self.inner.warnings
+    }
+
+    /// The retry settings.
+    pub fn retry(&self) -> &Retry {
+        &self.inner.retry
+    }
+
+    /// The timeout settings.
+    pub fn timeout(&self) -> &Timeout {
+        &self.inner.timeout
+    }
+
+    /// The circuit breaker, for its state, manual control and snapshots.
+    pub fn breaker(&self) -> Option<&CircuitBreaker> {
+        self.inner.breaker.as_ref()
+    }
+
+    /// Attempts in flight in the bulkhead now (`None` without a bulkhead).
+    pub fn bulkhead_in_flight(&self) -> Option<usize> {
+        self.inner.bulkhead.as_ref().map(BulkheadState::in_flight)
+    }
+
+    /// A view of this policy whose calls stop when `token` is cancelled: an
+    /// attempt is dropped (or, cooperative, signalled) and a backoff wait ends
+    /// at once, with [`Failure::Cancelled`].
+    pub fn cancel_on<'a>(&'a self, token: &'a CancellationToken) -> Scoped<'a> {
+        Scoped { policy: self, cancel: Some(token) }
+    }
+
+    /// Runs a read (GET-equivalent), retried on transient errors (R-RES-RE-1a).
+    pub async fn read<T, E, F, Fut>(&self, op: F) -> Result<T, Failure<E>>
+    where
+        F: FnMut(Context) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        self.run(OpKind::Read, None, None, op).await
+    }
+
+    /// Runs a write that carries `key`, which the external system
+    /// deduplicates by: retried on transient errors, every attempt seeing the
+    /// same key through [`Context::key`] (R-RES-RE-1b).
+    pub async fn write<T, E, F, Fut>(&self, key: &IdempotencyKey, op: F) -> Result<T, Failure<E>>
+    where
+        F: FnMut(Context) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        self.run(OpKind::Write, Some(key), None, op).await
+    }
+
+    /// Runs a write without a key: exactly one attempt, never retried
+    /// (R-RES-RE-X1), still through breaker, bulkhead and timeout.
+    pub async fn write_once<T, E, F, Fut>(&self, op: F) -> Result<T, Failure<E>>
+    where
+        F: FnMut(Context) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        self.run(OpKind::WriteOnce, None, None, op).await
+    }
+
+    async fn run<T, E, F, Fut>(
+        &self,
+        kind: OpKind,
+        key: Option<&IdempotencyKey>,
+        cancel: Option<&CancellationToken>,
+        op: F,
+    ) -> Result<T, Failure<E>>
+    where
+        F: FnMut(Context) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        let span = tracing::info_span!(
+            "ballast.call",
+            system = %self.name(),
+            kind = kind.as_str(),
+            attempts = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        call::run(&self.inner, kind, key, cancel, op).instrument(span).await
+    }
+}
+
+/// A [`Policy`] whose calls stop when a cancellation token fires; see
+/// [`Policy::cancel_on`].
+#[derive(Debug, Clone, Copy)]
+pub struct Scoped<'a> {
+    policy: &'a Policy,
+    cancel: Option<&'a CancellationToken>,
+}
+
+impl Scoped<'_> {
+    /// [`Policy::read`], cancellable.
+    pub async fn read<T, E, F, Fut>(self, op: F) -> Result<T, Failure<E>>
+    where
+        F: FnMut(Context) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        self.policy.run(OpKind::Read, None, self.cancel, op).await
+    }
+
+    /// [`Policy::write`], cancellable.
+    pub async fn write<T, E, F, Fut>(self, key: &IdempotencyKey, op: F) -> Result<T, Failure<E>>
+    where
+        F: FnMut(Context) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        self.policy.run(OpKind::Write, Some(key), self.cancel, op).await
+    }
+
+    /// [`Policy::write_once`], cancellable.
+    pub async fn write_once<T, E, F, Fut>(self, op: F) -> Result<T, Failure<E>>
+    where
+        F: FnMut(Context) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        self.policy.run(OpKind::WriteOnce, None, self.cancel, op).await
+    }
+}

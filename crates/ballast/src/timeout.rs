@@ -1,0 +1,220 @@
+//! Timeouts: one per attempt, aggressive or cooperative, plus an optional
+//! total deadline across every attempt and wait.
+//!
+//! The attempt timer is armed lazily: an attempt that finishes on its first
+//! poll never reads the clock nor touches the timer wheel, so the success path
+//! costs next to nothing.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context as TaskContext, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::outcome::TimeoutKind;
+use crate::rules::Violation;
+
+/// What happens to an attempt that outlives its timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// The attempt's future is dropped at once: the policy stops waiting,
+    /// whatever the attempt was doing. The guide's choice for HTTP calls.
+    Aggressive,
+    /// The attempt's cancellation token ([`Context::cancelled`](crate::Context::cancelled))
+    /// fires and the policy awaits the attempt's own result. A success that
+    /// arrives after the signal still counts as a success (its side effect
+    /// happened); an error counts as a timeout.
+    Cooperative,
+}
+
+/// Per-attempt timeout and optional total deadline.
+///
+/// ```
+/// use std::time::Duration;
+/// use ballast::Timeout;
+///
+/// // The guide's payment gateway: 5 s per attempt, attempt abandoned when late,
+/// // and never more than 20 s for the whole call.
+/// let t = Timeout::aggressive(Duration::from_secs(5)).total(Duration::from_secs(20));
+/// assert_eq!(t.attempt(), Duration::from_secs(5));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeout {
+    attempt: Duration,
+    strategy: Strategy,
+    total: Option<Duration>,
+}
+
+impl Default for Timeout {
+    /// The guide's value: 5 s per attempt, aggressive, no total deadline.
+    fn default() -> Self {
+        Self::aggressive(Duration::from_secs(5))
+    }
+}
+
+impl Timeout {
+    /// Each attempt gets `attempt`; a late attempt is dropped.
+    pub const fn aggressive(attempt: Duration) -> Self {
+        Self { attempt, strategy: Strategy::Aggressive, total: None }
+    }
+
+    /// Each attempt gets `attempt`; a late attempt is signalled and awaited.
+    pub const fn cooperative(attempt: Duration) -> Self {
+        Self { attempt, strategy: Strategy::Cooperative, total: None }
+    }
+
+    /// A deadline for the whole call: attempts, bulkhead queueing and backoff
+    /// waits together. A retry whose wait would overrun it is not made.
+    pub const fn total(mut self, total: Duration) -> Self {
+        self.total = Some(total);
+        self
+    }
+
+    /// The per-attempt timeout.
+    pub fn attempt(&self) -> Duration {
+        self.attempt
+    }
+
+    /// Aggressive or cooperative.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The total deadline, if any.
+    pub fn total_deadline(&self) -> Option<Duration> {
+        self.total
+    }
+
+    pub(crate) fn check(&self, out: &mut Vec<Violation>) {
+        if self.attempt.is_zero() {
+            out.push(Violation::error(
+                None,
+                "timeout.attempt",
+                "the attempt timeout is zero: no attempt could ever finish".into(),
+                "give each attempt a few seconds, e.g. 5 s",
+            ));
+        }
+        if self.total.is_some_and(|t| t.is_zero()) {
+            out.push(Violation::error(
+                None,
+                "timeout.total",
+                "the total deadline is zero: no call could ever finish".into(),
+                "leave it unset or make it longer than one attempt",
+            ));
+        }
+    }
+}
+
+/// How an attempt run under [`AttemptDeadline`] ended.
+#[derive(Debug)]
+pub(crate) enum Attempt<T> {
+    /// The attempt returned (success or its own error).
+    Done(T),
+    /// A timeout fired (and, when cooperative, the attempt then failed).
+    TimedOut(TimeoutKind),
+    /// The caller cancelled.
+    Cancelled,
+    /// Cooperative: the attempt returned after it was signalled to stop
+    /// (`Some` timeout, or `None` for the caller's cancellation).
+    Drained(T, Option<TimeoutKind>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Cooperative: the attempt was signalled and we await its own result.
+    Draining(Option<TimeoutKind>),
+}
+
+pin_project! {
+    /// Runs one attempt under its timeout, the total deadline and the caller's
+    /// cancellation, arming the timer only if the attempt does not finish at
+    /// once.
+    pub(crate) struct AttemptDeadline<F> {
+        #[pin]
+        fut: F,
+        #[pin]
+        sleep: Option<Sleep>,
+        #[pin]
+        cancelled: Option<WaitForCancellationFutureOwned>,
+        limit: Duration,
+        total: Option<Instant>,
+        strategy: Strategy,
+        caller: Option<CancellationToken>,
+        attempt_token: Option<CancellationToken>,
+        phase: Phase,
+    }
+}
+
+impl<F> AttemptDeadline<F> {
+    pub(crate) fn new(
+        fut: F,
+        timeout: &Timeout,
+        total: Option<Instant>,
+        caller: Option<CancellationToken>,
+        attempt_token: Option<CancellationToken>,
+    ) -> Self {
+        Self {
+            fut,
+            sleep: None,
+            cancelled: None,
+            limit: timeout.attempt,
+            total,
+            strategy: timeout.strategy,
+            caller,
+            attempt_token,
+            phase: Phase::Running,
+        }
+    }
+}
+
+impl<T, F: Future<Output = T>> Future for AttemptDeadline<F> {
+    type Output = Attempt<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if let Poll::Ready(v) = this.fut.as_mut().poll(cx) {
+            return Poll::Ready(match *this.phase {
+                Phase::Running => Attempt::Done(v),
+                Phase::Draining(stop) => Attempt::Drained(v, stop),
+            });
+        }
+        if let Phase::Draining(_) = *this.phase {
+            return Poll::Pending;
+        }
+        if this.sleep.is_none() {
+            let attempt_end = Instant::now() + *this.limit;
+            let end = this.total.map_or(attempt_end, |t| t.min(attempt_end));
+            this.sleep.set(Some(tokio::time::sleep_until(end)));
+            if let Some(caller) = this.caller.as_ref() {
+                this.cancelled.set(Some(caller.clone().cancelled_owned()));
+            }
+        }
+        let stop = if let Some(cancelled) = this.cancelled.as_mut().as_pin_mut() {
+            cancelled.poll(cx).map(|()| None)
+        } else {
+            Poll::Pending
+        };
+        let stop = match stop {
+            Poll::Ready(s) => s,
+            Poll::Pending => {
+                if let Some(sleep) = this.sleep.as_mut().as_pin_mut() {
+                    ready!(sleep.poll(cx));
+                }
+                let total_first = this.total.is_some_and(|t| t <= Instant::now());
+                Some(if total_first { TimeoutKind::Total } else { TimeoutKind::Attempt })
+            }
+        };
+        match (*this.strategy, this.attempt_token.as_ref()) {
+            (Strategy::Cooperative, Some(token)) => {
+                token.cancel();
+                *this.phase = Phase::Draining(stop);
+                this.fut.poll(cx).map(|v| Attempt::Drained(v, stop))
+            }
+            _ => Poll::Ready(stop.map_or(Attempt::Cancelled, Attempt::TimedOut)),
+        }
+    }
+}
