@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -57,13 +57,6 @@ impl Bulkhead {
                 "the bulkhead limit is 0: every call would be rejected".into(),
                 "allow at least 1 concurrent call; the guide uses 8 for a payment gateway",
             ));
-        } else if self.limit > Semaphore::MAX_PERMITS {
-            out.push(Violation::error(
-                None,
-                "bulkhead.limit",
-                format!("the bulkhead limit {} is too large", self.limit),
-                format!("use at most {}", Semaphore::MAX_PERMITS),
-            ));
         }
     }
 }
@@ -77,19 +70,38 @@ pub(crate) enum Refused {
 }
 
 /// The running bulkhead shared by every call of one policy.
+///
+/// Slots are one atomic counter, so taking and giving back a slot is a
+/// compare-and-swap and a subtraction; waiters in the queue are woken through
+/// a [`Notify`] only when someone is actually waiting.
 #[derive(Debug)]
 pub(crate) struct BulkheadState {
-    slots: Semaphore,
+    in_flight: AtomicUsize,
     waiting: AtomicUsize,
+    freed: Notify,
     limit: usize,
     queue: usize,
+}
+
+/// A slot in the bulkhead, given back on drop.
+#[derive(Debug)]
+pub(crate) struct Slot<'a>(&'a BulkheadState);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if self.0.waiting.load(Ordering::Acquire) > 0 {
+            self.0.freed.notify_one();
+        }
+    }
 }
 
 impl BulkheadState {
     pub(crate) fn new(cfg: Bulkhead) -> Self {
         Self {
-            slots: Semaphore::new(cfg.limit),
+            in_flight: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
+            freed: Notify::new(),
             limit: cfg.limit,
             queue: cfg.queue,
         }
@@ -97,21 +109,25 @@ impl BulkheadState {
 
     /// Attempts in flight now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.limit - self.slots.available_permits()
+        self.in_flight.load(Ordering::Acquire)
     }
 
-    /// A slot, at once if one is free, else after waiting in the queue.
-    pub(crate) async fn acquire(
+    /// A slot if one is free right now.
+    #[inline]
+    pub(crate) fn try_acquire(&self) -> Option<Slot<'_>> {
+        self.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.limit).then_some(n + 1))
+            .ok()
+            .map(|_| Slot(self))
+    }
+
+    /// A slot after waiting in the queue, or why not. Call after
+    /// [`try_acquire`](Self::try_acquire) failed.
+    pub(crate) async fn wait(
         &self,
         deadline: Option<Instant>,
         cancel: Option<&CancellationToken>,
-    ) -> Result<SemaphorePermit<'_>, Refused> {
-        if let Ok(permit) = self.slots.try_acquire() {
-            return Ok(permit);
-        }
-        if self.queue == 0 {
-            return Err(Refused::Full);
-        }
+    ) -> Result<Slot<'_>, Refused> {
         let admitted = self
             .waiting
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w < self.queue).then_some(w + 1))
@@ -132,8 +148,21 @@ impl BulkheadState {
                 None => std::future::pending().await,
             }
         };
+        let slot = async {
+            loop {
+                let freed = self.freed.notified();
+                tokio::pin!(freed);
+                // Registered before the retry, so a slot given back in between
+                // still wakes us.
+                freed.as_mut().enable();
+                if let Some(slot) = self.try_acquire() {
+                    return slot;
+                }
+                freed.await;
+            }
+        };
         tokio::select! {
-            permit = self.slots.acquire() => permit.map_err(|_| Refused::Full),
+            slot = slot => Ok(slot),
             () = deadline_passed => Err(Refused::Deadline),
             () = cancelled => Err(Refused::Cancelled),
         }

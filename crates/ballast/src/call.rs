@@ -60,8 +60,15 @@ where
     let mut delays = None;
     let mut last: Option<LastFailure<E>> = None;
     let mut attempt: u32 = 0;
+    let call_span = tracing::info_span!(
+        "ballast.call",
+        system = %events.system(),
+        kind = kind.as_str(),
+        attempts = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
     let gave_up = |attempts: u32, reason: StopReason| {
-        tracing::Span::current().record("attempts", attempts).record("outcome", reason.as_str());
+        call_span.record("attempts", attempts).record("outcome", reason.as_str());
         events.emit(EventKind::GaveUp { op: kind, attempts, reason });
     };
 
@@ -82,21 +89,24 @@ where
         };
         let slot = match &inner.bulkhead {
             None => None,
-            Some(bulkhead) => match bulkhead.acquire(deadline, cancel).await {
-                Ok(slot) => Some(slot),
-                Err(Refused::Full) => {
-                    events.emit(EventKind::BulkheadRejected);
-                    return reject(Rejection::BulkheadFull, attempt, last);
-                }
-                Err(Refused::Deadline) => {
-                    gave_up(attempt, StopReason::TotalTimeout);
-                    let stop = StopReason::TotalTimeout;
-                    return Err(Failure::Timeout { kind: TimeoutKind::Total, attempts: attempt, stop });
-                }
-                Err(Refused::Cancelled) => {
-                    gave_up(attempt, StopReason::Cancelled);
-                    return Err(Failure::Cancelled { attempts: attempt });
-                }
+            Some(bulkhead) => match bulkhead.try_acquire() {
+                Some(slot) => Some(slot),
+                None => match Box::pin(bulkhead.wait(deadline, cancel)).await {
+                    Ok(slot) => Some(slot),
+                    Err(Refused::Full) => {
+                        events.emit(EventKind::BulkheadRejected);
+                        return reject(Rejection::BulkheadFull, attempt, last);
+                    }
+                    Err(Refused::Deadline) => {
+                        gave_up(attempt, StopReason::TotalTimeout);
+                        let stop = StopReason::TotalTimeout;
+                        return Err(Failure::Timeout { kind: TimeoutKind::Total, attempts: attempt, stop });
+                    }
+                    Err(Refused::Cancelled) => {
+                        gave_up(attempt, StopReason::Cancelled);
+                        return Err(Failure::Cancelled { attempts: attempt });
+                    }
+                },
             },
         };
 
@@ -115,6 +125,7 @@ where
             cancel: attempt_token.clone().or_else(|| cancel.cloned()),
         };
         let span = tracing::debug_span!(
+            parent: &call_span,
             "ballast.attempt",
             attempt,
             outcome = tracing::field::Empty,
@@ -132,7 +143,7 @@ where
                     a.record(false);
                 }
                 span.record("outcome", "ok");
-                tracing::Span::current().record("attempts", attempt).record("outcome", "ok");
+                call_span.record("attempts", attempt).record("outcome", "ok");
                 events.emit(EventKind::Succeeded { op: kind, attempts: attempt });
                 return Ok(value);
             }
@@ -200,12 +211,14 @@ where
         events.emit(EventKind::RetryScheduled { op: kind, attempt, delay });
         last = Some(failure);
 
-        let sleep = tokio::time::sleep(delay);
+        // Boxed: only a retry gets here, and keeping the timer out of the
+        // call's own state keeps the success path's future small.
+        let mut sleep = Box::pin(tokio::time::sleep(delay));
         match cancel {
             None => sleep.await,
             Some(token) => {
                 tokio::select! {
-                    () = sleep => {}
+                    () = &mut sleep => {}
                     () = token.cancelled() => {
                         gave_up(attempt, StopReason::Cancelled);
                         return Err(Failure::Cancelled { attempts: attempt });

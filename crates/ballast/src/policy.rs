@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::breaker::{Breaker, CircuitBreaker};
 use crate::budget::RetryBudget;
@@ -301,58 +300,43 @@ impl Policy {
     }
 
     /// Runs a read (GET-equivalent), retried on transient errors (R-RES-RE-1a).
-    pub async fn read<T, E, F, Fut>(&self, op: F) -> Result<T, Failure<E>>
+    pub fn read<'a, T, E, F, Fut>(&'a self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify,
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
     {
-        self.run(OpKind::Read, None, None, op).await
+        call::run(&self.inner, OpKind::Read, None, None, op)
     }
 
     /// Runs a write that carries `key`, which the external system
     /// deduplicates by: retried on transient errors, every attempt seeing the
     /// same key through [`Context::key`] (R-RES-RE-1b).
-    pub async fn write<T, E, F, Fut>(&self, key: &IdempotencyKey, op: F) -> Result<T, Failure<E>>
+    pub fn write<'a, T, E, F, Fut>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        op: F,
+    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify,
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
     {
-        self.run(OpKind::Write, Some(key), None, op).await
+        call::run(&self.inner, OpKind::Write, Some(key), None, op)
     }
 
     /// Runs a write without a key: exactly one attempt, never retried
     /// (R-RES-RE-X1), still through breaker, bulkhead and timeout.
-    pub async fn write_once<T, E, F, Fut>(&self, op: F) -> Result<T, Failure<E>>
+    pub fn write_once<'a, T, E, F, Fut>(&'a self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify,
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
     {
-        self.run(OpKind::WriteOnce, None, None, op).await
-    }
-
-    async fn run<T, E, F, Fut>(
-        &self,
-        kind: OpKind,
-        key: Option<&IdempotencyKey>,
-        cancel: Option<&CancellationToken>,
-        op: F,
-    ) -> Result<T, Failure<E>>
-    where
-        F: FnMut(Context) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify,
-    {
-        let span = tracing::info_span!(
-            "ballast.call",
-            system = %self.name(),
-            kind = kind.as_str(),
-            attempts = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        call::run(&self.inner, kind, key, cancel, op).instrument(span).await
+        call::run(&self.inner, OpKind::WriteOnce, None, None, op)
     }
 }
 
@@ -364,34 +348,41 @@ pub struct Scoped<'a> {
     cancel: Option<&'a CancellationToken>,
 }
 
-impl Scoped<'_> {
+impl<'a> Scoped<'a> {
     /// [`Policy::read`], cancellable.
-    pub async fn read<T, E, F, Fut>(self, op: F) -> Result<T, Failure<E>>
+    pub fn read<T, E, F, Fut>(self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify,
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
     {
-        self.policy.run(OpKind::Read, None, self.cancel, op).await
+        call::run(&self.policy.inner, OpKind::Read, None, self.cancel, op)
     }
 
     /// [`Policy::write`], cancellable.
-    pub async fn write<T, E, F, Fut>(self, key: &IdempotencyKey, op: F) -> Result<T, Failure<E>>
+    pub fn write<T, E, F, Fut>(
+        self,
+        key: &'a IdempotencyKey,
+        op: F,
+    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify,
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
     {
-        self.policy.run(OpKind::Write, Some(key), self.cancel, op).await
+        call::run(&self.policy.inner, OpKind::Write, Some(key), self.cancel, op)
     }
 
     /// [`Policy::write_once`], cancellable.
-    pub async fn write_once<T, E, F, Fut>(self, op: F) -> Result<T, Failure<E>>
+    pub fn write_once<T, E, F, Fut>(self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify,
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
     {
-        self.policy.run(OpKind::WriteOnce, None, self.cancel, op).await
+        call::run(&self.policy.inner, OpKind::WriteOnce, None, self.cancel, op)
     }
 }

@@ -138,8 +138,7 @@ pin_project! {
         fut: F,
         #[pin]
         sleep: Option<Sleep>,
-        #[pin]
-        cancelled: Option<WaitForCancellationFutureOwned>,
+        cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
         limit: Duration,
         total: Option<Instant>,
         strategy: Strategy,
@@ -190,11 +189,11 @@ impl<T, F: Future<Output = T>> Future for AttemptDeadline<F> {
             let end = this.total.map_or(attempt_end, |t| t.min(attempt_end));
             this.sleep.set(Some(tokio::time::sleep_until(end)));
             if let Some(caller) = this.caller.as_ref() {
-                this.cancelled.set(Some(caller.clone().cancelled_owned()));
+                *this.cancelled = Some(Box::pin(caller.clone().cancelled_owned()));
             }
         }
-        let stop = if let Some(cancelled) = this.cancelled.as_mut().as_pin_mut() {
-            cancelled.poll(cx).map(|()| None)
+        let stop = if let Some(cancelled) = this.cancelled.as_mut() {
+            cancelled.as_mut().poll(cx).map(|()| None)
         } else {
             Poll::Pending
         };
