@@ -8,7 +8,6 @@ use std::future::Future;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::bulkhead::Refused;
 use crate::events::EventKind;
@@ -57,9 +56,11 @@ where
     if let Some(budget) = &inner.budget {
         budget.deposit();
     }
-    let mut delays = None;
+    // Boxed: only a retry needs it, and the success path's future stays small.
+    let mut delays: Option<Box<crate::Delays>> = None;
     let mut last: Option<LastFailure<E>> = None;
     let mut attempt: u32 = 0;
+    let mut timer = None;
     let call_span = tracing::info_span!(
         "ballast.call",
         system = %events.system(),
@@ -132,9 +133,16 @@ where
             class = tracing::field::Empty,
             next_delay_ms = tracing::field::Empty,
         );
-        let result = AttemptDeadline::new(op(ctx), &inner.timeout, deadline, cancel.cloned(), attempt_token)
-            .instrument(span.clone())
-            .await;
+        let result = AttemptDeadline::new(
+            op(ctx),
+            &inner.timeout,
+            deadline,
+            cancel.cloned(),
+            attempt_token,
+            &span,
+            &mut timer,
+        )
+        .await;
         drop(slot);
 
         let failure = match result {
@@ -194,8 +202,10 @@ where
         }
 
         let backoff = inner.retry.get_backoff();
-        let mut delay =
-            delays.get_or_insert_with(|| backoff.delays(inner.next_seed())).next().unwrap_or(backoff.cap());
+        let mut delay = delays
+            .get_or_insert_with(|| Box::new(backoff.delays(inner.next_seed())))
+            .next()
+            .unwrap_or(backoff.cap());
         if let Some(after) = retry_after {
             delay = delay.max(after);
         }
@@ -211,14 +221,19 @@ where
         events.emit(EventKind::RetryScheduled { op: kind, attempt, delay });
         last = Some(failure);
 
-        // Boxed: only a retry gets here, and keeping the timer out of the
-        // call's own state keeps the success path's future small.
-        let mut sleep = Box::pin(tokio::time::sleep(delay));
+        let wake_at = Instant::now() + delay;
+        let sleep = match timer.as_mut() {
+            Some(t) => {
+                t.as_mut().reset(wake_at);
+                t
+            }
+            None => timer.insert(Box::pin(tokio::time::sleep_until(wake_at))),
+        };
         match cancel {
             None => sleep.await,
             Some(token) => {
                 tokio::select! {
-                    () = &mut sleep => {}
+                    () = sleep => {}
                     () = token.cancelled() => {
                         gave_up(attempt, StopReason::Cancelled);
                         return Err(Failure::Cancelled { attempts: attempt });

@@ -3,7 +3,8 @@
 //!
 //! The attempt timer is armed lazily: an attempt that finishes on its first
 //! poll never reads the clock nor touches the timer wheel, so the success path
-//! costs next to nothing.
+//! costs next to nothing. A call that does wait allocates one timer, which
+//! every later attempt and backoff wait of the call reuses.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -133,11 +134,12 @@ pin_project! {
     /// Runs one attempt under its timeout, the total deadline and the caller's
     /// cancellation, arming the timer only if the attempt does not finish at
     /// once.
-    pub(crate) struct AttemptDeadline<F> {
+    pub(crate) struct AttemptDeadline<'s, F> {
         #[pin]
         fut: F,
-        #[pin]
-        sleep: Option<Sleep>,
+        span: &'s tracing::Span,
+        timer: &'s mut Option<Pin<Box<Sleep>>>,
+        armed: bool,
         cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
         limit: Duration,
         total: Option<Instant>,
@@ -148,17 +150,21 @@ pin_project! {
     }
 }
 
-impl<F> AttemptDeadline<F> {
+impl<'s, F> AttemptDeadline<'s, F> {
     pub(crate) fn new(
         fut: F,
         timeout: &Timeout,
         total: Option<Instant>,
         caller: Option<CancellationToken>,
         attempt_token: Option<CancellationToken>,
+        span: &'s tracing::Span,
+        timer: &'s mut Option<Pin<Box<Sleep>>>,
     ) -> Self {
         Self {
             fut,
-            sleep: None,
+            span,
+            timer,
+            armed: false,
             cancelled: None,
             limit: timeout.attempt,
             total,
@@ -170,11 +176,12 @@ impl<F> AttemptDeadline<F> {
     }
 }
 
-impl<T, F: Future<Output = T>> Future for AttemptDeadline<F> {
+impl<T, F: Future<Output = T>> Future for AttemptDeadline<'_, F> {
     type Output = Attempt<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        let _entered = this.span.enter();
         if let Poll::Ready(v) = this.fut.as_mut().poll(cx) {
             return Poll::Ready(match *this.phase {
                 Phase::Running => Attempt::Done(v),
@@ -184,10 +191,14 @@ impl<T, F: Future<Output = T>> Future for AttemptDeadline<F> {
         if let Phase::Draining(_) = *this.phase {
             return Poll::Pending;
         }
-        if this.sleep.is_none() {
+        if !*this.armed {
+            *this.armed = true;
             let attempt_end = Instant::now() + *this.limit;
             let end = this.total.map_or(attempt_end, |t| t.min(attempt_end));
-            this.sleep.set(Some(tokio::time::sleep_until(end)));
+            match this.timer.as_mut() {
+                Some(timer) => timer.as_mut().reset(end),
+                None => **this.timer = Some(Box::pin(tokio::time::sleep_until(end))),
+            }
             if let Some(caller) = this.caller.as_ref() {
                 *this.cancelled = Some(Box::pin(caller.clone().cancelled_owned()));
             }
@@ -200,8 +211,8 @@ impl<T, F: Future<Output = T>> Future for AttemptDeadline<F> {
         let stop = match stop {
             Poll::Ready(s) => s,
             Poll::Pending => {
-                if let Some(sleep) = this.sleep.as_mut().as_pin_mut() {
-                    ready!(sleep.poll(cx));
+                if let Some(timer) = this.timer.as_mut() {
+                    ready!(timer.as_mut().poll(cx));
                 }
                 let total_first = this.total.is_some_and(|t| t <= Instant::now());
                 Some(if total_first { TimeoutKind::Total } else { TimeoutKind::Attempt })
