@@ -1,0 +1,46 @@
+use crate::store::Backend;
+
+/// Everything the queue can report to its caller.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The connection URL names no supported backend.
+    #[error("unsupported database URL {url:?}: use sqlite://path/to/file.db or postgres://user@host/db")]
+    UnsupportedUrl {
+        /// The URL as given.
+        url: String,
+    },
+    /// The database refused or failed a statement.
+    #[error("database error: {0}; check that the database is reachable and that Queue::migrate() has run")]
+    Database(#[from] sqlx::Error),
+    /// A task's payload could not be turned into JSON.
+    #[error("payload of task kind {kind:?} cannot be serialized to JSON: {source}")]
+    Payload {
+        /// The task kind.
+        kind: String,
+        /// Why serialization failed.
+        source: serde_json::Error,
+    },
+    /// A task was built with `max_attempts` out of range.
+    #[error("max_attempts must be between 1 and {max} (got {got}); R-RES-RE-5 suggests 10")]
+    InvalidMaxAttempts {
+        /// The value given.
+        got: u32,
+        /// The largest value the table can store.
+        max: u32,
+    },
+    /// A transaction of one backend was used with a queue of the other.
+    #[error("this queue stores tasks in {queue} but the transaction is a {tx} one: enqueue inside a transaction of the queue's own database")]
+    BackendMismatch {
+        /// The queue's backend.
+        queue: Backend,
+        /// The transaction's backend.
+        tx: Backend,
+    },
+    /// A worker was configured in a way that cannot run.
+    #[error("invalid worker configuration: {0}")]
+    Config(String),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

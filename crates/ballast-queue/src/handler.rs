@@ -1,0 +1,141 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ballast::{Classification, Classify, IdempotencyKey};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+/// Runs the tasks of one kind.
+///
+/// The error type is classified with [`ballast::Classify`], the same notion the
+/// in-memory policies use: a transient error reschedules the task with
+/// backoff, a permanent one fails it at once (R-RES-RE-X2).
+///
+/// ```
+/// use ballast::{Classification, Classify};
+/// use ballast_queue::{Handler, TaskContext};
+///
+/// #[derive(Debug)]
+/// struct GatewayDown;
+/// impl std::fmt::Display for GatewayDown {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("gateway down")
+///     }
+/// }
+/// impl Classify for GatewayDown {
+///     fn classify(&self) -> Classification {
+///         Classification::transient()
+///     }
+/// }
+///
+/// struct Charge;
+/// impl Handler for Charge {
+///     type Payload = u64;
+///     type Error = GatewayDown;
+///     async fn handle(&self, task: TaskContext, cents: u64) -> Result<(), GatewayDown> {
+///         // Send `task.key()` as the Idempotency-Key so a repeat is harmless.
+///         let _ = (task.key(), cents);
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Handler: Send + Sync + 'static {
+    /// The payload type; a task whose JSON does not deserialize into it fails.
+    type Payload: DeserializeOwned + Send + 'static;
+    /// The handler's error.
+    type Error: Classify + fmt::Display + Send + 'static;
+
+    /// Handles one attempt of one task.
+    fn handle(
+        &self,
+        task: TaskContext,
+        payload: Self::Payload,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+/// What a handler knows about the task it runs.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    pub(crate) id: i64,
+    pub(crate) kind: Arc<str>,
+    pub(crate) attempt: u32,
+    pub(crate) max_attempts: u32,
+    pub(crate) key: Option<IdempotencyKey>,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl TaskContext {
+    /// The task id.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// The task kind.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// This attempt's number, starting at 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The attempts the task is allowed.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The idempotency key the task was enqueued with: the same key for every
+    /// attempt, and the same one an in-memory policy used before handing over
+    /// (R-RES-RE-1).
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// Cancelled when the worker's shutdown grace period ends or the lease is
+    /// lost; a long handler should stop at the next safe point.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+}
+
+/// How one attempt ended, before the worker decides the task's next state.
+#[derive(Debug)]
+pub(crate) enum AttemptError {
+    BadPayload(String),
+    Failed { message: String, class: Classification },
+}
+
+pub(crate) type AttemptFuture = Pin<Box<dyn Future<Output = Result<(), AttemptError>> + Send>>;
+
+/// A handler with its payload type erased, so handlers of all kinds share one map.
+pub(crate) trait ErasedHandler: Send + Sync {
+    fn call(&self, task: TaskContext, payload: &str) -> AttemptFuture;
+}
+
+pub(crate) struct Erased<H>(pub Arc<H>);
+
+impl<H: Handler> ErasedHandler for Erased<H> {
+    fn call(&self, task: TaskContext, payload: &str) -> AttemptFuture {
+        let payload = match serde_json::from_str::<H::Payload>(payload) {
+            Ok(p) => p,
+            Err(e) => {
+                let message = format!(
+                    "payload does not match the handler's type {} for kind {:?}: {e}",
+                    std::any::type_name::<H::Payload>(),
+                    task.kind()
+                );
+                return Box::pin(std::future::ready(Err(AttemptError::BadPayload(message))));
+            }
+        };
+        let handler = Arc::clone(&self.0);
+        Box::pin(async move {
+            handler
+                .handle(task, payload)
+                .await
+                .map_err(|e| AttemptError::Failed { class: e.classify(), message: e.to_string() })
+        })
+    }
+}

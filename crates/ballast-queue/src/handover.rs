@@ -1,0 +1,141 @@
+//! Hand-over from in-memory retry to the durable queue: a keyed write whose
+//! in-memory attempts ran out on transient errors, or that was rejected
+//! (breaker open, bulkhead full, budget empty), becomes a task carrying the
+//! same idempotency key (R-RES-RE-4, R-RES-RE-1).
+
+use std::fmt;
+use std::future::Future;
+
+use ballast::{Classify, Context, Failure, IdempotencyKey, Policy, Rejection};
+
+use crate::error::Error;
+use crate::task::NewTask;
+use crate::Queue;
+
+/// How a [`WriteOrDefer::write_or_defer`] call ended without an error.
+#[derive(Debug)]
+pub enum Handover<T> {
+    /// The write succeeded in memory.
+    Done(T),
+    /// The write was handed to the durable queue.
+    Deferred(Deferred),
+}
+
+/// A write handed over to the durable queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deferred {
+    /// The task that will finish the write.
+    pub task_id: i64,
+    /// `false` if a task with the same kind and key already existed (an
+    /// earlier hand-over of the same user action): no second task was made.
+    pub created: bool,
+    /// Attempts made in memory before handing over.
+    pub attempts: u32,
+    /// Why the in-memory path gave up.
+    pub cause: String,
+}
+
+/// Why [`WriteOrDefer::write_or_defer`] returned neither a value nor a task.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoverError<E> {
+    /// The write failed in a way a later attempt cannot fix (a permanent
+    /// error, R-RES-RE-X2, or cancellation): it is not deferred.
+    #[error("{0}; not deferred: a later attempt cannot fix it")]
+    Failed(Failure<E>),
+    /// The write should have been deferred, but the task could not be stored.
+    /// The write's outcome is unknown to the queue: retry the hand-over or
+    /// report the failure.
+    #[error("{failure}; deferring it to the queue failed too: {error}")]
+    Enqueue {
+        /// Why the in-memory path gave up.
+        failure: Failure<E>,
+        /// Why the task could not be stored.
+        error: Error,
+    },
+}
+
+/// Adds [`write_or_defer`](WriteOrDefer::write_or_defer) to [`ballast::Policy`].
+pub trait WriteOrDefer {
+    /// Runs `op` as a keyed write ([`Policy::write`]); if it gives up on
+    /// transient errors or is rejected, enqueues `task` with the same `key` so
+    /// a worker finishes it, and returns [`Handover::Deferred`].
+    ///
+    /// `task`'s key is set to `key`: the key is made once per user action,
+    /// never per attempt (R-RES-RE-1). Unless `task` has its own `run_at`, a
+    /// task deferred because the breaker is open is scheduled for when the
+    /// breaker will probe again; otherwise it is due at once.
+    ///
+    /// ```no_run
+    /// # async fn f(policy: ballast::Policy, queue: ballast_queue::Queue) {
+    /// use ballast::IdempotencyKey;
+    /// use ballast_queue::{Handover, NewTask, WriteOrDefer};
+    ///
+    /// let key = IdempotencyKey::v5("order-17", "register-payment");
+    /// let task = NewTask::new("register-payment", &17);
+    /// match policy.write_or_defer(&key, &queue, task, |ctx| async move {
+    ///     Ok::<_, std::io::Error>(ctx.attempt())
+    /// }).await {
+    ///     Ok(Handover::Done(_)) => { /* paid */ }
+    ///     Ok(Handover::Deferred(d)) => { /* tell the user it is in progress: task d.task_id */ }
+    ///     Err(e) => { /* declined: show the error */ let _ = e; }
+    /// }
+    /// # }
+    /// ```
+    fn write_or_defer<T, E, F, Fut>(
+        &self,
+        key: &IdempotencyKey,
+        queue: &Queue,
+        task: NewTask,
+        op: F,
+    ) -> impl Future<Output = Result<Handover<T>, HandoverError<E>>> + Send
+    where
+        T: Send,
+        E: Classify + fmt::Display + Send,
+        F: FnMut(Context) -> Fut + Send,
+        Fut: Future<Output = Result<T, E>> + Send;
+}
+
+impl WriteOrDefer for Policy {
+    async fn write_or_defer<T, E, F, Fut>(
+        &self,
+        key: &IdempotencyKey,
+        queue: &Queue,
+        task: NewTask,
+        op: F,
+    ) -> Result<Handover<T>, HandoverError<E>>
+    where
+        T: Send,
+        E: Classify + fmt::Display + Send,
+        F: FnMut(Context) -> Fut + Send,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
+        let failure = match self.write(key, op).await {
+            Ok(value) => return Ok(Handover::Done(value)),
+            Err(failure) if failure.is_deferrable() => failure,
+            Err(failure) => return Err(HandoverError::Failed(failure)),
+        };
+        let mut task = task.key(key.clone());
+        if task.run_at.is_none() {
+            if let Failure::Rejected { rejection: Rejection::BreakerOpen { retry_in }, .. } = &failure {
+                task = task.run_after(*retry_in);
+            }
+        }
+        match queue.enqueue(task).await {
+            Ok(outcome) => {
+                tracing::info!(
+                    task_id = outcome.id,
+                    key = %key,
+                    cause = %failure,
+                    "write deferred to the durable queue with the same idempotency key (R-RES-RE-4)"
+                );
+                Ok(Handover::Deferred(Deferred {
+                    task_id: outcome.id,
+                    created: outcome.created,
+                    attempts: failure.attempts(),
+                    cause: failure.to_string(),
+                }))
+            }
+            Err(error) => Err(HandoverError::Enqueue { failure, error }),
+        }
+    }
+}

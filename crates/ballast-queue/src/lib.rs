@@ -1,0 +1,89 @@
+//! A durable task queue for the work that in-memory retry must not hold on
+//! to: failures longer than a few seconds go to a database table polled by
+//! workers, survive restarts, and do not keep requests open (R-RES-RE-4,
+//! R-RES-RE-5).
+//!
+//! - **Backends**: embedded SQLite (the default, `sqlite://file.db`) and
+//!   PostgreSQL (`postgres://…`) for many workers on many hosts, with the same
+//!   semantics. The table, its states and indexes are described in [`schema`].
+//! - **Fenced leases**: a claim gives each task a fresh lease token, and every
+//!   statement that completes, fails, reschedules or renews an attempt names
+//!   that token. A worker whose lease expired and was taken over changes
+//!   nothing: the newer attempt's outcome stands.
+//! - **Deduplication**: a task enqueued with an [`IdempotencyKey`](ballast::IdempotencyKey)
+//!   exists once per `(kind, key)`, and the handler receives the key.
+//! - **Outcomes**: success completes the task; a transient error reschedules
+//!   it after `2^n s` with jitter ([`Backoff`]); a permanent error, a panic, a
+//!   payload of the wrong type or the last failed attempt marks it failed and
+//!   fires the [`Alert`].
+//!
+//! ```no_run
+//! use ballast::{Classification, Classify, IdempotencyKey};
+//! use ballast_queue::{Handler, NewTask, Queue, TaskContext, Worker};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! #[derive(Debug)]
+//! struct SmsError(String);
+//! impl std::fmt::Display for SmsError {
+//!     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+//!         f.write_str(&self.0)
+//!     }
+//! }
+//! impl Classify for SmsError {
+//!     fn classify(&self) -> Classification {
+//!         Classification::transient()
+//!     }
+//! }
+//!
+//! struct SendSms;
+//! impl Handler for SendSms {
+//!     type Payload = String;
+//!     type Error = SmsError;
+//!     async fn handle(&self, task: TaskContext, text: String) -> Result<(), SmsError> {
+//!         println!("sending {text:?} with key {:?}", task.key());
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), ballast_queue::Error> {
+//! let queue = Queue::connect("sqlite://tasks.db").await?;
+//! queue.migrate().await?;
+//! let key = IdempotencyKey::v5("order-17", "send-sms");
+//! queue.enqueue(NewTask::new("send-sms", "your order shipped").key(key)).await?;
+//!
+//! let worker = Worker::builder(queue).handler("send-sms", SendSms).concurrency(8).build()?;
+//! let shutdown = CancellationToken::new();
+//! worker.run(shutdown).await;
+//! # Ok(()) }
+//! ```
+
+mod admin;
+
+/// The `ballast_tasks` table: every column, state and index, and the claim SQL.
+pub mod schema {
+    #![doc = include_str!("../SCHEMA.md")]
+}
+mod alert;
+mod backoff;
+mod error;
+mod handler;
+mod handover;
+mod lease;
+mod queue;
+mod store;
+mod task;
+mod worker;
+
+pub use admin::{KindStats, ListFilter};
+pub use alert::{Alert, FailReason, FailedTask, LogAlert};
+pub use backoff::Backoff;
+pub use error::{Error, Result};
+pub use handler::{Handler, TaskContext};
+pub use handover::{Deferred, Handover, HandoverError, WriteOrDefer};
+pub use queue::{Queue, TxConnection};
+pub use store::Backend;
+pub use task::{
+    EnqueueOutcome, ErrorRecord, NewTask, TaskInfo, TaskState, UnknownState, DEFAULT_MAX_ATTEMPTS,
+    ERROR_HISTORY,
+};
+pub use worker::{RunSummary, Worker, WorkerBuilder, DEFAULT_POLL_INTERVAL};

@@ -1,0 +1,163 @@
+//! Connecting to a queue and enqueueing tasks.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use tokio::sync::Notify;
+
+use crate::error::{Error, Result};
+use crate::store::{postgres, sqlite, AnyStore, Backend, Store};
+use crate::task::{EnqueueOutcome, NewTask};
+
+/// A durable task queue in one database.
+///
+/// Cheap to clone; clones share the connection pool.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pub(crate) store: AnyStore,
+    /// Wakes this process's workers when this process enqueues.
+    pub(crate) wake: Arc<Notify>,
+}
+
+impl Queue {
+    /// Connects to `sqlite://path/to/file.db` (created if missing; WAL,
+    /// `synchronous = NORMAL`, 5 s busy timeout) or `postgres://…` /
+    /// `postgresql://…`.
+    pub async fn connect(url: &str) -> Result<Self> {
+        if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
+            Self::connect_sqlite(options).await
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let pool = PgPoolOptions::new().max_connections(10).connect(url).await?;
+            Ok(Self::from_postgres(pool))
+        } else {
+            Err(Error::UnsupportedUrl { url: url.to_owned() })
+        }
+    }
+
+    /// Opens a SQLite queue with `options`, adding WAL, `synchronous = NORMAL`
+    /// and a 5 s busy timeout.
+    pub async fn connect_sqlite(options: SqliteConnectOptions) -> Result<Self> {
+        let options = options
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+        Ok(Self::from_sqlite(pool))
+    }
+
+    /// A queue on an existing SQLite pool, used as configured.
+    pub fn from_sqlite(pool: SqlitePool) -> Self {
+        Self::with_store(AnyStore::Sqlite(sqlite::SqliteStore::new(pool)))
+    }
+
+    /// A queue on an existing PostgreSQL pool (e.g. one whose connections set
+    /// `search_path` to put the table in a schema of your choice).
+    pub fn from_postgres(pool: PgPool) -> Self {
+        Self::with_store(AnyStore::Postgres(postgres::PgStore::new(pool)))
+    }
+
+    fn with_store(store: AnyStore) -> Self {
+        Self { store, wake: Arc::new(Notify::new()) }
+    }
+
+    /// The backend this queue stores tasks in.
+    pub fn backend(&self) -> Backend {
+        self.store.backend()
+    }
+
+    /// Creates or upgrades the `ballast_tasks` table. Safe to run on every
+    /// start, from several processes at once.
+    pub async fn migrate(&self) -> Result<()> {
+        self.store.migrate().await
+    }
+
+    /// Enqueues one task. With a key that already exists for the kind, returns
+    /// the existing task with `created: false`.
+    pub async fn enqueue(&self, task: NewTask) -> Result<EnqueueOutcome> {
+        let mut out = self.enqueue_batch(vec![task]).await?;
+        // One task in, one outcome out: the stores return one per task.
+        out.pop().ok_or_else(|| Error::Database(sqlx::Error::RowNotFound))
+    }
+
+    /// Enqueues several tasks in one transaction: all or none. Outcomes are in
+    /// the order of `tasks`.
+    pub async fn enqueue_batch(&self, tasks: Vec<NewTask>) -> Result<Vec<EnqueueOutcome>> {
+        let tasks = tasks.into_iter().map(NewTask::validate).collect::<Result<Vec<_>>>()?;
+        let out = self.store.enqueue(tasks).await?;
+        self.wake.notify_one();
+        Ok(out)
+    }
+
+    /// Enqueues inside the caller's open transaction (the outbox pattern): the
+    /// task exists if and only if the transaction commits.
+    ///
+    /// `conn` is `&mut *tx` for a `sqlx::Transaction` of the queue's backend.
+    ///
+    /// ```no_run
+    /// # async fn f(queue: ballast_queue::Queue, pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use ballast_queue::NewTask;
+    ///
+    /// let mut tx = pool.begin().await?;
+    /// sqlx::query("UPDATE orders SET state = 'paid' WHERE id = 17").execute(&mut *tx).await?;
+    /// queue.enqueue_in(&mut *tx, NewTask::new("send-receipt", &17)).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_in<C: TxConnection>(&self, conn: &mut C, task: NewTask) -> Result<EnqueueOutcome> {
+        if C::BACKEND != self.backend() {
+            return Err(Error::BackendMismatch { queue: self.backend(), tx: C::BACKEND });
+        }
+        let task = task.validate()?;
+        let out = sealed::Sealed::enqueue(conn, &task).await?;
+        self.wake.notify_one();
+        Ok(out)
+    }
+}
+
+mod sealed {
+    use crate::error::Result;
+    use crate::task::{EnqueueOutcome, ValidTask};
+
+    /// Keeps [`super::TxConnection`] closed: only the two backends' connections
+    /// can enqueue.
+    pub trait Sealed {
+        fn enqueue(
+            &mut self,
+            task: &ValidTask,
+        ) -> impl std::future::Future<Output = Result<EnqueueOutcome>> + Send;
+    }
+
+    impl Sealed for sqlx::SqliteConnection {
+        async fn enqueue(&mut self, task: &ValidTask) -> Result<EnqueueOutcome> {
+            crate::store::sqlite::enqueue_one(self, task).await
+        }
+    }
+
+    impl Sealed for sqlx::PgConnection {
+        async fn enqueue(&mut self, task: &ValidTask) -> Result<EnqueueOutcome> {
+            crate::store::postgres::enqueue_one(self, task).await
+        }
+    }
+}
+
+/// A connection (usually inside a transaction) that [`Queue::enqueue_in`] can
+/// write to: `SqliteConnection` or `PgConnection`.
+pub trait TxConnection: sealed::Sealed + Send {
+    /// Which backend the connection belongs to.
+    const BACKEND: Backend;
+}
+
+impl TxConnection for SqliteConnection {
+    const BACKEND: Backend = Backend::Sqlite;
+}
+
+impl TxConnection for PgConnection {
+    const BACKEND: Backend = Backend::Postgres;
+}

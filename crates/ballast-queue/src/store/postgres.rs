@@ -1,0 +1,413 @@
+//! PostgreSQL backend, for many workers on many hosts. Claims lock due rows
+//! with `FOR UPDATE SKIP LOCKED` so concurrent workers never wait on, or take,
+//! each other's tasks; all times come from the database's `now()`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnection, PgListener, PgPool, PgRow};
+use sqlx::Row;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use super::{ClaimRequest, ClaimedTask, Exchange, Store};
+use crate::admin::{KindStats, ListFilter};
+use crate::error::Result;
+use crate::lease::Lease;
+use crate::task::{duration_micros, from_micros, EnqueueOutcome, TaskInfo, TaskState, ValidTask};
+
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/postgres/0001_tasks.sql"))];
+
+/// Serializes concurrent `migrate()` calls across processes.
+const MIGRATION_LOCK: i64 = 0x6261_6c6c_6173_7401;
+
+/// The channel the insert trigger notifies.
+const CHANNEL: &str = "ballast_tasks";
+
+/// Appends the error bound as `$3` to the history, keeping the last 10.
+const PUSH_ERROR: &str =
+    "errors = (CASE WHEN jsonb_array_length(errors) >= 10 THEN errors - 0 ELSE errors END)
+        || jsonb_build_array(jsonb_build_object(
+            'attempt', attempt, 'at', (extract(epoch FROM now()) * 1000000)::bigint, 'error', $3::text))";
+
+const COLUMNS: &str = "id, kind, payload::text AS payload, idempotency_key, state, attempt, max_attempts, \
+     (extract(epoch FROM run_at) * 1000000)::bigint AS run_at, lease_owner, \
+     (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS lease_expires_at, last_error, \
+     errors::text AS errors, (extract(epoch FROM created_at) * 1000000)::bigint AS created_at, \
+     (extract(epoch FROM updated_at) * 1000000)::bigint AS updated_at, \
+     (extract(epoch FROM finalized_at) * 1000000)::bigint AS finalized_at";
+
+/// Completes the reported leases and claims the next batch in one statement,
+/// so a busy worker pays one round trip and one commit per batch. Expired
+/// leases are rescued first; rows being completed here are never re-claimed.
+const COMPLETE_AND_CLAIM: &str = "
+WITH done AS (
+    UPDATE ballast_tasks t
+    SET state = 'completed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        updated_at = now(), finalized_at = now()
+    FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
+    WHERE t.id = c.id AND t.lease_token = c.token AND t.state = 'running'
+    RETURNING t.id
+),
+expired AS (
+    SELECT id FROM ballast_tasks
+    WHERE state = 'running' AND lease_expires_at <= now() AND kind = ANY($3) AND id <> ALL($1)
+    ORDER BY lease_expires_at
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+),
+due AS (
+    SELECT id FROM ballast_tasks
+    WHERE state = 'pending' AND run_at <= now() AND kind = ANY($3)
+    ORDER BY run_at
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT id FROM expired UNION ALL SELECT id FROM due LIMIT $4
+),
+claimed AS (
+    UPDATE ballast_tasks t
+    SET state = 'running', attempt = t.attempt + 1, lease_owner = $5,
+        lease_token = gen_random_uuid(), lease_expires_at = now() + $6 * interval '1 microsecond',
+        updated_at = now()
+    FROM picked
+    WHERE t.id = picked.id
+    RETURNING t.id, t.kind, t.payload::text AS payload, t.idempotency_key, t.attempt,
+              t.max_attempts, t.lease_token
+)
+SELECT true AS claimed, id, kind, payload, idempotency_key, attempt, max_attempts, lease_token
+FROM claimed
+UNION ALL
+SELECT false, id, NULL, NULL, NULL, NULL, NULL, NULL FROM done";
+
+#[derive(Debug, Clone)]
+pub(crate) struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+}
+
+fn split(leases: &[Lease]) -> (Vec<i64>, Vec<Uuid>) {
+    leases.iter().map(|l| (l.id, l.token)).unzip()
+}
+
+/// Inserts one task on `conn` (the pool's, or the caller's open transaction).
+pub(crate) async fn enqueue_one(conn: &mut PgConnection, task: &ValidTask) -> Result<EnqueueOutcome> {
+    let inserted: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO ballast_tasks (kind, payload, idempotency_key, max_attempts, run_at)
+         VALUES ($1, $2::jsonb, $3, $4,
+                 COALESCE(timestamptz 'epoch' + $5 * interval '1 microsecond', now()))
+         ON CONFLICT (kind, idempotency_key) DO NOTHING
+         RETURNING id",
+    )
+    .bind(&task.kind)
+    .bind(&task.payload)
+    .bind(&task.key)
+    .bind(task.max_attempts)
+    .bind(task.run_at)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(id) = inserted {
+        return Ok(EnqueueOutcome { id, created: true });
+    }
+    let id = sqlx::query_scalar("SELECT id FROM ballast_tasks WHERE kind = $1 AND idempotency_key = $2")
+        .bind(&task.kind)
+        .bind(&task.key)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(EnqueueOutcome { id, created: false })
+}
+
+fn count(n: i32) -> u32 {
+    u32::try_from(n).unwrap_or(0)
+}
+
+fn task_info(row: &PgRow) -> Result<TaskInfo> {
+    let state: String = row.try_get("state")?;
+    let payload: String = row.try_get("payload")?;
+    let errors: String = row.try_get("errors")?;
+    let decode = |e: Box<dyn std::error::Error + Send + Sync>| sqlx::Error::Decode(e);
+    Ok(TaskInfo {
+        id: row.try_get("id")?,
+        kind: row.try_get("kind")?,
+        payload: serde_json::from_str(&payload).map_err(|e| decode(e.into()))?,
+        key: row.try_get("idempotency_key")?,
+        state: state.parse::<TaskState>().map_err(|e| decode(e.into()))?,
+        attempt: count(row.try_get("attempt")?),
+        max_attempts: count(row.try_get("max_attempts")?),
+        run_at: from_micros(row.try_get("run_at")?),
+        lease_owner: row.try_get("lease_owner")?,
+        lease_expires_at: row.try_get::<Option<i64>, _>("lease_expires_at")?.map(from_micros),
+        last_error: row.try_get("last_error")?,
+        errors: serde_json::from_str(&errors).map_err(|e| decode(e.into()))?,
+        created_at: from_micros(row.try_get("created_at")?),
+        updated_at: from_micros(row.try_get("updated_at")?),
+        finalized_at: row.try_get::<Option<i64>, _>("finalized_at")?.map(from_micros),
+    })
+}
+
+impl Store for PgStore {
+    async fn migrate(&self) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(MIGRATION_LOCK).execute(&mut *tx).await?;
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS ballast_migrations (
+                version BIGINT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        )
+        .execute(&mut *tx)
+        .await?;
+        for &(version, sql) in MIGRATIONS {
+            let done: Option<i64> =
+                sqlx::query_scalar("SELECT version FROM ballast_migrations WHERE version = $1")
+                    .bind(version)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if done.is_none() {
+                sqlx::raw_sql(sql).execute(&mut *tx).await?;
+                sqlx::query("INSERT INTO ballast_migrations (version) VALUES ($1)")
+                    .bind(version)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
+        let mut tx = self.pool.begin().await?;
+        let mut out = Vec::with_capacity(tasks.len());
+        for task in &tasks {
+            out.push(enqueue_one(&mut tx, task).await?);
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn complete_and_claim(&self, completed: &[Lease], claim: &ClaimRequest) -> Result<Exchange> {
+        let (ids, tokens) = split(completed);
+        let rows = sqlx::query(COMPLETE_AND_CLAIM)
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&*claim.kinds)
+            .bind(i64::try_from(claim.limit).unwrap_or(i64::MAX))
+            .bind(&*claim.owner)
+            .bind(duration_micros(claim.lease))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut exchange = Exchange::default();
+        let mut done = Vec::with_capacity(completed.len());
+        for row in rows {
+            if row.try_get::<bool, _>("claimed")? {
+                exchange.claimed.push(ClaimedTask {
+                    lease: Lease { id: row.try_get("id")?, token: row.try_get("lease_token")? },
+                    kind: row.try_get("kind")?,
+                    payload: row.try_get("payload")?,
+                    key: row.try_get("idempotency_key")?,
+                    attempt: row.try_get("attempt")?,
+                    max_attempts: row.try_get("max_attempts")?,
+                });
+            } else {
+                done.push(row.try_get::<i64, _>("id")?);
+            }
+        }
+        exchange.refused = completed.iter().filter(|l| !done.contains(&l.id)).copied().collect();
+        Ok(exchange)
+    }
+
+    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool> {
+        let sql = format!(
+            "UPDATE ballast_tasks
+             SET state = 'pending', run_at = now() + $4 * interval '1 microsecond', lease_owner = NULL,
+                 lease_token = NULL, lease_expires_at = NULL, last_error = $3, updated_at = now(),
+                 {PUSH_ERROR}
+             WHERE id = $1 AND lease_token = $2 AND state = 'running'"
+        );
+        let done = sqlx::query(&sql)
+            .bind(lease.id)
+            .bind(lease.token)
+            .bind(error)
+            .bind(duration_micros(delay))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn fail(&self, lease: Lease, error: &str) -> Result<bool> {
+        let sql = format!(
+            "UPDATE ballast_tasks
+             SET state = 'failed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                 last_error = $3, updated_at = now(), finalized_at = now(), {PUSH_ERROR}
+             WHERE id = $1 AND lease_token = $2 AND state = 'running'"
+        );
+        let done = sqlx::query(&sql).bind(lease.id).bind(lease.token).bind(error).execute(&self.pool).await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<i64>> {
+        let (ids, tokens) = split(leases);
+        let extended = sqlx::query_scalar(
+            "UPDATE ballast_tasks t
+             SET lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
+             FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
+             WHERE t.id = c.id AND t.lease_token = c.token AND t.state = 'running'
+             RETURNING t.id",
+        )
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(duration_micros(lease))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(extended)
+    }
+
+    async fn release(&self, leases: &[Lease]) -> Result<u64> {
+        let (ids, tokens) = split(leases);
+        let done = sqlx::query(
+            "UPDATE ballast_tasks t
+             SET state = 'pending', run_at = now(), attempt = GREATEST(t.attempt - 1, 0),
+                 lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+             FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
+             WHERE t.id = c.id AND t.lease_token = c.token AND t.state = 'running'",
+        )
+        .bind(&ids)
+        .bind(&tokens)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() > 0 {
+            notify(&self.pool).await?;
+        }
+        Ok(done.rows_affected())
+    }
+
+    async fn listen(&self, wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(CHANNEL).await?;
+        Ok(Some(tokio::spawn(async move {
+            loop {
+                match listener.recv().await {
+                    Ok(_) => wake.notify_one(),
+                    Err(e) => {
+                        // recv() reconnects on the next call; polling covers the gap.
+                        tracing::warn!(error = %e, "LISTEN connection lost; reconnecting, polling meanwhile");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        })))
+    }
+
+    async fn stats(&self) -> Result<Vec<KindStats>> {
+        let rows = sqlx::query(
+            "SELECT kind, state, count(*) AS n,
+                    (extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'pending' AND run_at <= now()))
+                     * 1000000)::bigint AS oldest_due_age
+             FROM ballast_tasks GROUP BY kind, state ORDER BY kind",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: Vec<KindStats> = Vec::new();
+        for row in rows {
+            let kind: String = row.try_get("kind")?;
+            let state: String = row.try_get("state")?;
+            let state = state.parse::<TaskState>().map_err(|e| sqlx::Error::Decode(e.into()))?;
+            if out.last().is_none_or(|s| s.kind != kind) {
+                out.push(KindStats::new(kind));
+            }
+            if let Some(stats) = out.last_mut() {
+                stats.add(state, row.try_get::<i64, _>("n")?);
+                if let Some(age) = row.try_get::<Option<i64>, _>("oldest_due_age")? {
+                    stats.oldest_due_age = Some(Duration::from_micros(age.max(0) as u64));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM ballast_tasks
+             WHERE ($1::text IS NULL OR kind = $1) AND ($2::text IS NULL OR state = $2) AND id > $3
+             ORDER BY id LIMIT $4"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(filter.kind.as_deref())
+            .bind(filter.state.map(TaskState::as_str))
+            .bind(filter.after_id)
+            .bind(i64::from(filter.limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(task_info).collect()
+    }
+
+    async fn get(&self, id: i64) -> Result<Option<TaskInfo>> {
+        let sql = format!("SELECT {COLUMNS} FROM ballast_tasks WHERE id = $1");
+        let row = sqlx::query(&sql).bind(id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(task_info).transpose()
+    }
+
+    async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE ballast_tasks
+             SET state = 'pending', attempt = 0, run_at = now(), finalized_at = NULL, updated_at = now()
+             WHERE state = 'failed' AND ($1::bigint IS NULL OR id = $1) AND ($2::text IS NULL OR kind = $2)",
+        )
+        .bind(id)
+        .bind(kind)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() > 0 {
+            notify(&self.pool).await?;
+        }
+        Ok(done.rows_affected())
+    }
+
+    async fn run_now(&self, id: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE ballast_tasks SET run_at = now(), updated_at = now() WHERE id = $1 AND state = 'pending'",
+        )
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() > 0 {
+            notify(&self.pool).await?;
+        }
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn cancel(&self, id: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE ballast_tasks
+             SET state = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                 updated_at = now(), finalized_at = now()
+             WHERE id = $1 AND state IN ('pending', 'running')",
+        )
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn prune(&self, older_than: Duration) -> Result<u64> {
+        let done = sqlx::query(
+            "DELETE FROM ballast_tasks
+             WHERE finalized_at IS NOT NULL AND finalized_at < now() - $1 * interval '1 microsecond'",
+        )
+        .bind(duration_micros(older_than))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// Wakes listening workers after an update made tasks due (inserts notify by trigger).
+async fn notify(pool: &PgPool) -> Result<()> {
+    sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(pool).await?;
+    Ok(())
+}

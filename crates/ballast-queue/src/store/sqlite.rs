@@ -1,0 +1,383 @@
+//! SQLite backend. One writer at a time (WAL lets readers continue), so a claim
+//! needs no `SKIP LOCKED`: the `UPDATE … RETURNING` that claims is atomic.
+//! Timestamps are microseconds since the Unix epoch from this process's clock.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
+use sqlx::{Connection, Row};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::{ClaimRequest, ClaimedTask, Exchange, Store};
+use crate::admin::{KindStats, ListFilter};
+use crate::error::Result;
+use crate::lease::Lease;
+use crate::task::{duration_micros, from_micros, micros, EnqueueOutcome, TaskInfo, TaskState, ValidTask};
+
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/sqlite/0001_tasks.sql"))];
+
+/// Appends the error bound as `?err` at time `?now` to the history, keeping the last 10.
+const PUSH_ERROR: &str = "errors = json_insert(
+        CASE WHEN json_array_length(errors) >= 10 THEN json_remove(errors, '$[0]') ELSE errors END,
+        '$[#]', json_object('attempt', attempt, 'at', ?3, 'error', ?4))";
+
+const COLUMNS: &str = "id, kind, payload, idempotency_key, state, attempt, max_attempts, run_at, \
+     lease_owner, lease_expires_at, last_error, errors, created_at, updated_at, finalized_at";
+
+fn now() -> i64 {
+    micros(SystemTime::now())
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    pub fn new(pool: SqlitePool) -> Self {
+        Self { pool }
+    }
+}
+
+/// Inserts one task on `conn` (the pool's, or the caller's open transaction).
+pub(crate) async fn enqueue_one(conn: &mut SqliteConnection, task: &ValidTask) -> Result<EnqueueOutcome> {
+    let now = now();
+    let inserted: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO ballast_tasks
+            (kind, payload, idempotency_key, max_attempts, run_at, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+         ON CONFLICT (kind, idempotency_key) DO NOTHING
+         RETURNING id",
+    )
+    .bind(&task.kind)
+    .bind(&task.payload)
+    .bind(&task.key)
+    .bind(task.max_attempts)
+    .bind(task.run_at.unwrap_or(now))
+    .bind(now)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(id) = inserted {
+        return Ok(EnqueueOutcome { id, created: true });
+    }
+    let id = sqlx::query_scalar("SELECT id FROM ballast_tasks WHERE kind = ?1 AND idempotency_key = ?2")
+        .bind(&task.kind)
+        .bind(&task.key)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(EnqueueOutcome { id, created: false })
+}
+
+fn task_info(row: &SqliteRow) -> Result<TaskInfo> {
+    let state: String = row.try_get("state")?;
+    let payload: String = row.try_get("payload")?;
+    let errors: String = row.try_get("errors")?;
+    let decode = |e: Box<dyn std::error::Error + Send + Sync>| sqlx::Error::Decode(e);
+    Ok(TaskInfo {
+        id: row.try_get("id")?,
+        kind: row.try_get("kind")?,
+        payload: serde_json::from_str(&payload).map_err(|e| decode(e.into()))?,
+        key: row.try_get("idempotency_key")?,
+        state: state.parse::<TaskState>().map_err(|e| decode(e.into()))?,
+        attempt: row.try_get::<u32, _>("attempt")?,
+        max_attempts: row.try_get::<u32, _>("max_attempts")?,
+        run_at: from_micros(row.try_get("run_at")?),
+        lease_owner: row.try_get("lease_owner")?,
+        lease_expires_at: row.try_get::<Option<i64>, _>("lease_expires_at")?.map(from_micros),
+        last_error: row.try_get("last_error")?,
+        errors: serde_json::from_str(&errors).map_err(|e| decode(e.into()))?,
+        created_at: from_micros(row.try_get("created_at")?),
+        updated_at: from_micros(row.try_get("updated_at")?),
+        finalized_at: row.try_get::<Option<i64>, _>("finalized_at")?.map(from_micros),
+    })
+}
+
+impl Store for SqliteStore {
+    async fn migrate(&self) -> Result<()> {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS ballast_migrations (
+                version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+        )
+        .execute(&mut *conn)
+        .await?;
+        for &(version, sql) in MIGRATIONS {
+            // IMMEDIATE takes the write lock first, so two processes migrating
+            // at once queue up instead of one failing on a lock upgrade.
+            let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+            let done: Option<i64> =
+                sqlx::query_scalar("SELECT version FROM ballast_migrations WHERE version = ?1")
+                    .bind(version)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if done.is_none() {
+                sqlx::raw_sql(sql).execute(&mut *tx).await?;
+                sqlx::query("INSERT INTO ballast_migrations (version, applied_at) VALUES (?1, ?2)")
+                    .bind(version)
+                    .bind(now())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+
+    async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
+        let mut tx = self.pool.begin().await?;
+        let mut out = Vec::with_capacity(tasks.len());
+        for task in &tasks {
+            out.push(enqueue_one(&mut tx, task).await?);
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn complete_and_claim(&self, completed: &[Lease], claim: &ClaimRequest) -> Result<Exchange> {
+        let mut exchange = Exchange::default();
+        let now = now();
+        let mut tx = self.pool.begin().await?;
+        for lease in completed {
+            let done = sqlx::query(
+                "UPDATE ballast_tasks
+                 SET state = 'completed', lease_owner = NULL, lease_token = NULL,
+                     lease_expires_at = NULL, updated_at = ?3, finalized_at = ?3
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+            )
+            .bind(lease.id)
+            .bind(lease.token)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                exchange.refused.push(*lease);
+            }
+        }
+        if claim.limit > 0 {
+            let kinds = serde_json::to_string(&*claim.kinds).map_err(|e| sqlx::Error::Encode(e.into()))?;
+            let rows = sqlx::query(
+                "UPDATE ballast_tasks
+                 SET state = 'running', attempt = attempt + 1, lease_owner = ?1,
+                     lease_token = randomblob(16), lease_expires_at = ?2, updated_at = ?3
+                 WHERE id IN (
+                     SELECT id FROM (
+                         SELECT id FROM ballast_tasks
+                         WHERE state = 'running' AND lease_expires_at <= ?3
+                           AND kind IN (SELECT value FROM json_each(?4))
+                         ORDER BY lease_expires_at LIMIT ?5)
+                     UNION ALL
+                     SELECT id FROM (
+                         SELECT id FROM ballast_tasks
+                         WHERE state = 'pending' AND run_at <= ?3
+                           AND kind IN (SELECT value FROM json_each(?4))
+                         ORDER BY run_at LIMIT ?5)
+                     LIMIT ?5)
+                 RETURNING id, kind, payload, idempotency_key, attempt, max_attempts, lease_token",
+            )
+            .bind(&*claim.owner)
+            .bind(now.saturating_add(duration_micros(claim.lease)))
+            .bind(now)
+            .bind(kinds)
+            .bind(i64::try_from(claim.limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await?;
+            for row in rows {
+                exchange.claimed.push(ClaimedTask {
+                    lease: Lease { id: row.try_get("id")?, token: row.try_get("lease_token")? },
+                    kind: row.try_get("kind")?,
+                    payload: row.try_get("payload")?,
+                    key: row.try_get("idempotency_key")?,
+                    attempt: row.try_get("attempt")?,
+                    max_attempts: row.try_get("max_attempts")?,
+                });
+            }
+        }
+        tx.commit().await?;
+        Ok(exchange)
+    }
+
+    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool> {
+        let now = now();
+        let sql = format!(
+            "UPDATE ballast_tasks
+             SET state = 'pending', run_at = ?3 + ?5, lease_owner = NULL, lease_token = NULL,
+                 lease_expires_at = NULL, last_error = ?4, updated_at = ?3, {PUSH_ERROR}
+             WHERE id = ?1 AND lease_token = ?2 AND state = 'running'"
+        );
+        let done = sqlx::query(&sql)
+            .bind(lease.id)
+            .bind(lease.token)
+            .bind(now)
+            .bind(error)
+            .bind(duration_micros(delay))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn fail(&self, lease: Lease, error: &str) -> Result<bool> {
+        let sql = format!(
+            "UPDATE ballast_tasks
+             SET state = 'failed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                 last_error = ?4, updated_at = ?3, finalized_at = ?3, {PUSH_ERROR}
+             WHERE id = ?1 AND lease_token = ?2 AND state = 'running'"
+        );
+        let done = sqlx::query(&sql)
+            .bind(lease.id)
+            .bind(lease.token)
+            .bind(now())
+            .bind(error)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<i64>> {
+        let now = now();
+        let mut extended = Vec::with_capacity(leases.len());
+        let mut tx = self.pool.begin().await?;
+        for held in leases {
+            let done = sqlx::query(
+                "UPDATE ballast_tasks SET lease_expires_at = ?3, updated_at = ?4
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+            )
+            .bind(held.id)
+            .bind(held.token)
+            .bind(now.saturating_add(duration_micros(lease)))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 1 {
+                extended.push(held.id);
+            }
+        }
+        tx.commit().await?;
+        Ok(extended)
+    }
+
+    async fn release(&self, leases: &[Lease]) -> Result<u64> {
+        let now = now();
+        let mut released = 0;
+        let mut tx = self.pool.begin().await?;
+        for held in leases {
+            released += sqlx::query(
+                "UPDATE ballast_tasks
+                 SET state = 'pending', run_at = ?3, attempt = max(attempt - 1, 0), lease_owner = NULL,
+                     lease_token = NULL, lease_expires_at = NULL, updated_at = ?3
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+            )
+            .bind(held.id)
+            .bind(held.token)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(released)
+    }
+
+    async fn listen(&self, _wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>> {
+        Ok(None)
+    }
+
+    async fn stats(&self) -> Result<Vec<KindStats>> {
+        let now = now();
+        let rows = sqlx::query(
+            "SELECT kind, state, COUNT(*) AS n,
+                    MIN(CASE WHEN state = 'pending' AND run_at <= ?1 THEN run_at END) AS oldest_due
+             FROM ballast_tasks GROUP BY kind, state ORDER BY kind",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut by_kind: HashMap<String, KindStats> = HashMap::new();
+        for row in rows {
+            let kind: String = row.try_get("kind")?;
+            let state: String = row.try_get("state")?;
+            let state = state.parse::<TaskState>().map_err(|e| sqlx::Error::Decode(e.into()))?;
+            let oldest: Option<i64> = row.try_get("oldest_due")?;
+            let stats = by_kind.entry(kind.clone()).or_insert_with(|| KindStats::new(kind));
+            stats.add(state, row.try_get::<i64, _>("n")?);
+            if let Some(due) = oldest {
+                stats.oldest_due_age = Some(Duration::from_micros(now.saturating_sub(due).max(0) as u64));
+            }
+        }
+        let mut out: Vec<KindStats> = by_kind.into_values().collect();
+        out.sort_by(|a, b| a.kind.cmp(&b.kind));
+        Ok(out)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM ballast_tasks
+             WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR state = ?2) AND id > ?3
+             ORDER BY id LIMIT ?4"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(filter.kind.as_deref())
+            .bind(filter.state.map(TaskState::as_str))
+            .bind(filter.after_id)
+            .bind(i64::from(filter.limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(task_info).collect()
+    }
+
+    async fn get(&self, id: i64) -> Result<Option<TaskInfo>> {
+        let sql = format!("SELECT {COLUMNS} FROM ballast_tasks WHERE id = ?1");
+        let row = sqlx::query(&sql).bind(id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(task_info).transpose()
+    }
+
+    async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE ballast_tasks
+             SET state = 'pending', attempt = 0, run_at = ?3, finalized_at = NULL, updated_at = ?3
+             WHERE state = 'failed' AND (?1 IS NULL OR id = ?1) AND (?2 IS NULL OR kind = ?2)",
+        )
+        .bind(id)
+        .bind(kind)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn run_now(&self, id: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE ballast_tasks SET run_at = ?2, updated_at = ?2 WHERE id = ?1 AND state = 'pending'",
+        )
+        .bind(id)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn cancel(&self, id: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE ballast_tasks
+             SET state = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                 updated_at = ?2, finalized_at = ?2
+             WHERE id = ?1 AND state IN ('pending', 'running')",
+        )
+        .bind(id)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn prune(&self, older_than: Duration) -> Result<u64> {
+        let done =
+            sqlx::query("DELETE FROM ballast_tasks WHERE finalized_at IS NOT NULL AND finalized_at < ?1")
+                .bind(now().saturating_sub(duration_micros(older_than)))
+                .execute(&self.pool)
+                .await?;
+        Ok(done.rows_affected())
+    }
+}

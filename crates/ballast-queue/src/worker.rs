@@ -1,0 +1,533 @@
+//! The worker: claims due tasks, runs their handlers, records the outcome.
+//! It speaks to the database only through the store interface.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ballast::IdempotencyKey;
+use futures_util::FutureExt;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use crate::alert::{Alert, FailReason, FailedTask, LogAlert};
+use crate::backoff::Backoff;
+use crate::error::{Error, Result};
+use crate::handler::{AttemptError, Erased, ErasedHandler, Handler, TaskContext};
+use crate::lease::{self, Held, Lease};
+use crate::store::{AnyStore, ClaimRequest, ClaimedTask, Store};
+use crate::Queue;
+
+/// Polling interval when nothing wakes the worker earlier (R-RES-RE-5).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Runs handlers for the tasks of the kinds it was given.
+///
+/// Several workers, in one process or many, can share a queue: each claims
+/// with its own lease, and a task whose lease expires (its worker died) is
+/// claimed again by any of them.
+pub struct Worker {
+    shared: Arc<Shared>,
+    queue: Queue,
+    claim: ClaimRequest,
+    concurrency: usize,
+    batch: usize,
+    poll_interval: Duration,
+    grace: Duration,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("owner", &self.claim.owner)
+            .field("kinds", &self.claim.kinds)
+            .field("concurrency", &self.concurrency)
+            .field("batch", &self.batch)
+            .field("lease", &self.claim.lease)
+            .field("poll_interval", &self.poll_interval)
+            .field("grace", &self.grace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`Worker`]; see [`Worker::builder`].
+pub struct WorkerBuilder {
+    queue: Queue,
+    handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    duplicate: Option<String>,
+    concurrency: usize,
+    batch: usize,
+    poll_interval: Duration,
+    lease: Duration,
+    grace: Duration,
+    backoff: Backoff,
+    alert: Arc<dyn Alert>,
+    owner: Option<String>,
+    seed: Option<u64>,
+}
+
+impl fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("kinds", &self.handlers.keys().collect::<Vec<_>>())
+            .field("concurrency", &self.concurrency)
+            .field("batch", &self.batch)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerBuilder {
+    /// Runs tasks of `kind` with `handler`.
+    pub fn handler<H: Handler>(mut self, kind: impl Into<String>, handler: H) -> Self {
+        let kind = kind.into();
+        let erased: Arc<dyn ErasedHandler> = Arc::new(Erased(Arc::new(handler)));
+        if self.handlers.insert(kind.clone(), erased).is_some() {
+            self.duplicate = Some(kind);
+        }
+        self
+    }
+
+    /// Handlers running at once (default 10).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// Tasks claimed per round trip at most (default 10).
+    pub fn batch(mut self, n: usize) -> Self {
+        self.batch = n;
+        self
+    }
+
+    /// How often to look for due tasks when nothing wakes the worker
+    /// (default 5 s; on PostgreSQL new tasks wake it through LISTEN/NOTIFY).
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every;
+        self
+    }
+
+    /// How long a claim holds a task without a heartbeat (default 30 s). The
+    /// worker renews it every third of that while the handler runs; if the
+    /// worker dies, the task is claimable again once the lease runs out.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// On shutdown, how long in-flight handlers may run before they are
+    /// stopped and their tasks released (default 30 s).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Delay between attempts after a transient error (default 2^n s, ≤ 1 h).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Told about every task that fails for good (default: [`LogAlert`]).
+    pub fn alert(mut self, alert: impl Alert) -> Self {
+        self.alert = Arc::new(alert);
+        self
+    }
+
+    /// Names the worker in `lease_owner` (default: host, process id, random suffix).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Seeds the backoff jitter, for reproducible tests.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Checks the settings and builds the worker.
+    pub fn build(self) -> Result<Worker> {
+        if let Some(kind) = self.duplicate {
+            return Err(Error::Config(format!(
+                "kind {kind:?} has two handlers: register one handler per kind"
+            )));
+        }
+        if self.handlers.is_empty() {
+            return Err(Error::Config("no handlers: register one with .handler(kind, handler)".into()));
+        }
+        if self.concurrency == 0 || self.batch == 0 {
+            return Err(Error::Config("concurrency and batch must be at least 1".into()));
+        }
+        if self.lease < Duration::from_millis(30) || self.poll_interval.is_zero() {
+            return Err(Error::Config(
+                "lease must be at least 30 ms (30 s is typical) and poll_interval above zero".into(),
+            ));
+        }
+        let owner = self.owner.unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
+            let suffix = uuid::Uuid::now_v7().simple().to_string();
+            format!("{host}:{}:{}", std::process::id(), &suffix[suffix.len() - 6..])
+        });
+        let rng = match self.seed {
+            Some(seed) => SmallRng::seed_from_u64(seed),
+            None => SmallRng::from_rng(&mut rand::rng()),
+        };
+        let mut kinds: Vec<String> = self.handlers.keys().cloned().collect();
+        kinds.sort();
+        Ok(Worker {
+            shared: Arc::new(Shared {
+                store: self.queue.store.clone(),
+                handlers: self.handlers,
+                alert: self.alert,
+                backoff: self.backoff,
+                rng: Mutex::new(rng),
+                held: Held::default(),
+                counts: Counts::default(),
+            }),
+            claim: ClaimRequest { kinds: kinds.into(), owner: owner.into(), limit: 0, lease: self.lease },
+            queue: self.queue,
+            concurrency: self.concurrency,
+            batch: self.batch.min(self.concurrency),
+            poll_interval: self.poll_interval,
+            grace: self.grace,
+        })
+    }
+}
+
+/// What a worker did between [`Worker::run`] and its return.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Tasks completed.
+    pub completed: u64,
+    /// Attempts that failed transiently and were rescheduled.
+    pub rescheduled: u64,
+    /// Tasks marked failed.
+    pub failed: u64,
+    /// Outcomes refused because the lease had been lost (someone else owns the task now).
+    pub lost: u64,
+    /// Tasks handed back at shutdown because their handlers overran the grace period.
+    pub released: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    completed: AtomicU64,
+    rescheduled: AtomicU64,
+    failed: AtomicU64,
+    lost: AtomicU64,
+    released: AtomicU64,
+}
+
+impl Counts {
+    fn bump(counter: &AtomicU64, by: u64) {
+        counter.fetch_add(by, Ordering::Relaxed);
+    }
+
+    fn summary(&self) -> RunSummary {
+        RunSummary {
+            completed: self.completed.load(Ordering::Relaxed),
+            rescheduled: self.rescheduled.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+            released: self.released.load(Ordering::Relaxed),
+        }
+    }
+}
+
+struct Shared {
+    store: AnyStore,
+    handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    alert: Arc<dyn Alert>,
+    backoff: Backoff,
+    rng: Mutex<SmallRng>,
+    held: Held,
+    counts: Counts,
+}
+
+/// A finished attempt: the task id, and its lease if it succeeded and must be completed.
+type Finished = (i64, Option<Lease>);
+
+impl Worker {
+    /// Starts configuring a worker for `queue`.
+    pub fn builder(queue: Queue) -> WorkerBuilder {
+        WorkerBuilder {
+            queue,
+            handlers: HashMap::new(),
+            duplicate: None,
+            concurrency: 10,
+            batch: 10,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            lease: Duration::from_secs(30),
+            grace: Duration::from_secs(30),
+            backoff: Backoff::default(),
+            alert: Arc::new(LogAlert),
+            owner: None,
+            seed: None,
+        }
+    }
+
+    /// The name this worker writes into `lease_owner`.
+    pub fn owner(&self) -> &str {
+        &self.claim.owner
+    }
+
+    /// Runs until `shutdown` is cancelled, then stops claiming, gives in-flight
+    /// handlers the grace period to finish, and releases the tasks of those
+    /// that did not so another worker takes them at once.
+    ///
+    /// Database errors are logged and retried; they never stop the worker.
+    pub async fn run(self, shutdown: CancellationToken) -> RunSummary {
+        let store = self.shared.store.clone();
+        let held = self.shared.held.clone();
+        let pg_wake = Arc::new(Notify::new());
+        let listener = store.listen(Arc::clone(&pg_wake)).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot LISTEN for new tasks; polling only");
+            None
+        });
+        let stop_heartbeat = CancellationToken::new();
+        let heartbeat = tokio::spawn(lease::heartbeat(
+            store.clone(),
+            held.clone(),
+            self.claim.lease,
+            stop_heartbeat.clone(),
+        ));
+        let (tx, mut rx) = mpsc::unbounded_channel::<Finished>();
+        let mut running = JoinSet::new();
+        let mut done: Vec<Lease> = Vec::new();
+        let mut more = true;
+        let mut poll = tokio::time::interval_at(Instant::now() + self.poll_interval, self.poll_interval);
+        poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+
+        while !shutdown.is_cancelled() {
+            if !done.is_empty() {
+                // Let handlers finishing right now join this round trip.
+                tokio::task::yield_now().await;
+            }
+            while let Ok(finished) = rx.try_recv() {
+                self.finished(finished, &mut done);
+            }
+            while running.try_join_next().is_some() {}
+            let want = if more { self.concurrency.saturating_sub(held.len()).min(self.batch) } else { 0 };
+            if want > 0 || !done.is_empty() {
+                match self.exchange(&mut done, want, &mut running, &tx).await {
+                    Some(claimed) if want > 0 => more = claimed == want,
+                    Some(_) => {}
+                    None => {
+                        more = false;
+                        tokio::select! {
+                            _ = shutdown.cancelled() => {}
+                            _ = tokio::time::sleep(self.poll_interval.min(Duration::from_secs(1))) => {}
+                        }
+                    }
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                Some(finished) = rx.recv() => self.finished(finished, &mut done),
+                _ = poll.tick() => more = true,
+                _ = self.queue.wake.notified() => more = true,
+                _ = pg_wake.notified() => more = true,
+            }
+        }
+
+        let deadline = Instant::now() + self.grace;
+        while held.len() > 0 {
+            tokio::select! {
+                Some(finished) = rx.recv() => self.finished(finished, &mut done),
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        held.cancel_all();
+        running.abort_all();
+        while running.join_next().await.is_some() {}
+        while let Ok(finished) = rx.try_recv() {
+            self.finished(finished, &mut done);
+        }
+        if !done.is_empty() {
+            self.exchange(&mut done, 0, &mut running, &tx).await;
+        }
+        let abandoned = held.leases();
+        if !abandoned.is_empty() {
+            match store.release(&abandoned).await {
+                Ok(n) => Counts::bump(&self.shared.counts.released, n),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not release leases at shutdown; they expire on their own")
+                }
+            }
+        }
+        stop_heartbeat.cancel();
+        let _ = heartbeat.await;
+        if let Some(listener) = listener {
+            listener.abort();
+        }
+        self.shared.counts.summary()
+    }
+
+    fn finished(&self, (id, success): Finished, done: &mut Vec<Lease>) {
+        self.shared.held.remove(id);
+        done.extend(success);
+    }
+
+    /// Reports `done` and claims up to `want` tasks, spawning their handlers.
+    /// Returns how many were claimed, or `None` on a database error (the
+    /// completions are kept for the next try).
+    async fn exchange(
+        &self,
+        done: &mut Vec<Lease>,
+        want: usize,
+        running: &mut JoinSet<()>,
+        tx: &mpsc::UnboundedSender<Finished>,
+    ) -> Option<usize> {
+        let claim = ClaimRequest { limit: want, ..self.claim.clone() };
+        let exchange = match self.shared.store.complete_and_claim(done, &claim).await {
+            Ok(exchange) => exchange,
+            Err(e) => {
+                tracing::error!(error = %e, "claiming tasks failed; retrying shortly");
+                return None;
+            }
+        };
+        let counts = &self.shared.counts;
+        Counts::bump(&counts.completed, (done.len() - exchange.refused.len()) as u64);
+        Counts::bump(&counts.lost, exchange.refused.len() as u64);
+        for lost in &exchange.refused {
+            tracing::warn!(
+                task_id = lost.id,
+                "completion refused: the lease was lost (expired and re-claimed, or cancelled); the newer attempt's outcome stands"
+            );
+        }
+        done.clear();
+        let claimed = exchange.claimed.len();
+        for task in exchange.claimed {
+            let cancel = CancellationToken::new();
+            self.shared.held.insert(task.lease, cancel.clone());
+            let shared = Arc::clone(&self.shared);
+            let tx = tx.clone();
+            running.spawn(async move {
+                let id = task.lease.id;
+                let success = shared.attempt(task, cancel).await;
+                // The receiver lives until run() returns, after every handler.
+                let _ = tx.send((id, success));
+            });
+        }
+        Some(claimed)
+    }
+}
+
+fn count(n: i32) -> u32 {
+    u32::try_from(n).unwrap_or(0)
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("non-string panic payload")
+}
+
+impl Shared {
+    /// Runs one attempt and stores its outcome, except success, which the
+    /// caller batches; returns the lease to complete on success.
+    async fn attempt(&self, task: ClaimedTask, cancel: CancellationToken) -> Option<Lease> {
+        let (attempt, max) = (count(task.attempt), count(task.max_attempts));
+        if attempt > max {
+            let error =
+                format!("the lease of the last attempt ({max} of {max}) expired: its worker died or hung");
+            return self.fail(&task, FailReason::LeaseExpired, error).await;
+        }
+        let Some(handler) = self.handlers.get(&task.kind) else {
+            // Claims filter on this worker's kinds, so this only follows a kind rename mid-flight.
+            let error = format!("no handler registered for kind {:?}", task.kind);
+            return self.fail(&task, FailReason::Permanent, error).await;
+        };
+        let key = match task.key.as_deref().map(IdempotencyKey::parse).transpose() {
+            Ok(key) => key,
+            Err(e) => {
+                let error = format!("stored idempotency key is invalid: {e}");
+                return self.fail(&task, FailReason::BadPayload, error).await;
+            }
+        };
+        let context = TaskContext {
+            id: task.lease.id,
+            kind: Arc::from(task.kind.as_str()),
+            attempt,
+            max_attempts: max,
+            key,
+            cancel,
+        };
+        let outcome = AssertUnwindSafe(handler.call(context, &task.payload)).catch_unwind().await;
+        match outcome {
+            Ok(Ok(())) => Some(task.lease),
+            Ok(Err(AttemptError::BadPayload(error))) => self.fail(&task, FailReason::BadPayload, error).await,
+            Ok(Err(AttemptError::Failed { message, class })) if class.is_transient() && attempt < max => {
+                let delay = {
+                    let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+                    self.backoff.delay(attempt, &mut *rng)
+                };
+                let delay = class.retry_after.map_or(delay, |after| after.max(delay));
+                match self.store.reschedule(task.lease, delay, &message).await {
+                    Ok(true) => {
+                        Counts::bump(&self.counts.rescheduled, 1);
+                        tracing::info!(task_id = task.lease.id, kind = %task.kind, attempt, ?delay, error = %message, "transient failure; task rescheduled");
+                    }
+                    Ok(false) => self.lost(&task),
+                    Err(e) => {
+                        tracing::error!(task_id = task.lease.id, error = %e, "could not reschedule; the task runs again when its lease expires")
+                    }
+                }
+                None
+            }
+            Ok(Err(AttemptError::Failed { message, class })) if class.is_transient() => {
+                self.fail(&task, FailReason::Exhausted, message).await
+            }
+            Ok(Err(AttemptError::Failed { message, .. })) => {
+                self.fail(&task, FailReason::Permanent, message).await
+            }
+            Err(panic) => {
+                let error = format!("handler panicked: {}", panic_message(&*panic));
+                self.fail(&task, FailReason::Panicked, error).await
+            }
+        }
+    }
+
+    /// Marks the task failed and alerts; always returns `None` (nothing to complete).
+    async fn fail(&self, task: &ClaimedTask, reason: FailReason, error: String) -> Option<Lease> {
+        match self.store.fail(task.lease, &error).await {
+            Ok(true) => {
+                Counts::bump(&self.counts.failed, 1);
+                self.alert.task_failed(&FailedTask {
+                    id: task.lease.id,
+                    kind: task.kind.clone(),
+                    key: task.key.clone(),
+                    attempt: count(task.attempt),
+                    max_attempts: count(task.max_attempts),
+                    reason,
+                    error,
+                });
+            }
+            Ok(false) => self.lost(task),
+            Err(e) => {
+                tracing::error!(task_id = task.lease.id, error = %e, "could not mark the task failed; it runs again when its lease expires")
+            }
+        }
+        None
+    }
+
+    fn lost(&self, task: &ClaimedTask) {
+        Counts::bump(&self.counts.lost, 1);
+        tracing::warn!(
+            task_id = task.lease.id,
+            kind = %task.kind,
+            "outcome refused: the lease was lost (expired and re-claimed, or cancelled); the newer attempt's outcome stands"
+        );
+    }
+}

@@ -1,0 +1,683 @@
+//! One suite, written once, run against every backend: SQLite always,
+//! PostgreSQL when `BALLAST_TEST_PG` is set.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use ballast::{Classification, Classify, IdempotencyKey};
+use ballast_queue::{
+    Alert, FailReason, FailedTask, Handler, Handover, HandoverError, ListFilter, NewTask, Queue, RunSummary,
+    TaskContext, TaskInfo, TaskState, Worker, WorkerBuilder, WriteOrDefer,
+};
+use serde::{Deserialize, Serialize};
+use support::{wait_for, Db, Harness};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const SOON: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Job {
+    action: String,
+}
+
+fn job(action: &str) -> Job {
+    Job { action: action.to_owned() }
+}
+
+#[derive(Debug)]
+enum TestError {
+    Transient,
+    Permanent,
+}
+
+impl std::fmt::Display for TestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TestError::Transient => "gateway timed out",
+            TestError::Permanent => "card declined",
+        })
+    }
+}
+
+impl Classify for TestError {
+    fn classify(&self) -> Classification {
+        match self {
+            TestError::Transient => Classification::transient(),
+            TestError::Permanent => Classification::permanent(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Call {
+    id: i64,
+    attempt: u32,
+    key: Option<IdempotencyKey>,
+    action: String,
+}
+
+/// Does what the payload says and remembers every call.
+#[derive(Clone)]
+struct Scripted {
+    calls: Arc<Mutex<Vec<Call>>>,
+    gate: Arc<Semaphore>,
+}
+
+impl Default for Scripted {
+    fn default() -> Self {
+        Self { calls: Arc::default(), gate: Arc::new(Semaphore::new(0)) }
+    }
+}
+
+impl Scripted {
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl Handler for Scripted {
+    type Payload = Job;
+    type Error = TestError;
+
+    async fn handle(&self, task: TaskContext, job: Job) -> Result<(), TestError> {
+        self.calls.lock().unwrap().push(Call {
+            id: task.id(),
+            attempt: task.attempt(),
+            key: task.key().cloned(),
+            action: job.action.clone(),
+        });
+        match job.action.as_str() {
+            "transient" => Err(TestError::Transient),
+            "permanent" => Err(TestError::Permanent),
+            "panic" => panic!("boom in handler"),
+            "gate" => {
+                self.gate.acquire().await.unwrap().forget();
+                Ok(())
+            }
+            other => {
+                if let Some(ms) = other.strip_prefix("sleep:") {
+                    tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[derive(Clone, Default)]
+struct Alerts(Arc<Mutex<Vec<FailedTask>>>);
+
+impl Alert for Alerts {
+    fn task_failed(&self, task: &FailedTask) {
+        self.0.lock().unwrap().push(task.clone());
+    }
+}
+
+impl Alerts {
+    fn all(&self) -> Vec<FailedTask> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn worker(queue: &Queue, handler: Scripted) -> WorkerBuilder {
+    Worker::builder(queue.clone()).handler("job", handler).poll_interval(Duration::from_millis(50)).seed(7)
+}
+
+struct Running {
+    stop: CancellationToken,
+    handle: JoinHandle<RunSummary>,
+}
+
+impl Running {
+    async fn stop(self) -> RunSummary {
+        self.stop.cancel();
+        self.handle.await.expect("worker task")
+    }
+}
+
+fn start(worker: WorkerBuilder) -> Running {
+    let worker = worker.build().expect("valid worker");
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(stop.clone()));
+    Running { stop, handle }
+}
+
+async fn enqueue(queue: &Queue, action: &str) -> i64 {
+    queue.enqueue(NewTask::new("job", &job(action))).await.expect("enqueue").id
+}
+
+fn within(t: SystemTime, from: SystemTime, lo: Duration, hi: Duration) -> bool {
+    let d = t.duration_since(from).unwrap_or_default();
+    d >= lo && d <= hi
+}
+
+// ---------------------------------------------------------------- the suite
+
+async fn migrate_is_idempotent(h: &Harness) {
+    h.queue.migrate().await.unwrap();
+    h.queue.migrate().await.unwrap();
+    assert_eq!(h.scalar("SELECT count(*) FROM ballast_migrations").await, 1);
+}
+
+async fn enqueue_dedupes_by_kind_and_key(h: &Harness) {
+    let key = IdempotencyKey::v5("order-1", "charge");
+    let first = h.queue.enqueue(NewTask::new("job", &job("ok")).key(key.clone())).await.unwrap();
+    let again = h.queue.enqueue(NewTask::new("job", &job("other")).key(key.clone())).await.unwrap();
+    assert!(first.created);
+    assert!(!again.created, "the second enqueue must say the task already existed");
+    assert_eq!(again.id, first.id);
+    let other_kind = h.queue.enqueue(NewTask::new("refund", &job("ok")).key(key)).await.unwrap();
+    assert!(other_kind.created && other_kind.id != first.id);
+    let a = h.queue.enqueue(NewTask::new("job", &job("ok"))).await.unwrap();
+    let b = h.queue.enqueue(NewTask::new("job", &job("ok"))).await.unwrap();
+    assert!(a.created && b.created && a.id != b.id, "tasks without a key never collide");
+
+    let k2 = IdempotencyKey::v7();
+    let batch = h
+        .queue
+        .enqueue_batch(vec![
+            NewTask::new("job", &job("ok")).key(k2.clone()),
+            NewTask::new("job", &job("ok")),
+            NewTask::new("job", &job("ok")).key(k2),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(batch.len(), 3);
+    assert!(batch[0].created && batch[1].created && !batch[2].created);
+    assert_eq!(batch[2].id, batch[0].id);
+    let stored = h.queue.get(first.id).await.unwrap().unwrap();
+    assert_eq!(stored.payload, serde_json::json!({"action": "ok"}), "the first payload stands");
+    assert_eq!(stored.max_attempts, 10);
+}
+
+async fn invalid_tasks_are_refused_before_the_database(h: &Harness) {
+    let err = h.queue.enqueue(NewTask::new("job", &job("ok")).max_attempts(0)).await.unwrap_err();
+    assert!(err.to_string().contains("max_attempts"), "{err}");
+    let bad = HashMap::from([((1, 2), 3)]);
+    let err = h.queue.enqueue_batch(vec![NewTask::new("job", &job("ok")), NewTask::new("job", &bad)]).await;
+    assert!(err.is_err());
+    assert_eq!(h.scalar("SELECT count(*) FROM ballast_tasks").await, 0, "a batch is all or nothing");
+}
+
+async fn handler_gets_payload_key_and_attempt(h: &Harness) {
+    let handler = Scripted::default();
+    let key = IdempotencyKey::v5("order-2", "charge");
+    let id = h.queue.enqueue(NewTask::new("job", &job("ok")).key(key.clone())).await.unwrap().id;
+    let w = start(worker(&h.queue, handler.clone()));
+    let task = wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Completed).await;
+    let summary = w.stop().await;
+    assert_eq!(summary.completed, 1);
+    assert!(task.finalized_at.is_some() && task.lease_owner.is_none());
+    let calls = handler.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!((calls[0].id, calls[0].attempt, calls[0].key.as_ref()), (id, 1, Some(&key)));
+    assert_eq!(calls[0].action, "ok");
+}
+
+async fn scheduled_task_waits_for_run_at(h: &Harness) {
+    let handler = Scripted::default();
+    let later = h
+        .queue
+        .enqueue(NewTask::new("job", &job("ok")).run_after(Duration::from_secs(3600)))
+        .await
+        .unwrap()
+        .id;
+    let now = enqueue(&h.queue, "ok").await;
+    let w = start(worker(&h.queue, handler.clone()));
+    wait_for(&h.queue, now, SOON, |t| t.state == TaskState::Completed).await;
+    let task = h.queue.get(later).await.unwrap().unwrap();
+    assert_eq!((task.state, task.attempt), (TaskState::Pending, 0), "not due yet");
+    assert!(h.queue.run_now(later).await.unwrap());
+    wait_for(&h.queue, later, SOON, |t| t.state == TaskState::Completed).await;
+    w.stop().await;
+}
+
+async fn enqueue_in_transaction_commits_or_vanishes(h: &Harness) {
+    let task = || NewTask::new("job", &job("ok")).key(IdempotencyKey::v7());
+    let (kept, dropped) = match &h.db {
+        Db::Sqlite { pool, .. } => {
+            let mut tx = pool.begin().await.unwrap();
+            let kept = h.queue.enqueue_in(&mut *tx, task()).await.unwrap();
+            tx.commit().await.unwrap();
+            let mut tx = pool.begin().await.unwrap();
+            let dropped = h.queue.enqueue_in(&mut *tx, task()).await.unwrap();
+            tx.rollback().await.unwrap();
+            (kept, dropped)
+        }
+        Db::Pg { pool, .. } => {
+            let mut tx = pool.begin().await.unwrap();
+            let kept = h.queue.enqueue_in(&mut *tx, task()).await.unwrap();
+            tx.commit().await.unwrap();
+            let mut tx = pool.begin().await.unwrap();
+            let dropped = h.queue.enqueue_in(&mut *tx, task()).await.unwrap();
+            drop(tx);
+            (kept, dropped)
+        }
+    };
+    assert!(h.queue.get(kept.id).await.unwrap().is_some());
+    assert!(h.queue.get(dropped.id).await.unwrap().is_none(), "rolled back: no task");
+    assert_eq!(h.scalar("SELECT count(*) FROM ballast_tasks").await, 1);
+
+    if let Db::Pg { .. } = h.db {
+        let other = Harness::sqlite().await;
+        if let Db::Sqlite { pool, .. } = &other.db {
+            let mut tx = pool.begin().await.unwrap();
+            let err = h.queue.enqueue_in(&mut *tx, task()).await.unwrap_err();
+            assert!(err.to_string().contains("transaction"), "{err}");
+        }
+    }
+}
+
+async fn transient_errors_back_off_then_fail_with_alert(h: &Harness) {
+    let handler = Scripted::default();
+    let alerts = Alerts::default();
+    let id = h.queue.enqueue(NewTask::new("job", &job("transient")).max_attempts(3)).await.unwrap().id;
+    let w = start(worker(&h.queue, handler.clone()).alert(alerts.clone()));
+
+    // After attempt n the task is due again in [2^n / 2, 2^n] seconds.
+    for attempt in 1..=2u32 {
+        let before = SystemTime::now();
+        let task =
+            wait_for(&h.queue, id, SOON, |t| t.attempt == attempt && t.state == TaskState::Pending).await;
+        let nominal = Duration::from_secs(1 << attempt);
+        let slack = Duration::from_secs(2);
+        assert!(
+            within(task.run_at, before, nominal / 2 - Duration::from_millis(900), nominal + slack),
+            "attempt {attempt}: run_at {:?} after {:?}",
+            task.run_at.duration_since(before),
+            nominal
+        );
+        assert_eq!(task.last_error.as_deref(), Some("gateway timed out"));
+        assert_eq!(task.errors.len(), attempt as usize);
+        assert!(h.queue.run_now(id).await.unwrap());
+    }
+    let task = wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Failed).await;
+    let summary = w.stop().await;
+    assert_eq!(task.attempt, 3);
+    assert_eq!(task.errors.iter().map(|e| e.attempt).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!((summary.rescheduled, summary.failed), (2, 1));
+    let alerts = alerts.all();
+    assert_eq!(alerts.len(), 1, "a human must see it (R-RES-RE-5)");
+    assert_eq!((alerts[0].id, alerts[0].reason, alerts[0].attempt), (id, FailReason::Exhausted, 3));
+    assert_eq!(handler.calls().len(), 3);
+}
+
+async fn permanent_error_fails_at_once(h: &Harness) {
+    let handler = Scripted::default();
+    let alerts = Alerts::default();
+    let id = enqueue(&h.queue, "permanent").await;
+    let w = start(worker(&h.queue, handler.clone()).alert(alerts.clone()));
+    let task = wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Failed).await;
+    w.stop().await;
+    assert_eq!(task.attempt, 1, "a permanent error is never retried (R-RES-RE-X2)");
+    assert_eq!(task.last_error.as_deref(), Some("card declined"));
+    assert_eq!(alerts.all()[0].reason, FailReason::Permanent);
+}
+
+async fn panic_fails_the_task_and_the_worker_goes_on(h: &Harness) {
+    let handler = Scripted::default();
+    let alerts = Alerts::default();
+    let boom = enqueue(&h.queue, "panic").await;
+    let w = start(worker(&h.queue, handler.clone()).alert(alerts.clone()).concurrency(1));
+    let task = wait_for(&h.queue, boom, SOON, |t| t.state == TaskState::Failed).await;
+    assert!(task.last_error.as_deref().unwrap().contains("boom in handler"), "{task:?}");
+    let after = enqueue(&h.queue, "ok").await;
+    wait_for(&h.queue, after, SOON, |t| t.state == TaskState::Completed).await;
+    w.stop().await;
+    assert_eq!(alerts.all()[0].reason, FailReason::Panicked);
+}
+
+async fn bad_payload_fails_with_a_clear_error(h: &Harness) {
+    let handler = Scripted::default();
+    let alerts = Alerts::default();
+    let id = h.queue.enqueue(NewTask::new("job", &42)).await.unwrap().id;
+    let ok = enqueue(&h.queue, "ok").await;
+    let w = start(worker(&h.queue, handler.clone()).alert(alerts.clone()));
+    let task = wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Failed).await;
+    wait_for(&h.queue, ok, SOON, |t| t.state == TaskState::Completed).await;
+    w.stop().await;
+    let error = task.last_error.unwrap();
+    assert!(error.contains("payload does not match") && error.contains("Job"), "{error}");
+    assert_eq!(alerts.all()[0].reason, FailReason::BadPayload);
+    assert_eq!(handler.calls().len(), 1, "the handler never sees a bad payload");
+}
+
+async fn lost_lease_cannot_overwrite_the_newer_attempt(h: &Harness) {
+    let slow = Scripted::default();
+    let id = enqueue(&h.queue, "gate").await;
+    // One slot, so the first worker cannot re-claim its own expired task.
+    let first = start(worker(&h.queue, slow.clone()).owner("first").concurrency(1));
+    wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Running).await;
+
+    // The first worker stops renewing (a pause, a partition): its lease runs
+    // out and the second worker claims the task and completes it.
+    h.expire_leases().await;
+    let fast = Scripted::default();
+    fast.gate.add_permits(1);
+    let second = start(worker(&h.other_queue().await, fast.clone()).owner("second"));
+    let task = wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Completed).await;
+    assert_eq!(task.attempt, 2);
+
+    // The first worker now finishes: its completion must change nothing.
+    slow.gate.add_permits(1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (a, b) = (first.stop().await, second.stop().await);
+    assert_eq!((a.completed, a.lost), (0, 1), "first worker: {a:?}");
+    assert_eq!((b.completed, b.lost), (1, 0), "second worker: {b:?}");
+    let after = h.queue.get(id).await.unwrap().unwrap();
+    assert_eq!((after.state, after.attempt, after.updated_at), (TaskState::Completed, 2, task.updated_at));
+}
+
+async fn heartbeat_keeps_a_long_handler_s_lease(h: &Harness) {
+    let (a, b) = (Scripted::default(), Scripted::default());
+    // Heartbeats every third of the lease; the handler outlives two leases.
+    // A lease of 1 s leaves room for a busy CI machine to be late.
+    let lease = Duration::from_secs(1);
+    let id = enqueue(&h.queue, "sleep:2500").await;
+    let first = start(worker(&h.queue, a.clone()).lease(lease));
+    wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Running).await;
+    let second = start(worker(&h.other_queue().await, b.clone()).lease(lease));
+    wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Completed).await;
+    let (sa, sb) = (first.stop().await, second.stop().await);
+    assert_eq!((sa.completed, sa.lost, sb.completed), (1, 0, 0));
+    assert!(b.calls().is_empty(), "the lease was renewed, so no one else ran the task");
+    assert_eq!(h.queue.get(id).await.unwrap().unwrap().attempt, 1);
+}
+
+async fn cancelled_task_is_fenced_too(h: &Harness) {
+    let handler = Scripted::default();
+    let alerts = Alerts::default();
+    let id = h.queue.enqueue(NewTask::new("job", &job("gate"))).await.unwrap().id;
+    let w = start(worker(&h.queue, handler.clone()).alert(alerts.clone()));
+    wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Running).await;
+    assert!(h.queue.cancel(id).await.unwrap());
+    assert!(!h.queue.cancel(id).await.unwrap(), "already final");
+    handler.gate.add_permits(1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let summary = w.stop().await;
+    assert_eq!((summary.completed, summary.lost), (0, 1));
+    assert_eq!(h.queue.get(id).await.unwrap().unwrap().state, TaskState::Cancelled);
+}
+
+async fn shutdown_finishes_in_flight_then_releases_the_rest(h: &Harness) {
+    let handler = Scripted::default();
+    let quick = enqueue(&h.queue, "sleep:200").await;
+    let stuck = enqueue(&h.queue, "sleep:60000").await;
+    let w = start(worker(&h.queue, handler.clone()).shutdown_grace(Duration::from_millis(800)));
+    wait_for(&h.queue, stuck, SOON, |t| t.state == TaskState::Running).await;
+    wait_for(&h.queue, quick, SOON, |t| t.state == TaskState::Running).await;
+    let started = std::time::Instant::now();
+    let summary = w.stop().await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!((summary.completed, summary.released), (1, 1), "{summary:?}");
+    assert_eq!(h.queue.get(quick).await.unwrap().unwrap().state, TaskState::Completed);
+    let released = h.queue.get(stuck).await.unwrap().unwrap();
+    assert_eq!((released.state, released.attempt), (TaskState::Pending, 0), "{released:?}");
+    assert!(released.lease_owner.is_none() && released.run_at <= SystemTime::now(), "claimable at once");
+}
+
+async fn admin_stats_list_retry_cancel_prune(h: &Harness) {
+    let handler = Scripted::default();
+    let ok = enqueue(&h.queue, "ok").await;
+    let bad = enqueue(&h.queue, "permanent").await;
+    let bad2 = enqueue(&h.queue, "permanent").await;
+    let w = start(worker(&h.queue, handler.clone()));
+    wait_for(&h.queue, ok, SOON, |t| t.state == TaskState::Completed).await;
+    wait_for(&h.queue, bad2, SOON, |t| t.state == TaskState::Failed).await;
+    wait_for(&h.queue, bad, SOON, |t| t.state == TaskState::Failed).await;
+    w.stop().await;
+    let waiting =
+        h.queue.enqueue(NewTask::new("other", &1).run_after(Duration::from_secs(60))).await.unwrap().id;
+    let due = h.queue.enqueue(NewTask::new("other", &2)).await.unwrap().id;
+
+    let stats = h.queue.stats().await.unwrap();
+    let by_kind: HashMap<_, _> = stats.iter().map(|s| (s.kind.as_str(), s)).collect();
+    assert_eq!((by_kind["job"].completed, by_kind["job"].failed, by_kind["job"].pending), (1, 2, 0));
+    assert_eq!(by_kind["other"].pending, 2);
+    assert!(by_kind["other"].oldest_due_age.is_some() && by_kind["job"].oldest_due_age.is_none());
+
+    let failed = h.queue.list(&ListFilter::default().state(TaskState::Failed)).await.unwrap();
+    assert_eq!(failed.iter().map(|t| t.id).collect::<Vec<_>>(), vec![bad, bad2]);
+    let page1 = h.queue.list(&ListFilter::default().limit(2)).await.unwrap();
+    let page2 = h.queue.list(&ListFilter::default().limit(2).after(page1[1].id)).await.unwrap();
+    let page3 = h.queue.list(&ListFilter::default().limit(2).after(page2[1].id)).await.unwrap();
+    let ids: Vec<i64> = [page1, page2, page3].concat().iter().map(|t: &TaskInfo| t.id).collect();
+    assert_eq!(ids, vec![ok, bad, bad2, waiting, due]);
+    assert_eq!(h.queue.list(&ListFilter::default().kind("other")).await.unwrap().len(), 2);
+
+    assert!(h.queue.retry(bad).await.unwrap());
+    assert!(!h.queue.retry(ok).await.unwrap(), "only failed tasks are retried");
+    let retried = h.queue.get(bad).await.unwrap().unwrap();
+    assert_eq!((retried.state, retried.attempt, retried.finalized_at), (TaskState::Pending, 0, None));
+    assert_eq!(retried.errors.len(), 1, "the history is kept");
+    assert!(h.queue.cancel(bad).await.unwrap());
+    assert_eq!(h.queue.retry_failed("job").await.unwrap(), 1);
+    assert!(h.queue.cancel(waiting).await.unwrap());
+
+    assert_eq!(h.queue.prune(Duration::from_secs(3600)).await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Completed `ok`, cancelled `bad` and `waiting`: pruned; pending ones stay.
+    assert_eq!(h.queue.prune(Duration::from_millis(1)).await.unwrap(), 3);
+    assert_eq!(h.scalar("SELECT count(*) FROM ballast_tasks").await, 2);
+}
+
+async fn error_history_is_bounded(h: &Harness) {
+    let handler = Scripted::default();
+    let id = h.queue.enqueue(NewTask::new("job", &job("transient")).max_attempts(13)).await.unwrap().id;
+    let w = start(worker(&h.queue, handler.clone()));
+    for attempt in 1..=12u32 {
+        wait_for(&h.queue, id, SOON, |t| t.attempt == attempt && t.state == TaskState::Pending).await;
+        h.queue.run_now(id).await.unwrap();
+    }
+    let task = wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Failed).await;
+    w.stop().await;
+    assert_eq!(task.errors.len(), ballast_queue::ERROR_HISTORY);
+    assert_eq!(task.errors.first().unwrap().attempt, 4);
+    assert_eq!(task.errors.last().unwrap().attempt, 13);
+}
+
+/// Many workers, each on its own pool: every task completes once and no task
+/// is ever in two handlers at the same time.
+async fn many_workers_never_share_a_task(h: &Harness) {
+    let (workers, per_worker) = if h.is_pg() { (4, 5_000) } else { (4, 500) };
+    let total = workers * per_worker;
+    for chunk in (0..total).collect::<Vec<_>>().chunks(1_000) {
+        let tasks =
+            chunk.iter().map(|i| NewTask::new("count", i).key(IdempotencyKey::v5(i, "count"))).collect();
+        h.queue.enqueue_batch(tasks).await.unwrap();
+    }
+    let counter = Counter::default();
+    let mut running = Vec::new();
+    for n in 0..workers {
+        let queue = h.other_queue().await;
+        let w = Worker::builder(queue)
+            .handler("count", counter.clone())
+            .concurrency(50)
+            .batch(50)
+            .poll_interval(Duration::from_millis(100))
+            .owner(format!("w{n}"));
+        running.push(start(w));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while h.scalar("SELECT count(*) FROM ballast_tasks WHERE state = 'completed'").await < total as i64 {
+        assert!(tokio::time::Instant::now() < deadline, "tasks did not complete in time");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut completed = 0;
+    for w in running {
+        completed += w.stop().await.completed;
+    }
+    assert_eq!(completed, total as u64);
+    assert_eq!(counter.overlaps.load(Ordering::SeqCst), 0, "a task ran in two handlers at once");
+    let handled = counter.handled.lock().unwrap();
+    assert_eq!(handled.len(), total);
+    assert!(handled.values().all(|&n| n == 1), "a task was handled twice");
+}
+
+#[derive(Clone, Default)]
+struct Counter {
+    in_flight: Arc<Mutex<HashSet<i64>>>,
+    handled: Arc<Mutex<HashMap<i64, u32>>>,
+    overlaps: Arc<AtomicUsize>,
+}
+
+impl Handler for Counter {
+    type Payload = u64;
+    type Error = TestError;
+
+    async fn handle(&self, task: TaskContext, _: u64) -> Result<(), TestError> {
+        if !self.in_flight.lock().unwrap().insert(task.id()) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::task::yield_now().await;
+        *self.handled.lock().unwrap().entry(task.id()).or_default() += 1;
+        self.in_flight.lock().unwrap().remove(&task.id());
+        Ok(())
+    }
+}
+
+/// With a 30 s poll interval, a task enqueued by another process is picked up
+/// within seconds: LISTEN/NOTIFY on PostgreSQL. On SQLite the same holds
+/// within one process (the queue wakes its own workers).
+async fn new_task_wakes_an_idle_worker(h: &Harness) {
+    let handler = Scripted::default();
+    let w = start(worker(&h.queue, handler.clone()).poll_interval(Duration::from_secs(30)));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let producer = if h.is_pg() { h.other_queue().await } else { h.queue.clone() };
+    let id = enqueue(&producer, "ok").await;
+    let started = std::time::Instant::now();
+    wait_for(&h.queue, id, Duration::from_secs(5), |t| t.state == TaskState::Completed).await;
+    w.stop().await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+async fn worker_configuration_is_checked(h: &Harness) {
+    let none = Worker::builder(h.queue.clone()).build().unwrap_err();
+    assert!(none.to_string().contains("no handlers"), "{none}");
+    let twice =
+        worker(&h.queue, Scripted::default()).handler("job", Scripted::default()).build().unwrap_err();
+    assert!(twice.to_string().contains("two handlers"), "{twice}");
+    assert!(worker(&h.queue, Scripted::default()).concurrency(0).build().is_err());
+}
+
+fn policy() -> ballast::Policy {
+    ballast::Policy::builder("gateway")
+        .retry(ballast::Retry::attempts(2).backoff(ballast::Backoff::exponential(Duration::from_millis(5))))
+        .breaker(ballast::Breaker::consecutive(2).half_open_after(Duration::from_secs(600)))
+        .build()
+        .expect("valid policy")
+}
+
+async fn write_or_defer_hands_over_with_the_same_key(h: &Harness) {
+    let policy = policy();
+    let key = IdempotencyKey::v5("order-9", "charge");
+    let task = || NewTask::new("job", &job("ok"));
+
+    let done =
+        policy.write_or_defer(&key, &h.queue, task(), |_| async { Ok::<_, TestError>(7) }).await.unwrap();
+    assert!(matches!(done, Handover::Done(7)));
+    assert_eq!(h.scalar("SELECT count(*) FROM ballast_tasks").await, 0);
+
+    let declined = policy
+        .write_or_defer(&key, &h.queue, task(), |_| async { Err::<u32, _>(TestError::Permanent) })
+        .await
+        .unwrap_err();
+    assert!(matches!(declined, HandoverError::Failed(_)), "{declined}");
+    assert_eq!(
+        h.scalar("SELECT count(*) FROM ballast_tasks").await,
+        0,
+        "a permanent error is never deferred"
+    );
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let deferred = policy
+        .write_or_defer(&key, &h.queue, task(), |ctx| {
+            seen.lock().unwrap().push(ctx.key().cloned());
+            async { Err::<u32, _>(TestError::Transient) }
+        })
+        .await
+        .unwrap();
+    let Handover::Deferred(deferred) = deferred else { panic!("expected a deferral") };
+    assert!(deferred.created && deferred.attempts == 2, "{deferred:?}");
+
+    // The breaker is open now (2 failed attempts in a row): rejected, deferred again,
+    // landing on the same task because the key is the same.
+    let again =
+        policy.write_or_defer(&key, &h.queue, task(), |_| async { Ok::<_, TestError>(1) }).await.unwrap();
+    let Handover::Deferred(again) = again else { panic!("expected a rejection to defer") };
+    assert_eq!((again.task_id, again.created), (deferred.task_id, false));
+    assert!(again.cause.contains("breaker"), "{}", again.cause);
+
+    let handler = Scripted::default();
+    let w = start(worker(&h.queue, handler.clone()));
+    wait_for(&h.queue, deferred.task_id, SOON, |t| t.state == TaskState::Completed).await;
+    w.stop().await;
+    let calls = handler.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].key.as_ref(), Some(&key), "the task carries the in-memory key (R-RES-RE-1)");
+    assert!(seen.lock().unwrap().iter().all(|k| k.as_ref() == Some(&key)));
+
+    // A task deferred by an open breaker waits for the breaker's next probe.
+    let other = IdempotencyKey::v5("order-10", "charge");
+    let Handover::Deferred(later) =
+        policy.write_or_defer(&other, &h.queue, task(), |_| async { Ok::<_, TestError>(1) }).await.unwrap()
+    else {
+        panic!("breaker still open")
+    };
+    let stored = h.queue.get(later.task_id).await.unwrap().unwrap();
+    assert!(stored.run_at > SystemTime::now() + Duration::from_secs(300), "{stored:?}");
+}
+
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let h = super::Harness::sqlite().await;
+                    super::$name(&h).await;
+                    h.cleanup().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(h) = super::Harness::postgres().await else { return };
+                    super::$name(&h).await;
+                    h.cleanup().await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    migrate_is_idempotent,
+    enqueue_dedupes_by_kind_and_key,
+    invalid_tasks_are_refused_before_the_database,
+    handler_gets_payload_key_and_attempt,
+    scheduled_task_waits_for_run_at,
+    enqueue_in_transaction_commits_or_vanishes,
+    transient_errors_back_off_then_fail_with_alert,
+    permanent_error_fails_at_once,
+    panic_fails_the_task_and_the_worker_goes_on,
+    bad_payload_fails_with_a_clear_error,
+    lost_lease_cannot_overwrite_the_newer_attempt,
+    heartbeat_keeps_a_long_handler_s_lease,
+    cancelled_task_is_fenced_too,
+    shutdown_finishes_in_flight_then_releases_the_rest,
+    admin_stats_list_retry_cancel_prune,
+    error_history_is_bounded,
+    many_workers_never_share_a_task,
+    new_task_wakes_an_idle_worker,
+    worker_configuration_is_checked,
+    write_or_defer_hands_over_with_the_same_key,
+);
