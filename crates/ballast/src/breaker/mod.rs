@@ -121,6 +121,9 @@ pub struct Breaker {
 impl Breaker {
     const DEFAULT_HALF_OPEN: Duration = Duration::from_secs(30);
 
+    /// The largest window a count breaker may keep (its bits are allocated up front).
+    pub const MAX_COUNT_WINDOW: usize = 1_000_000;
+
     fn with(kind: Kind) -> Self {
         Self {
             kind,
@@ -202,6 +205,13 @@ impl Breaker {
                         "breaker.size",
                         "the count breaker's window size is 0".into(),
                         "count over the last calls, e.g. size = 50",
+                    ));
+                } else if size > Breaker::MAX_COUNT_WINDOW {
+                    out.push(Violation::error(
+                        None,
+                        "breaker.size",
+                        format!("the count breaker's window size {size} is over {}", Breaker::MAX_COUNT_WINDOW),
+                        "a window of a few dozen to a few thousand calls is enough; use a sampling breaker for more",
                     ));
                 }
                 if min_calls.is_some_and(|m| m == 0 || m > size) {

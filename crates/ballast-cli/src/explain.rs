@@ -1,0 +1,32 @@
+//! `ballast explain FILE [--system NAME]`
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use ballast_config::{report, Config};
+
+/// Arguments of `ballast explain`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The configuration file.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Only this system (default: every system in the file).
+    #[arg(long, value_name = "NAME")]
+    system: Option<String>,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let config = match Config::load(&args.file) {
+        Ok(config) => config,
+        Err(e) => {
+            eprint!("{}", report::human(&e.findings(), e.input()));
+            return Ok(ExitCode::from(crate::EXIT_UNUSABLE));
+        }
+    };
+    let explanation = config.explain(args.system.as_deref()).context("cannot explain")?;
+    std::io::stdout().write_all(explanation.to_string().as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}

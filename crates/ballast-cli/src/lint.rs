@@ -1,0 +1,58 @@
+//! `ballast lint FILE…`
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use ballast_config::{report, Config, Finding};
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Like a compiler: the source line with a caret under the value at fault.
+    Human,
+    /// One JSON array of {rule, severity, file, line, column, message, help}.
+    Json,
+}
+
+/// Arguments of `ballast lint`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Configuration files to check.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    format: Format,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let mut all: Vec<Finding> = Vec::new();
+    let mut human = String::new();
+    let mut unusable = false;
+    for path in &args.files {
+        let (findings, source) = match Config::load(path) {
+            Ok(config) => (config.lint(), Some(config.source().clone())),
+            Err(e) => {
+                unusable = true;
+                (e.findings(), e.input().cloned())
+            }
+        };
+        human.push_str(&report::human(&findings, source.as_ref()));
+        human.push_str(&report::summary(&path.display().to_string(), &findings));
+        human.push('\n');
+        all.extend(findings);
+    }
+    let out = match args.format {
+        Format::Human => human,
+        Format::Json => report::json(&all) + "\n",
+    };
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(if unusable {
+        ExitCode::from(crate::EXIT_UNUSABLE)
+    } else if ballast_config::has_errors(&all) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

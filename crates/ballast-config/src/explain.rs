@@ -1,0 +1,363 @@
+//! The worst-case timeline of each system's policy: in-memory attempts and
+//! waits, the window they add up to, then the durable schedule that takes
+//! over and how long the idempotency key must live.
+
+use std::fmt;
+use std::time::Duration;
+
+use ballast::{DelayBounds, Retry, Severity, Strategy, Timeout, WINDOW_ERROR, WINDOW_WARNING};
+
+use crate::build::ConfigError;
+use crate::config::Config;
+use crate::durable::DurableSchedule;
+use crate::duration::display;
+use crate::suggest::did_you_mean;
+
+/// The timelines of one file's systems; `Display` prints them for people.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explanation {
+    /// The file, as named.
+    pub file: String,
+    /// One timeline per system explained.
+    pub systems: Vec<Timeline>,
+}
+
+/// One system's worst case: every attempt times out and every wait is the longest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeline {
+    /// The system.
+    pub name: String,
+    /// The composition in one line.
+    pub composition: String,
+    /// Lint findings of the system: errors, warnings, notes.
+    pub findings: (usize, usize, usize),
+    /// The in-memory attempts made in the worst case.
+    pub attempts: Vec<Step>,
+    /// The attempt the total deadline prevents, if any.
+    pub cut_by_total: Option<u32>,
+    /// The worst-case in-memory window, as the core computes it (R-RES-RE-4).
+    pub window: Duration,
+    /// The total deadline, if set.
+    pub total: Option<Duration>,
+    /// Whether keyed writes are retried (`dedupes_by_key = true`, R-RES-RE-1).
+    pub writes_retried: bool,
+    /// The durable schedule that takes over keyed writes, if there is a `[queue]`.
+    pub durable: Option<Durable>,
+    /// The system's `key_ttl`, if declared.
+    pub key_ttl: Option<Duration>,
+    /// How long a keyed write may still be retried (what `key_ttl` must exceed).
+    pub key_needed: Duration,
+}
+
+/// One in-memory attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// When it starts, worst case, from the call.
+    pub start: Duration,
+    /// When it times out.
+    pub timeout_at: Duration,
+    /// The wait before the next attempt, if there is one.
+    pub wait: Option<DelayBounds>,
+}
+
+/// One durable attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurableStep {
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// When it starts, worst case, from the hand-over.
+    pub start: Duration,
+    /// The shortest and longest wait after it, unless it is the last.
+    pub wait: Option<(Duration, Duration)>,
+}
+
+/// The durable schedule after the in-memory window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Durable {
+    /// The queue's schedule.
+    pub schedule: DurableSchedule,
+    /// The durable attempts printed one by one; those past the cap are folded.
+    pub steps: Vec<DurableStep>,
+    /// The first attempt whose wait is capped, when later ones are folded.
+    pub folded_from: Option<u32>,
+    /// Waits and polls between durable attempts, worst case.
+    pub waits: Duration,
+}
+
+impl Config {
+    /// The timeline of system `only`, or of every system.
+    pub fn explain(&self, only: Option<&str>) -> Result<Explanation, ConfigError> {
+        let names: Vec<&str> = match only {
+            Some(name) if self.system(name).is_none() => {
+                return Err(ConfigError::UnknownSystem {
+                    name: name.to_owned(),
+                    file: self.source.name().to_owned(),
+                    suggestion: did_you_mean(name, self.system_names()).map(str::to_owned),
+                })
+            }
+            Some(name) => vec![name],
+            None => self.system_names().collect(),
+        };
+        let systems = names.into_iter().map(|name| self.timeline(name)).collect();
+        Ok(Explanation { file: self.source.name().to_owned(), systems })
+    }
+
+    fn timeline(&self, name: &str) -> Timeline {
+        let system = self.file.systems.get(name).cloned().unwrap_or_default();
+        let crate::build::Translated { builder, retry, timeout, .. } = crate::build::translate(name, &system);
+        let findings = self.lint_system(name);
+        let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+        let (mut attempts, mut cut_by_total) = (Vec::new(), None);
+        let mut start = Duration::ZERO;
+        let n = retry.max_attempts().clamp(1, 64);
+        for attempt in 1..=n {
+            if timeout.total_deadline().is_some_and(|t| attempt > 1 && start >= t) {
+                cut_by_total = Some(attempt);
+                break;
+            }
+            let wait = (attempt < n).then(|| retry.get_backoff().bounds(attempt - 1));
+            let timeout_at = start.saturating_add(timeout.attempt());
+            let timeout_at = timeout.total_deadline().map_or(timeout_at, |t| timeout_at.min(t));
+            attempts.push(Step { attempt, start, timeout_at, wait });
+            start = start
+                .saturating_add(timeout.attempt())
+                .saturating_add(wait.map_or(Duration::ZERO, |w| w.max));
+        }
+        let window = builder.worst_case();
+        let writes_retried = system.dedupes_by_key == Some(true);
+        let durable = self.file.queue.as_ref().map(|q| durable(DurableSchedule::from_section(q), window));
+        Timeline {
+            name: name.to_owned(),
+            composition: composition(&system, &retry, &timeout),
+            findings: (count(Severity::Error), count(Severity::Warning), count(Severity::Note)),
+            attempts,
+            cut_by_total,
+            window,
+            total: timeout.total_deadline(),
+            writes_retried,
+            durable,
+            key_ttl: system.key_ttl.map(|d| d.get()),
+            key_needed: crate::rules::required_key_ttl(&self.file, window),
+        }
+    }
+}
+
+fn durable(schedule: DurableSchedule, window: Duration) -> Durable {
+    let mut steps = Vec::new();
+    let mut folded_from = None;
+    let mut start = Duration::ZERO;
+    for attempt in 1..=schedule.max_attempts {
+        let wait = (attempt < schedule.max_attempts).then(|| schedule.wait_after(attempt));
+        let capped = attempt > 1 && schedule.wait_after(attempt - 1) == schedule.wait_after(attempt);
+        if capped && schedule.max_attempts - attempt >= 2 {
+            // Every later wait is the cap: fold them into one row instead of
+            // printing up to u32::MAX of them.
+            folded_from = Some(attempt);
+            break;
+        }
+        steps.push(DurableStep { attempt, start, wait });
+        start = start
+            .saturating_add(window)
+            .saturating_add(wait.map_or(Duration::ZERO, |w| w.1))
+            .saturating_add(schedule.poll_interval);
+    }
+    Durable { schedule, steps, folded_from, waits: schedule.waits_total() }
+}
+
+fn composition(system: &crate::model::System, retry: &Retry, timeout: &Timeout) -> String {
+    let backoff = retry.get_backoff();
+    let mut parts = Vec::new();
+    if retry.max_attempts() <= 1 {
+        parts.push("retry (none: 1 attempt)".to_owned());
+    } else {
+        parts.push(format!(
+            "retry ({} attempts, {} backoff from ~{}, capped at {})",
+            retry.max_attempts(),
+            if backoff.is_full_jitter() { "exponential full-jitter" } else { "exponential" },
+            display(backoff.median_first()),
+            display(backoff.cap())
+        ));
+    }
+    if let Some(b) = &system.breaker {
+        let kind = b.kind.as_deref().unwrap_or("?");
+        let detail = match kind {
+            "count" => format!(
+                "count: opens at {}% failures of the last {} calls",
+                b.threshold.map_or(0.0, |t| t * 100.0),
+                b.size.unwrap_or(0)
+            ),
+            "sampling" => format!(
+                "sampling: opens at {}% failures over {}",
+                b.threshold.map_or(0.0, |t| t * 100.0),
+                b.duration.map_or_else(|| "?".to_owned(), |d| display(d.get()))
+            ),
+            "consecutive" => {
+                format!("consecutive: opens after {} failures in a row", b.threshold.unwrap_or(0.0))
+            }
+            other => other.to_owned(),
+        };
+        let half_open = b.half_open_after.map_or(Duration::from_secs(30), |d| d.get());
+        parts.push(format!("breaker ({detail}, half-open after {})", display(half_open)));
+    }
+    if let Some(b) = &system.bulkhead {
+        parts.push(format!("bulkhead ({} at once, queue {})", b.limit.unwrap_or(0), b.queue.unwrap_or(0)));
+    }
+    let strategy = match timeout.strategy() {
+        Strategy::Aggressive => "aggressive",
+        Strategy::Cooperative => "cooperative",
+    };
+    let total = timeout.total_deadline().map(|t| format!(", total {}", display(t))).unwrap_or_default();
+    parts.push(format!("timeout ({} per attempt, {strategy}{total})", display(timeout.attempt())));
+    parts.join(" → ")
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, system) in self.systems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{system}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Timeline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "system `{}`", self.name)?;
+        writeln!(f, "  composition: {}", self.composition)?;
+        let (e, w, n) = self.findings;
+        if e + w + n == 0 {
+            writeln!(f, "  lint: clean")?;
+        } else {
+            writeln!(
+                f,
+                "  lint: {e} error(s), {w} warning(s), {n} note(s) — run `ballast lint` for details"
+            )?;
+        }
+        writeln!(f)?;
+        writeln!(f, "  in memory, worst case (every attempt times out, every wait is the longest):")?;
+        for s in &self.attempts {
+            write!(
+                f,
+                "    attempt {:<2} starts {:>9}   times out {:>9}",
+                s.attempt,
+                display(s.start),
+                display(s.timeout_at)
+            )?;
+            match s.wait {
+                Some(b) => writeln!(
+                    f,
+                    "   then waits {} / {} / {} (min / median / max)",
+                    display(b.min),
+                    display(b.median),
+                    display(b.max)
+                )?,
+                None => writeln!(f)?,
+            }
+        }
+        if let (Some(attempt), Some(total)) = (self.cut_by_total, self.total) {
+            writeln!(
+                f,
+                "    attempt {attempt:<2} made only if its wait ends before the total deadline ({}); in the worst case it is not",
+                display(total)
+            )?;
+        }
+        let bound = self.total.map(|t| format!(", bounded by total = {}", display(t))).unwrap_or_default();
+        let verdict = if self.window > WINDOW_ERROR {
+            "over 30 s: error, hand this to the durable queue (R-RES-RE-4)"
+        } else if self.window > WINDOW_WARNING {
+            "over 5 s: warning, normally the durable queue's job (R-RES-RE-4)"
+        } else {
+            "within 5 s (R-RES-RE-4)"
+        };
+        writeln!(
+            f,
+            "  in-memory window: {} (attempt timeouts + longest waits{bound}) — {verdict}",
+            display(self.window)
+        )?;
+        writeln!(f)?;
+        if !self.writes_retried {
+            writeln!(
+                f,
+                "  writes are never retried: `dedupes_by_key` is not true, so no durable hand-over and no key TTL to check (R-RES-RE-1)"
+            )?;
+            return Ok(());
+        }
+        match &self.durable {
+            None => writeln!(f, "  no [queue]: nothing takes over after the in-memory window")?,
+            Some(d) => {
+                let s = &d.schedule;
+                writeln!(
+                    f,
+                    "  durable queue, takes over keyed writes with the same key: up to {} attempts, each running the policy (≤ {})",
+                    s.max_attempts,
+                    display(self.window)
+                )?;
+                writeln!(
+                    f,
+                    "    wait after durable attempt n: 2^n s capped at {}, jittered within [half, all] of it, + up to one poll ({})",
+                    display(s.backoff.nominal(u32::MAX)),
+                    display(s.poll_interval)
+                )?;
+                for DurableStep { attempt, start, wait } in &d.steps {
+                    write!(f, "    attempt {attempt:<2} starts {:>11} after the hand-over", display(*start))?;
+                    match wait {
+                        Some((min, max)) => {
+                            writeln!(f, "   then waits {} – {}", display(*min), display(*max))?
+                        }
+                        None => {
+                            writeln!(f, "   last: on failure the task is marked failed and the alert fires")?
+                        }
+                    }
+                }
+                if let Some(from) = d.folded_from {
+                    let (min, max) = s.wait_after(from);
+                    writeln!(
+                        f,
+                        "    attempts {from}–{}: each waits {} – {} (the cap); the last one fails the task and fires the alert",
+                        s.max_attempts,
+                        display(min),
+                        display(max)
+                    )?;
+                }
+                writeln!(
+                    f,
+                    "  durable schedule: {} of waits and polls + {} × {} of attempts",
+                    display(d.waits),
+                    s.max_attempts,
+                    display(self.window)
+                )?;
+            }
+        }
+        let formula = match &self.durable {
+            Some(d) => format!(
+                " = {} in memory + {} × {} durable attempts + {} of durable waits",
+                display(self.window),
+                d.schedule.max_attempts,
+                display(self.window),
+                display(d.waits)
+            ),
+            None => " (the in-memory window)".to_owned(),
+        };
+        writeln!(f, "  a keyed write may still be retried up to {}{formula}", display(self.key_needed))?;
+        match self.key_ttl {
+            Some(ttl) if ttl >= self.key_needed => {
+                writeln!(f, "  key_ttl {}: the key outlives every retry (R-RES-RE-1)", display(ttl))
+            }
+            Some(ttl) => writeln!(
+                f,
+                "  key_ttl {}: TOO SHORT, a late retry would be applied twice (R-RES-RE-1)",
+                display(ttl)
+            ),
+            None => writeln!(
+                f,
+                "  key_ttl: not declared; it must exceed {} (R-RES-RE-1)",
+                display(self.key_needed)
+            ),
+        }
+    }
+}

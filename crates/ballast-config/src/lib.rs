@@ -1,0 +1,80 @@
+//! # ballast-config — declare each external system's policy in TOML, check it against the guide's rules
+//!
+//! One file describes every external system's resilience policy and the
+//! durable queue. This crate loads it (keeping every key's location),
+//! checks it against the Resilience Style Guide's rules — each finding names
+//! its rule id, file, line and column — explains each policy's worst-case
+//! timeline, and builds the runtime objects, so a service runs exactly the
+//! configuration that `ballast lint` checked.
+//!
+//! ```
+//! use ballast_config::{report, Config};
+//!
+//! let config = Config::parse("ballast.toml", r#"
+//!     [systems.sber]
+//!     base_url = "http://127.0.0.1:8080"
+//!     dedupes_by_key = true
+//!     key_ttl = "24h"
+//!
+//!     [systems.sber.retry]
+//!     max_attempts = 8
+//! "#).expect("valid TOML with known keys");
+//!
+//! let findings = config.lint();
+//! assert!(findings.iter().any(|f| f.rule.map(|r| r.id()) == Some("R-RES-RE-3")));
+//! println!("{}", report::human(&findings, Some(config.source())));
+//!
+//! // A system with lint errors is never built.
+//! assert!(config.policy("sber").is_err());
+//! ```
+//!
+//! The rules the checker knows are listed below. The mapping to runtime objects is:
+//! `backoff = "exponential"` → [`ballast::Backoff::exponential`] (and
+//! `"exponential-full-jitter"`), `budget_ratio` → [`ballast::Budget::ratio`]
+//! (0 or absent keeps the default budget), breaker `kind = "consecutive"`
+//! uses `threshold` as the number of failures in a row, `"count"` uses
+//! `threshold`, `size`, `min_calls`, `"sampling"` uses `threshold`,
+//! `duration`, `min_throughput`. A system without `[retry]` makes one
+//! attempt per call.
+//!
+//! # Rules
+//!
+//! | rule | severity | trigger |
+//! |---|---|---|
+//! | R-RES-RE-3 | error | `retry.max_attempts` > 5 or 0 |
+//! | R-RES-RE-4 | error / warning | worst-case in-memory window > 30 s / > 5 s |
+//! | R-RES-RE-X3 | error | `backoff` other than the two exponential kinds; `first_delay` or `max_delay` zero |
+//! | R-RES-RE-X2 | error | `retry_on` with "4xx", "all", "any", "*" or a 4xx status other than "408", "429", "409-in-flight" |
+//! | R-RES-RE-X4 | error | `client.retries` > 0 |
+//! | R-RES-CB-1 | error | `order` puts the breaker before (outside) retry |
+//! | R-RES-RE-2 | error / note | `order` differs from retry → breaker → bulkhead → timeout / repeats it |
+//! | R-RES-RE-1 | note | retry configured while `dedupes_by_key` is not true: writes never retried |
+//! | R-RES-RE-1 | error | `key_ttl` shorter than the longest time a keyed write may be retried, durable queue included |
+//! | R-RES-RE-1 | warning | `dedupes_by_key = true` without `key_ttl` |
+//! | (none) | error | unknown keys (with "did you mean"), wrong types, out-of-range values |
+
+mod build;
+mod config;
+mod durable;
+mod explain;
+mod finding;
+mod lint;
+mod load;
+mod rules;
+mod source;
+
+pub mod duration;
+pub mod model;
+pub mod report;
+pub mod suggest;
+
+pub use build::{ConfigError, QueueSettings, BACKOFF_KINDS, BREAKER_KINDS, STRATEGIES};
+pub use config::Config;
+pub use durable::DurableSchedule;
+pub use duration::{ConfigDuration, DurationError};
+pub use explain::{Durable, DurableStep, Explanation, Step, Timeline};
+pub use finding::Finding;
+pub use lint::has_errors;
+pub use load::LoadError;
+pub use rules::{MAX_COUNT_WINDOW, ORDER, RETRY_ON_OPT_IN, RETRY_ON_TRANSIENT};
+pub use source::{Location, Source};

@@ -1,0 +1,46 @@
+//! The checker: every finding of a file, each with its rule id, severity,
+//! location, message and help.
+
+use crate::config::Config;
+use crate::finding::Finding;
+
+impl Config {
+    /// Every finding of the file, in file order.
+    ///
+    /// ```
+    /// use ballast_config::Config;
+    ///
+    /// let config = Config::parse("inline.toml", "[systems.sber.retry]\nmax_attempts = 8\n").unwrap();
+    /// let findings = config.lint();
+    /// let re3 = findings.iter().find(|f| f.rule.map(|r| r.id()) == Some("R-RES-RE-3")).unwrap();
+    /// assert_eq!(re3.location.map(|l| (l.line, l.column)), Some((2, 16)));
+    /// ```
+    pub fn lint(&self) -> Vec<Finding> {
+        let mut problems = self.file.queue.as_ref().map(crate::rules::queue).unwrap_or_default();
+        for (name, system) in &self.file.systems {
+            problems.extend(crate::rules::system(&self.file, name, system));
+        }
+        self.located(problems)
+    }
+
+    /// The findings about one system (empty if it is not declared).
+    pub fn lint_system(&self, name: &str) -> Vec<Finding> {
+        let problems = match self.file.systems.get(name) {
+            Some(system) => crate::rules::system(&self.file, name, system),
+            None => Vec::new(),
+        };
+        self.located(problems)
+    }
+
+    fn located(&self, problems: Vec<crate::finding::Problem>) -> Vec<Finding> {
+        let mut findings: Vec<Finding> =
+            problems.into_iter().map(|p| p.locate(&self.source, &self.index)).collect();
+        findings.sort_by(|a, b| a.location.cmp(&b.location).then(b.severity.cmp(&a.severity)));
+        findings
+    }
+}
+
+/// Whether any finding is an error (what `ballast lint` exits 1 on).
+pub fn has_errors(findings: &[Finding]) -> bool {
+    findings.iter().any(Finding::is_error)
+}

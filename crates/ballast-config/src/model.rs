@@ -1,0 +1,196 @@
+//! The TOML model: what a `ballast.toml` may say, key by key.
+//!
+//! The key names are public — users' files depend on them. Every value is
+//! optional here so that a missing key becomes a finding that names it
+//! (and where it should go) instead of a bare deserialization error. Which
+//! keys exist is also listed in a schema at the end of this module, so the
+//! loader can refuse unknown keys with a "did you mean" suggestion.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::duration::ConfigDuration;
+
+/// A whole configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct File {
+    /// `[queue]`: the durable task queue that takes over keyed writes.
+    pub queue: Option<QueueSection>,
+    /// `[systems.NAME]`: one entry per external system.
+    #[serde(default)]
+    pub systems: BTreeMap<String, System>,
+}
+
+/// `[queue]`: the durable task queue (R-RES-RE-5).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct QueueSection {
+    /// `url`: `sqlite://file.db` or `postgres://…`.
+    pub url: Option<String>,
+    /// `poll_interval`: how often workers look for due tasks (default 5 s).
+    pub poll_interval: Option<ConfigDuration>,
+    /// `max_attempts`: durable attempts before the task fails and a human is
+    /// alerted (default 10).
+    pub max_attempts: Option<u64>,
+}
+
+/// `[systems.NAME]`: one external system and its policy.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct System {
+    /// `base_url`: where the system lives (`http://` or `https://`).
+    pub base_url: Option<String>,
+    /// `critical`: whether the system's breaker state feeds readiness.
+    pub critical: Option<bool>,
+    /// `dedupes_by_key`: the system's contract guarantees deduplication by the
+    /// idempotency key, so keyed writes may be retried (R-RES-RE-1).
+    pub dedupes_by_key: Option<bool>,
+    /// `key_ttl`: how long the system remembers a key.
+    pub key_ttl: Option<ConfigDuration>,
+    /// `idempotency_header`: the header carrying the key (default `Idempotency-Key`).
+    pub idempotency_header: Option<String>,
+    /// `order`: refused whenever it differs from the fixed order (R-RES-CB-1,
+    /// R-RES-RE-2); it exists only to explain that the order is not a setting.
+    pub order: Option<Vec<String>>,
+    /// `[systems.NAME.retry]`; without it a call makes exactly one attempt.
+    pub retry: Option<RetrySection>,
+    /// `[systems.NAME.breaker]`; without it there is no circuit breaker.
+    pub breaker: Option<BreakerSection>,
+    /// `[systems.NAME.bulkhead]`; without it there is no concurrency limit.
+    pub bulkhead: Option<BulkheadSection>,
+    /// `[systems.NAME.timeout]`; without it 5 s per attempt, aggressive.
+    pub timeout: Option<TimeoutSection>,
+    /// `[systems.NAME.client]`: the HTTP client's own settings.
+    pub client: Option<ClientSection>,
+}
+
+/// `[systems.NAME.retry]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct RetrySection {
+    /// `max_attempts`: counts the first attempt; 1..=5 (R-RES-RE-3). Default 3.
+    pub max_attempts: Option<u64>,
+    /// `backoff`: `"exponential"` (default) or `"exponential-full-jitter"` (R-RES-RE-X3).
+    pub backoff: Option<String>,
+    /// `first_delay`: the median first delay (default 500 ms).
+    pub first_delay: Option<ConfigDuration>,
+    /// `max_delay`: the cap on every delay (default 30 s).
+    pub max_delay: Option<ConfigDuration>,
+    /// `retry_on`: the transient outcomes retried (R-RES-RE-X2).
+    pub retry_on: Option<Vec<String>>,
+    /// `budget_ratio`: retries may add this share of recent calls; 0 or
+    /// absent keeps the default budget (10 %).
+    pub budget_ratio: Option<f64>,
+}
+
+/// `[systems.NAME.breaker]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct BreakerSection {
+    /// `kind`: `"consecutive"`, `"count"` or `"sampling"`.
+    pub kind: Option<String>,
+    /// `threshold`: for `count` and `sampling` the share of failures that
+    /// opens the breaker, in (0, 1]; for `consecutive` the number of failures
+    /// in a row.
+    pub threshold: Option<f64>,
+    /// `size` (`count`): how many recent calls are counted.
+    pub size: Option<u64>,
+    /// `min_calls` (`count`): calls needed before it may open (default `size`).
+    pub min_calls: Option<u64>,
+    /// `duration` (`sampling`): the period sampled.
+    pub duration: Option<ConfigDuration>,
+    /// `min_throughput` (`sampling`): calls in the period needed before it may open (default 20).
+    pub min_throughput: Option<u64>,
+    /// `half_open_after`: wait before a probe (default 30 s).
+    pub half_open_after: Option<ConfigDuration>,
+}
+
+/// `[systems.NAME.bulkhead]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct BulkheadSection {
+    /// `limit`: concurrent attempts.
+    pub limit: Option<u64>,
+    /// `queue`: attempts that may wait for a slot (default 0).
+    pub queue: Option<u64>,
+}
+
+/// `[systems.NAME.timeout]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct TimeoutSection {
+    /// `attempt`: per-attempt timeout (default 5 s).
+    pub attempt: Option<ConfigDuration>,
+    /// `strategy`: `"aggressive"` (default) or `"cooperative"`.
+    pub strategy: Option<String>,
+    /// `total`: deadline for the whole call, attempts and waits together.
+    pub total: Option<ConfigDuration>,
+    /// `connect`: TCP/TLS connect timeout of the HTTP client.
+    pub connect: Option<ConfigDuration>,
+    /// `read`: read timeout of the HTTP client (between bytes of the response).
+    pub read: Option<ConfigDuration>,
+}
+
+/// `[systems.NAME.client]`: the HTTP client's own settings.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ClientSection {
+    /// `retries`: client-level retries; anything but 0 breaks R-RES-RE-X4.
+    pub retries: Option<u64>,
+}
+
+/// Where a key may appear: the keys of each section, for refusing unknown
+/// keys with a suggestion. Kept next to the structs so the two change together.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Schema {
+    /// A table with these keys, each with its own schema.
+    Table(&'static [(&'static str, Schema)]),
+    /// A table whose keys are names chosen by the user (`[systems.NAME]`).
+    Named(&'static [(&'static str, Schema)]),
+    /// A plain value.
+    Value,
+}
+
+use Schema::{Named, Table, Value};
+
+pub(crate) const ROOT: Schema = Table(&[("queue", Table(QUEUE_KEYS)), ("systems", Named(SYSTEM_KEYS))]);
+
+const QUEUE_KEYS: &[(&str, Schema)] = &[("url", Value), ("poll_interval", Value), ("max_attempts", Value)];
+
+const SYSTEM_KEYS: &[(&str, Schema)] = &[
+    ("base_url", Value),
+    ("critical", Value),
+    ("dedupes_by_key", Value),
+    ("key_ttl", Value),
+    ("idempotency_header", Value),
+    ("order", Value),
+    (
+        "retry",
+        Table(&[
+            ("max_attempts", Value),
+            ("backoff", Value),
+            ("first_delay", Value),
+            ("max_delay", Value),
+            ("retry_on", Value),
+            ("budget_ratio", Value),
+        ]),
+    ),
+    (
+        "breaker",
+        Table(&[
+            ("kind", Value),
+            ("threshold", Value),
+            ("size", Value),
+            ("min_calls", Value),
+            ("duration", Value),
+            ("min_throughput", Value),
+            ("half_open_after", Value),
+        ]),
+    ),
+    ("bulkhead", Table(&[("limit", Value), ("queue", Value)])),
+    (
+        "timeout",
+        Table(&[
+            ("attempt", Value),
+            ("strategy", Value),
+            ("total", Value),
+            ("connect", Value),
+            ("read", Value),
+        ]),
+    ),
+    ("client", Table(&[("retries", Value)])),
+];

@@ -1,0 +1,108 @@
+//! Printing findings: like a compiler for people (the source line with a
+//! caret under the offending value), or as JSON for CI.
+
+use std::fmt::Write as _;
+
+use ballast::Severity;
+
+use crate::finding::Finding;
+use crate::source::Source;
+
+/// Findings for people, each as
+///
+/// ```text
+/// error[R-RES-RE-3]: max_attempts is 8, over the in-memory limit of 5 (it counts the first attempt)
+///  --> ballast.toml:2:16
+///   |
+/// 2 | max_attempts = 8
+///   |                ^
+///   = help: use 3 (typical) to 5 attempts and hand longer outages to the durable task queue
+/// ```
+///
+/// `source` gives the lines to quote; without it only the location is printed.
+pub fn human(findings: &[Finding], source: Option<&Source>) -> String {
+    let mut out = String::new();
+    for finding in findings {
+        render_one(&mut out, finding, source);
+        out.push('\n');
+    }
+    out
+}
+
+fn render_one(out: &mut String, f: &Finding, source: Option<&Source>) {
+    let rule = f.rule.map(|r| format!("[{r}]")).unwrap_or_default();
+    let _ = writeln!(out, "{}{rule}: {}", f.severity, f.message);
+    let Some(at) = f.location else {
+        let _ = writeln!(out, " --> {}", f.file);
+        let _ = writeln!(out, "  = help: {}", f.help);
+        return;
+    };
+    let gutter = " ".repeat(at.line.to_string().len());
+    let _ = writeln!(out, "{gutter}--> {}:{}:{}", f.file, at.line, at.column);
+    if let Some(source) = source {
+        let line = source.line(at.line);
+        let _ = writeln!(out, "{gutter} |");
+        let _ = writeln!(out, "{} | {line}", at.line);
+        // Keep tabs so the caret lines up under tab-indented values.
+        let pad: String =
+            line.chars().take(at.column - 1).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+        let width = f
+            .span
+            .as_ref()
+            .and_then(|s| source.text().get(s.clone()))
+            .map_or(1, |text| text.lines().next().unwrap_or("").chars().count().max(1));
+        let _ = writeln!(out, "{gutter} | {pad}{}", "^".repeat(width));
+    }
+    let _ = writeln!(out, "{gutter} = help: {}", f.help);
+}
+
+/// One line that counts the findings: `ballast.toml: 1 error, 2 warnings, 0 notes`.
+pub fn summary(file: &str, findings: &[Finding]) -> String {
+    let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    format!(
+        "{file}: {}, {}, {}",
+        plural(count(Severity::Error), "error"),
+        plural(count(Severity::Warning), "warning"),
+        plural(count(Severity::Note), "note")
+    )
+}
+
+/// One finding as a JSON object: `{rule, severity, file, line, column, message, help}`;
+/// `rule` is `null` for a plain range error, `line`/`column` `null` when the
+/// file could not be read.
+pub fn json_value(f: &Finding) -> serde_json::Value {
+    serde_json::to_value(JsonFinding::from(f)).unwrap_or(serde_json::Value::Null)
+}
+
+/// Findings as a pretty-printed JSON array, fields in the documented order.
+pub fn json(findings: &[Finding]) -> String {
+    let array: Vec<JsonFinding<'_>> = findings.iter().map(JsonFinding::from).collect();
+    serde_json::to_string_pretty(&array).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// The JSON shape of a finding; a struct so the fields keep their order.
+#[derive(serde::Serialize)]
+struct JsonFinding<'a> {
+    rule: Option<&'static str>,
+    severity: String,
+    file: &'a str,
+    line: Option<usize>,
+    column: Option<usize>,
+    message: &'a str,
+    help: &'a str,
+}
+
+impl<'a> From<&'a Finding> for JsonFinding<'a> {
+    fn from(f: &'a Finding) -> Self {
+        Self {
+            rule: f.rule.map(|r| r.id()),
+            severity: f.severity.to_string(),
+            file: &f.file,
+            line: f.location.map(|l| l.line),
+            column: f.location.map(|l| l.column),
+            message: &f.message,
+            help: &f.help,
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! The configuration rules, one function each. Rules the core already
+//! enforces when a policy is built (R-RES-RE-3, R-RES-RE-4, R-RES-RE-X3 on
+//! delays, every range of a breaker, bulkhead, timeout or budget) are *not*
+//! re-implemented here: [`core`] runs the core's own `check()` and only
+//! points each of its findings at the right key, so the checker and the
+//! runtime agree by construction.
+
+use std::time::Duration;
+
+use ballast::{PolicyBuilder, Rule, Severity, Violation};
+
+use crate::durable::DurableSchedule;
+use crate::duration::display;
+use crate::finding::{system_path, Problem};
+use crate::model::{File, QueueSection, System};
+use crate::suggest::did_you_mean;
+
+/// The transient outcomes `retry_on` may name (R-RES-RE-X2).
+pub const RETRY_ON_TRANSIENT: [&str; 4] = ["5xx", "timeout", "connect", "reset"];
+/// The 4xx outcomes that are transient by contract and may be opted into.
+pub const RETRY_ON_OPT_IN: [&str; 3] = ["408", "429", "409-in-flight"];
+/// The largest count-breaker window accepted.
+pub const MAX_COUNT_WINDOW: u64 = ballast::Breaker::MAX_COUNT_WINDOW as u64;
+/// The only order the composition has (R-RES-RE-2).
+pub const ORDER: [&str; 4] = ["retry", "breaker", "bulkhead", "timeout"];
+
+/// Every problem of one system: the core's checks, then this crate's rules.
+pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<Problem> {
+    let crate::build::Translated { builder, problems: mut out, .. } = crate::build::translate(name, sys);
+    out.extend(core(name, sys, &builder));
+    out.extend(retry_on(name, sys));
+    out.extend(client_retries(name, sys));
+    out.extend(order(name, sys));
+    out.extend(writes_need_dedup(name, sys));
+    out.extend(key_outlives_retries(file, name, sys, builder.worst_case()));
+    out.extend(system_ranges(name, sys));
+    out
+}
+
+/// The core's own checks (R-RES-RE-3, R-RES-RE-4, R-RES-RE-X3 and every
+/// range it refuses), pointed at the key each is about.
+fn core(name: &str, sys: &System, builder: &PolicyBuilder) -> Vec<Problem> {
+    builder
+        .check()
+        .into_iter()
+        .map(|v| {
+            let mut p = violation(name, v);
+            // The core reports both zero delays under `retry.first_delay`; point at the one that is zero.
+            let retry = sys.retry.as_ref();
+            let first_is_zero = retry.and_then(|r| r.first_delay).is_some_and(|d| d.get().is_zero());
+            if p.path.ends_with(&["retry".into(), "first_delay".into()]) && !first_is_zero {
+                p.path = system_path(name, &["retry", "max_delay"]);
+            }
+            p
+        })
+        .collect()
+}
+
+/// A core [`Violation`] about system `name`, at the key its `setting` names.
+pub(crate) fn violation(name: &str, v: Violation) -> Problem {
+    let rest: Vec<&str> = v.setting.split('.').collect();
+    Problem::at(v.rule, v.severity, system_path(name, &rest), v.message, v.help)
+}
+
+/// R-RES-RE-X2: only transient outcomes are retried, never contract errors.
+fn retry_on(name: &str, sys: &System) -> Vec<Problem> {
+    let Some(list) = sys.retry.as_ref().and_then(|r| r.retry_on.as_ref()) else { return Vec::new() };
+    let mut out = Vec::new();
+    for (i, entry) in list.iter().enumerate() {
+        let at = system_path(name, &["retry", "retry_on", &i.to_string()]);
+        let e = entry.trim().to_ascii_lowercase();
+        if RETRY_ON_TRANSIENT.contains(&e.as_str()) || RETRY_ON_OPT_IN.contains(&e.as_str()) {
+            continue;
+        }
+        let is_4xx_status = e.len() == 3 && e.starts_with('4') && e.bytes().all(|b| b.is_ascii_digit());
+        if matches!(e.as_str(), "4xx" | "all" | "any" | "*") || is_4xx_status {
+            out.push(Problem::error(
+                Some(Rule::ReX2),
+                at,
+                format!("retry_on \"{entry}\" retries contract errors (4xx): the request itself is wrong and will fail again"),
+                "retry only transient outcomes: \"5xx\", \"timeout\", \"connect\", \"reset\"; of the 4xx only \
+                 \"408\", \"429\" and \"409-in-flight\" may be opted into",
+            ));
+        } else {
+            let all = RETRY_ON_TRANSIENT.iter().chain(&RETRY_ON_OPT_IN).copied();
+            let help = match did_you_mean(&e, all.clone()) {
+                Some(s) => format!("did you mean \"{s}\"?"),
+                None => {
+                    format!("use some of {}", all.map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", "))
+                }
+            };
+            out.push(Problem::error(
+                None,
+                at,
+                format!("retry_on \"{entry}\" is not an outcome ballast knows"),
+                help,
+            ));
+        }
+    }
+    out
+}
+
+/// R-RES-RE-X4: no retries beside the one composition.
+fn client_retries(name: &str, sys: &System) -> Vec<Problem> {
+    match sys.client.as_ref().and_then(|c| c.retries) {
+        Some(n) if n > 0 => vec![Problem::error(
+            Some(Rule::ReX4),
+            system_path(name, &["client", "retries"]),
+            format!("the HTTP client would retry {n} more time(s) on its own, outside the policy: it keeps retrying while the breaker is open and multiplies max_attempts"),
+            "set `retries = 0` (or remove it) and let [retry] do the retrying",
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// R-RES-CB-1 / R-RES-RE-2: the composition order is fixed; `order` is
+/// accepted only to explain that.
+fn order(name: &str, sys: &System) -> Vec<Problem> {
+    let Some(order) = &sys.order else { return Vec::new() };
+    let at = system_path(name, &["order"]);
+    let fixed = ORDER.map(|s| format!("\"{s}\"")).join(" → ");
+    if let Some(unknown) = order.iter().find(|s| !ORDER.contains(&s.as_str())) {
+        return vec![Problem::error(
+            None,
+            at,
+            format!("`order` names \"{unknown}\", which is not a stage of the composition"),
+            format!("remove `order`: the composition is always {fixed}"),
+        )];
+    }
+    let pos = |stage: &str| order.iter().position(|s| s == stage);
+    if let (Some(retry), Some(breaker)) = (pos("retry"), pos("breaker")) {
+        if breaker < retry {
+            return vec![Problem::error(
+                Some(Rule::Cb1),
+                at,
+                "`order` puts the circuit breaker outside retry: it would see only final outcomes, not each failed attempt".into(),
+                format!("remove `order`: the composition is always {fixed}, from the outside in"),
+            )];
+        }
+    }
+    if order.iter().map(String::as_str).eq(ORDER) {
+        return vec![Problem::at(
+            Some(Rule::Re2),
+            Severity::Note,
+            at,
+            "`order` repeats the fixed composition order; it is not a setting".into(),
+            "remove `order`; nothing changes",
+        )];
+    }
+    vec![Problem::error(
+        Some(Rule::Re2),
+        at,
+        format!("`order` [{}] differs from the one composition ballast has", order.join(", ")),
+        format!("remove `order`: the composition is always {fixed}, from the outside in"),
+    )]
+}
+
+/// R-RES-RE-1 (note): without deduplication by key, only reads are retried.
+fn writes_need_dedup(name: &str, sys: &System) -> Vec<Problem> {
+    let retries = sys.retry.as_ref().is_some_and(|r| r.max_attempts.unwrap_or(3) > 1);
+    if !retries || sys.dedupes_by_key == Some(true) {
+        return Vec::new();
+    }
+    let at = if sys.dedupes_by_key.is_some() {
+        system_path(name, &["dedupes_by_key"])
+    } else {
+        system_path(name, &["retry"])
+    };
+    vec![Problem::at(
+        Some(Rule::Re1),
+        Severity::Note,
+        at,
+        format!("`{name}` does not deduplicate by key: writes to this system will never be retried, only reads"),
+        "if its contract guarantees deduplication by Idempotency-Key, set `dedupes_by_key = true` and `key_ttl`",
+    )]
+}
+
+/// R-RES-RE-1: the system must remember a key for longer than a keyed write
+/// can still be retried — in memory, then in the durable queue.
+fn key_outlives_retries(file: &File, name: &str, sys: &System, window: Duration) -> Vec<Problem> {
+    if sys.dedupes_by_key != Some(true) {
+        return Vec::new();
+    }
+    let needed = required_key_ttl(file, window);
+    let how = match &file.queue {
+        Some(_) => "the in-memory window and the whole durable schedule",
+        None => "the in-memory window (there is no [queue])",
+    };
+    match sys.key_ttl.map(|d| d.get()) {
+        None => vec![Problem::at(
+            Some(Rule::Re1),
+            Severity::Warning,
+            system_path(name, &["dedupes_by_key"]),
+            format!("`{name}` dedupes by key but `key_ttl` is not declared, so nobody can check that a key outlives its retries ({})", display(needed)),
+            format!("add `key_ttl` from the system's contract; it must exceed {}", display(needed)),
+        )],
+        Some(ttl) if ttl < needed => vec![Problem::error(
+            Some(Rule::Re1),
+            system_path(name, &["key_ttl"]),
+            format!(
+                "key_ttl {} is shorter than the longest time a keyed write can still be retried, {} ({how}): a late retry would be applied twice",
+                display(ttl),
+                display(needed)
+            ),
+            "lower [queue] max_attempts or the policy's window, or confirm a longer key TTL with the system; `ballast explain` shows the schedule",
+        )],
+        Some(_) => Vec::new(),
+    }
+}
+
+/// The longest time a keyed write may still be retried: see [`DurableSchedule::key_lifetime`].
+pub(crate) fn required_key_ttl(file: &File, window: Duration) -> Duration {
+    file.queue.as_ref().map_or(window, |q| DurableSchedule::from_section(q).key_lifetime(window))
+}
+
+/// Plain ranges of the keys the core does not see (no rule id).
+fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let zero = |key: &[&str], what: &str, help: &str| {
+        Problem::error(None, system_path(name, key), format!("`{}` is zero: {what}", key.join(".")), help)
+    };
+    if sys.key_ttl.is_some_and(|d| d.get().is_zero()) {
+        out.push(zero(
+            &["key_ttl"],
+            "the system would forget every key at once",
+            "use the TTL from the system's contract, e.g. \"24h\"",
+        ));
+    }
+    if let Some(t) = &sys.timeout {
+        if t.connect.is_some_and(|d| d.get().is_zero()) {
+            out.push(zero(&["timeout", "connect"], "no connection could be made", "use e.g. \"1s\""));
+        }
+        if t.read.is_some_and(|d| d.get().is_zero()) {
+            out.push(zero(
+                &["timeout", "read"],
+                "no response could be read",
+                "use e.g. \"5s\", or leave it out",
+            ));
+        }
+    }
+    if let Some(url) = &sys.base_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() <= "https://".len() {
+            out.push(Problem::error(
+                None,
+                system_path(name, &["base_url"]),
+                format!("base_url \"{url}\" is not an http:// or https:// URL"),
+                "write the full URL, e.g. \"https://api.example.com\"",
+            ));
+        }
+    }
+    if let Some(h) = &sys.idempotency_header {
+        let token =
+            !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !token {
+            out.push(Problem::error(
+                None,
+                system_path(name, &["idempotency_header"]),
+                format!("idempotency_header \"{h}\" is not a valid HTTP header name"),
+                "use e.g. \"Idempotency-Key\"",
+            ));
+        }
+    }
+    out
+}
+
+/// The `[queue]` section's ranges.
+pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
+    let at = |key: &str| vec!["queue".to_owned(), key.to_owned()];
+    let mut out = Vec::new();
+    match q.url.as_deref() {
+        None => out.push(Problem::error(
+            None,
+            at("url"),
+            "`url` is missing from [queue]".into(),
+            "add e.g. `url = \"sqlite://ballast.db\"` or `url = \"postgres://…\"`",
+        )),
+        Some(url) if !["sqlite:", "postgres://", "postgresql://"].iter().any(|p| url.starts_with(p)) => out
+            .push(Problem::error(
+                None,
+                at("url"),
+                format!("queue url \"{url}\" is neither sqlite: nor postgres://"),
+                "use e.g. \"sqlite://ballast.db\" or \"postgres://user@host/db\"",
+            )),
+        Some(_) => {}
+    }
+    if q.poll_interval.is_some_and(|d| d.get().is_zero()) {
+        out.push(Problem::error(
+            None,
+            at("poll_interval"),
+            "`poll_interval` is zero: workers would poll the database in a busy loop".into(),
+            "use e.g. \"5s\"",
+        ));
+    }
+    match q.max_attempts {
+        Some(0) => out.push(Problem::error(
+            None,
+            at("max_attempts"),
+            "`max_attempts` is 0: it counts the first attempt, so no task would ever run".into(),
+            "use 10, the guide's value (R-RES-RE-5)",
+        )),
+        Some(n) if n > i32::MAX as u64 => out.push(Problem::error(
+            None,
+            at("max_attempts"),
+            format!("`max_attempts` {n} is larger than the queue can store"),
+            "use 10, the guide's value (R-RES-RE-5)",
+        )),
+        _ => {}
+    }
+    out
+}

@@ -1,0 +1,195 @@
+//! Behaviour of the loader, the checker and the explainer on files: one bad
+//! fixture per rule, the shipped example, output snapshots, and a property
+//! test that random and mutated documents never panic.
+
+use ballast_config::{report, Config};
+use proptest::prelude::*;
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/ballast.toml");
+
+/// `(rule id or "", severity, line, column)` of every finding of `fixture`.
+fn findings(fixture: &str) -> Vec<(String, String, usize, usize)> {
+    let config = Config::load(format!("tests/fixtures/{fixture}")).expect("fixture loads");
+    config
+        .lint()
+        .into_iter()
+        .map(|f| {
+            let at = f.location.expect("located");
+            (
+                f.rule.map(|r| r.id().to_owned()).unwrap_or_default(),
+                f.severity.to_string(),
+                at.line,
+                at.column,
+            )
+        })
+        .collect()
+}
+
+fn expect(fixture: &str, rule: &str, severity: &str, line: usize, column: usize) {
+    let got = findings(fixture);
+    let want = (rule.to_owned(), severity.to_owned(), line, column);
+    assert!(got.contains(&want), "{fixture}: expected {want:?} among {got:?}");
+}
+
+#[test]
+fn one_fixture_per_rule_names_the_rule_and_the_value() {
+    expect("re3.toml", "R-RES-RE-3", "error", 2, 16);
+    expect("re4_error.toml", "R-RES-RE-4", "error", 1, 15);
+    expect("re4_warning.toml", "R-RES-RE-4", "warning", 2, 15);
+    expect("x3_backoff.toml", "R-RES-RE-X3", "error", 3, 11);
+    expect("x3_zero.toml", "R-RES-RE-X3", "error", 3, 15);
+    expect("x2.toml", "R-RES-RE-X2", "error", 3, 20);
+    expect("x4.toml", "R-RES-RE-X4", "error", 5, 11);
+    expect("cb1.toml", "R-RES-CB-1", "error", 2, 9);
+    expect("re2_order.toml", "R-RES-RE-2", "error", 2, 9);
+    expect("re1_note.toml", "R-RES-RE-1", "note", 2, 18);
+    expect("re1_ttl.toml", "R-RES-RE-1", "error", 7, 11);
+    expect("range.toml", "", "error", 3, 13);
+    expect("range_limit.toml", "", "error", 2, 9);
+}
+
+#[test]
+fn the_issue_example_gets_the_window_warning_and_no_error() {
+    // The note: dedupes_by_key is not declared, so only reads are retried.
+    assert_eq!(
+        findings("re4_warning.toml"),
+        vec![("R-RES-RE-4".into(), "warning".into(), 2, 15), ("R-RES-RE-1".into(), "note".into(), 2, 15)]
+    );
+}
+
+#[test]
+fn unknown_keys_are_refused_with_a_suggestion() {
+    let err = Config::load("tests/fixtures/unknown_key.toml").unwrap_err();
+    let found = err.findings();
+    assert_eq!(found.len(), 1);
+    let at = found[0].location.unwrap();
+    assert_eq!((at.line, at.column), (3, 1));
+    assert!(found[0].help.contains("did you mean `retry_on`?"), "{}", found[0].help);
+}
+
+#[test]
+fn wrong_types_and_bad_syntax_are_located() {
+    let err = Config::parse("t.toml", "[systems.sber.timeout]\nattempt = \"5 parsecs\"\n").unwrap_err();
+    let f = &err.findings()[0];
+    assert_eq!(f.location.map(|l| (l.line, l.column)), Some((2, 11)));
+    assert!(f.message.contains("systems.sber.timeout.attempt"), "{}", f.message);
+
+    let err = Config::parse("t.toml", "[systems.sber\nx = 1\n").unwrap_err();
+    assert_eq!(err.findings()[0].location.map(|l| l.line), Some(1));
+}
+
+#[test]
+fn the_shipped_example_is_clean_and_builds() {
+    let config = Config::load(EXAMPLE).expect("example loads");
+    assert_eq!(config.lint(), vec![], "examples/ballast.toml must lint clean");
+    let policies = config.policies().expect("every policy builds");
+    assert_eq!(policies.len(), 3);
+    assert_eq!(policies["sber"].retry().max_attempts(), 3);
+    assert!(policies["sber"].worst_case() <= ballast::WINDOW_WARNING);
+    let queue = config.queue().expect("queue settings");
+    assert_eq!(queue.max_attempts, 10);
+}
+
+#[test]
+fn a_system_with_errors_is_not_built() {
+    let config = Config::load("tests/fixtures/re3.toml").unwrap();
+    match config.policy("sber").unwrap_err() {
+        ballast_config::ConfigError::Refused { findings, .. } => {
+            assert!(findings.iter().any(|f| f.rule == Some(ballast::Rule::Re3)), "{findings:?}")
+        }
+        other => panic!("expected Refused, got {other}"),
+    }
+    let err = config.policy("sbr").unwrap_err().to_string();
+    assert!(err.contains("did you mean `sber`"), "{err}");
+}
+
+fn snapshot(name: &str, actual: &str) {
+    let path = format!("{}/tests/snapshots/{name}", env!("CARGO_MANIFEST_DIR"));
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(actual, expected, "snapshot {name} differs; rerun with BLESS=1 to accept");
+}
+
+#[test]
+fn human_and_json_output_snapshots() {
+    let config = Config::load("tests/fixtures/bad.toml").unwrap();
+    let findings = config.lint();
+    snapshot("bad.human.txt", &report::human(&findings, Some(config.source())));
+    snapshot("bad.json", &report::json(&findings));
+
+    let err = Config::load("tests/fixtures/unknown_key.toml").unwrap_err();
+    snapshot("unknown_key.human.txt", &report::human(&err.findings(), err.input()));
+}
+
+#[test]
+fn explain_snapshot_of_the_example() {
+    let config = Config::load("../../examples/ballast.toml").unwrap();
+    snapshot("example.explain.txt", &config.explain(None).unwrap().to_string());
+    assert!(config.explain(Some("nope")).is_err());
+}
+
+/// Values that stress the loader: wrong types, extremes, odd units.
+fn value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("0".to_owned()),
+        Just("-1".to_owned()),
+        Just("1e308".to_owned()),
+        Just("nan".to_owned()),
+        Just("inf".to_owned()),
+        Just("18446744073709551615".to_owned()),
+        Just("9223372036854775807".to_owned()),
+        Just("\"18446744073709551615d\"".to_owned()),
+        Just("\"0ms\"".to_owned()),
+        Just("\"999999999h\"".to_owned()),
+        Just("true".to_owned()),
+        Just("[]".to_owned()),
+        Just("{}".to_owned()),
+        Just("[\"4xx\", \"all\"]".to_owned()),
+        Just("\"consecutive\"".to_owned()),
+        Just("\"sampling\"".to_owned()),
+        any::<u32>().prop_map(|n| n.to_string()),
+        any::<f64>().prop_map(|f| format!("{f:?}")),
+        "[a-z0-9\"]{0,8}",
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn random_text_never_panics(text in "\\PC{0,200}") {
+        if let Ok(config) = Config::parse("random.toml", text) {
+            let _ = config.lint();
+            let _ = config.explain(None);
+            let _ = config.policies();
+        }
+    }
+
+    #[test]
+    fn mutated_example_never_panics(line in 0usize..120, val in value(), cut in 0usize..4000, ch in any::<char>()) {
+        let example = std::fs::read_to_string(EXAMPLE).unwrap();
+        let mut lines: Vec<String> = example.lines().map(str::to_owned).collect();
+        // Replace one key's value ...
+        let i = line % lines.len();
+        if let Some(eq) = lines[i].find(" = ") {
+            let key = lines[i][..eq].to_owned();
+            lines[i] = format!("{key} = {val}");
+        }
+        let mut text = lines.join("\n");
+        // ... and insert one character somewhere.
+        let at = (0..=cut.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.insert(at, ch);
+        for doc in [lines.join("\n"), text] {
+            if let Ok(config) = Config::parse("mutated.toml", doc) {
+                let findings = config.lint();
+                let _ = report::human(&findings, Some(config.source()));
+                let _ = report::json(&findings);
+                let _ = config.explain(None).map(|e| e.to_string());
+                let _ = config.policies();
+                let _ = config.queue();
+            }
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Everything that can go wrong talking to an external system, each error
+//! carrying the class the adapter gave it (R-RES-RE-X2).
+
+use std::time::Duration;
+
+use ballast::{Class, Classification, Classify};
+use http::{Method, StatusCode};
+
+use crate::{Response, TransportKind};
+
+/// An HTTP call or an [`HttpSystem`](crate::HttpSystem) setting that failed.
+///
+/// Errors of a call reach the caller inside [`ballast::Failure`], which says
+/// how many attempts ran and why no further one was made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// The system answered with a 4xx or 5xx status. The response is kept so
+    /// the adapter can map it to a domain error.
+    #[error("{}", status_message(*status, *class))]
+    Status {
+        /// The status.
+        status: StatusCode,
+        /// Transient (5xx and opted-in 408/429/409) or permanent.
+        class: Class,
+        /// The wait the server asked for in `Retry-After`, if any.
+        retry_after: Option<Duration>,
+        /// The whole response, body included (boxed: it is large and errors
+        /// should be small).
+        response: Box<Response>,
+    },
+    /// The request did not get a complete response.
+    #[error("{} ({}): {source}", transport_message(*kind), class.as_str())]
+    Transport {
+        /// What went wrong below HTTP.
+        kind: TransportKind,
+        /// Its class under the system's [`RetryOn`](crate::RetryOn).
+        class: Class,
+        /// reqwest's error, with hyper's and the OS's underneath.
+        source: reqwest::Error,
+    },
+    /// `read` was given a request that may have a side effect.
+    #[error(
+        "{method} is not a read: only GET, HEAD, OPTIONS and POSTs built with Request::post_query may be \
+         retried as reads (R-RES-RE-1); send writes with write(&key, ..) or write_once(..)"
+    )]
+    NotARead {
+        /// The request's method.
+        method: Method,
+    },
+    /// The request could not be built (path, query, header or JSON body).
+    #[error("invalid request: {reason}; it was not sent")]
+    InvalidRequest {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The system's base URL is unusable.
+    #[error("invalid base URL {url:?}: {reason}; use an absolute http:// or https:// URL")]
+    InvalidBaseUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The policy given to the builder belongs to another system.
+    #[error(
+        "the policy is named {policy:?} but the system is {system:?}: build the policy with \
+         Policy::builder({system:?}) so metrics, spans and readiness agree"
+    )]
+    NameMismatch {
+        /// The system's name.
+        system: String,
+        /// The policy's name.
+        policy: String,
+    },
+    /// A client timeout that could never fire, or that is zero.
+    #[error(
+        "the {which} timeout is {timeout:?} but the policy's attempt timeout is {attempt:?}: it must be \
+         above zero and at most the attempt timeout (connect ≤ read ≤ attempt ≤ total)"
+    )]
+    TimeoutHierarchy {
+        /// `"connect"` or `"read"`.
+        which: &'static str,
+        /// The value given.
+        timeout: Duration,
+        /// The policy's attempt timeout.
+        attempt: Duration,
+    },
+    /// The idempotency header name is not a valid header name.
+    #[error("invalid idempotency header name {name:?}: use a token such as \"Idempotency-Key\"")]
+    InvalidHeaderName {
+        /// The name given.
+        name: String,
+    },
+    /// The default policy could not be built.
+    #[error(transparent)]
+    Policy(#[from] ballast::BuildError),
+    /// reqwest could not build the client (e.g. TLS setup).
+    #[error("could not build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+impl HttpError {
+    /// The status, when the system answered with an error status.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            HttpError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The error response, to map to a domain error.
+    pub fn response(&self) -> Option<&Response> {
+        match self {
+            HttpError::Status { response, .. } => Some(response),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn invalid(reason: impl std::fmt::Display) -> Self {
+        HttpError::InvalidRequest { reason: reason.to_string() }
+    }
+}
+
+impl Classify for HttpError {
+    fn classify(&self) -> Classification {
+        match self {
+            HttpError::Status { class: Class::Transient, retry_after: Some(after), .. } => {
+                Classification::transient().with_retry_after(*after)
+            }
+            HttpError::Status { class: Class::Transient, .. }
+            | HttpError::Transport { class: Class::Transient, .. } => Classification::transient(),
+            _ => Classification::permanent(),
+        }
+    }
+}
+
+pub(crate) fn status_message(status: StatusCode, class: Class) -> String {
+    match class {
+        Class::Permanent if status.is_client_error() => format!(
+            "the system refused the request with {status}: a contract error, not retried (R-RES-RE-X2); \
+             map the response to a domain error"
+        ),
+        Class::Permanent => format!(
+            "the system answered {status}, which this system's retry_on does not list as transient; \
+             not retried"
+        ),
+        Class::Transient => format!(
+            "the system answered {status}: transient, retried only for reads and keyed writes to a \
+             deduplicating system (R-RES-RE-1)"
+        ),
+    }
+}
+
+pub(crate) fn transport_message(kind: TransportKind) -> &'static str {
+    match kind {
+        TransportKind::Connect => "could not connect (nothing was sent)",
+        TransportKind::ConnectTimeout => "connect timeout (nothing was sent)",
+        TransportKind::ReadTimeout => {
+            "read timeout: the system went silent; the request may have been applied"
+        }
+        TransportKind::Reset => "connection reset: the request may have been applied",
+        TransportKind::Incomplete => "incomplete response: the request may have been applied",
+        TransportKind::Other => "transport error",
+    }
+}

@@ -1,0 +1,217 @@
+//! A tower [`Layer`] that puts any `Service<http::Request<B>>` behind a
+//! [`Policy`], choosing the entry point per request (R-RES-RE-1): a safe
+//! method is a read, a request carrying a [`RequestKey`] extension is a keyed
+//! write, anything else is a write made once.
+
+use std::error::Error as StdError;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Policy};
+use http::header::HeaderName;
+use tower::{Layer, Service};
+
+use crate::classify::{self, TransportKind};
+use crate::error::{status_message, transport_message};
+use crate::request::is_safe;
+use crate::route::{Route, Router};
+use crate::RetryOn;
+
+/// A boxed error, as tower services commonly return.
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// The request extension that makes a request a keyed write: insert it with
+/// `request.extensions_mut().insert(RequestKey(key))`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestKey(pub IdempotencyKey);
+
+/// Applies a [`Policy`] to a tower service, choosing the entry point per
+/// request (R-RES-RE-1): a safe method (GET, HEAD, OPTIONS) is a read, a
+/// request carrying a [`RequestKey`] extension is a keyed write, anything else
+/// is a write made once.
+///
+/// The inner service is cloned for each attempt and the request too, so the
+/// request body type must be `Clone` (a buffered body such as `String`,
+/// `Bytes` or `Full<Bytes>`). A 4xx or 5xx response is an error classified by
+/// [`RetryOn`], as for [`HttpSystem`](crate::HttpSystem).
+///
+/// ```
+/// use ballast::Policy;
+/// use ballast_http::PolicyLayer;
+/// use tower::Layer;
+///
+/// let layer = PolicyLayer::new(Policy::builder("crm").build().unwrap()).dedupes_by_key(true);
+/// let service = layer.layer(tower::service_fn(|_req: http::Request<String>| async {
+///     Ok::<_, std::io::Error>(http::Response::new(String::from("ok")))
+/// }));
+/// # let _ = service;
+/// ```
+#[derive(Debug, Clone)]
+pub struct PolicyLayer {
+    policy: Policy,
+    dedupes_by_key: bool,
+    header: HeaderName,
+    retry_on: RetryOn,
+}
+
+impl PolicyLayer {
+    /// A layer with `policy`, no deduplication by key, the `Idempotency-Key`
+    /// header and the default [`RetryOn`].
+    pub fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            dedupes_by_key: false,
+            header: HeaderName::from_static("idempotency-key"),
+            retry_on: RetryOn::default(),
+        }
+    }
+
+    /// Whether the service deduplicates writes by key; see
+    /// [`HttpSystemBuilder::dedupes_by_key`](crate::HttpSystemBuilder::dedupes_by_key).
+    pub fn dedupes_by_key(mut self, yes: bool) -> Self {
+        self.dedupes_by_key = yes;
+        self
+    }
+
+    /// The header keyed writes carry their key in.
+    pub fn idempotency_header(mut self, name: HeaderName) -> Self {
+        self.header = name;
+        self
+    }
+
+    /// Which outcome classes are transient.
+    pub fn retry_on(mut self, retry_on: RetryOn) -> Self {
+        self.retry_on = retry_on;
+        self
+    }
+}
+
+impl<S> Layer<S> for PolicyLayer {
+    type Service = PolicyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        let router =
+            Router::new(self.policy.clone(), self.dedupes_by_key, self.header.clone(), self.retry_on);
+        PolicyService { inner, router: Arc::new(router) }
+    }
+}
+
+/// A service behind a [`Policy`]; made by [`PolicyLayer`].
+#[derive(Debug, Clone)]
+pub struct PolicyService<S> {
+    inner: S,
+    router: Arc<Router>,
+}
+
+/// Why one attempt through a [`PolicyService`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError<B> {
+    /// The service answered with a 4xx or 5xx status.
+    #[error("{}", status_message(response.status(), *class))]
+    Status {
+        /// Its class under the layer's [`RetryOn`].
+        class: Class,
+        /// The wait the server asked for in `Retry-After`, if any.
+        retry_after: Option<Duration>,
+        /// The response, to map to a domain error.
+        response: http::Response<B>,
+    },
+    /// The service returned an error.
+    #[error("{} ({}): {source}", transport_message(*kind), class.as_str())]
+    Service {
+        /// What its source chain says went wrong.
+        kind: TransportKind,
+        /// Its class under the layer's [`RetryOn`].
+        class: Class,
+        /// The service's error.
+        source: BoxError,
+    },
+    /// The request was refused before any attempt.
+    #[error("invalid request: {reason}; it was not sent")]
+    InvalidRequest {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl<B> Classify for ServiceError<B> {
+    fn classify(&self) -> Classification {
+        match self {
+            ServiceError::Status { class: Class::Transient, retry_after, .. } => {
+                let c = Classification::transient();
+                retry_after.map_or(c, |after| c.with_retry_after(after))
+            }
+            ServiceError::Service { class: Class::Transient, .. } => Classification::transient(),
+            _ => Classification::permanent(),
+        }
+    }
+}
+
+type Outcome<RB> = Result<http::Response<RB>, Failure<ServiceError<RB>>>;
+
+impl<S, B, RB> Service<http::Request<B>> for PolicyService<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<RB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Clone + Send + Sync + 'static,
+    RB: Send + 'static,
+{
+    type Response = http::Response<RB>;
+    type Error = Failure<ServiceError<RB>>;
+    type Future = Pin<Box<dyn Future<Output = Outcome<RB>> + Send>>;
+
+    /// Always ready: each attempt waits for its own clone of the inner
+    /// service, inside the bulkhead and the attempt timeout.
+    fn poll_ready(&mut self, _cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        let inner = self.inner.clone();
+        let router = self.router.clone();
+        Box::pin(async move {
+            let key = request.extensions().get::<RequestKey>().map(|k| k.0.clone());
+            let route = match &key {
+                _ if is_safe(request.method()) => Route::Read,
+                Some(key) => Route::Keyed(key),
+                None => Route::Once,
+            };
+            if let Err(e) = router.set_key(route, request.headers_mut()) {
+                let error = ServiceError::InvalidRequest { reason: e.to_string() };
+                let stop = ballast::StopReason::Permanent;
+                return Err(Failure::Operation { error, class: Class::Permanent, attempts: 0, stop });
+            }
+            let keyed_write = router.keyed_write(route);
+            let retry_on = router.retry_on;
+            let request = &request;
+            router
+                .run(route, move |_ctx| {
+                    let mut service = inner.clone();
+                    let request = request.clone();
+                    async move {
+                        let failed = |e: S::Error| service_error(e.into(), retry_on);
+                        poll_fn(|cx| service.poll_ready(cx)).await.map_err(failed)?;
+                        let response = service.call(request).await.map_err(failed)?;
+                        let status = response.status();
+                        if status.is_client_error() || status.is_server_error() {
+                            let class = retry_on.status_class(status, keyed_write);
+                            let retry_after = classify::retry_after(response.headers());
+                            return Err(ServiceError::Status { class, retry_after, response });
+                        }
+                        Ok(response)
+                    }
+                })
+                .await
+        })
+    }
+}
+
+fn service_error<B>(source: BoxError, retry_on: RetryOn) -> ServiceError<B> {
+    let kind = TransportKind::of(source.as_ref());
+    ServiceError::Service { kind, class: retry_on.transport_class(kind), source }
+}

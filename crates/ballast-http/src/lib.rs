@@ -1,0 +1,64 @@
+//! # ballast-http — one HTTP client and one policy per external system
+//!
+//! Talk HTTP to a payment gateway, a CRM or an SMS provider without ever
+//! repeating a side effect by accident. Each external system gets an
+//! [`HttpSystem`]: its own reqwest client and connection pool (rustls), with
+//! the client's own retries and redirects off (R-RES-RE-X4), connect and read
+//! timeouts under the [`Policy`](ballast::Policy)'s attempt and total timeouts,
+//! and outcomes classified at the adapter ([`RetryOn`], R-RES-RE-X2):
+//!
+//! - [`HttpSystem::read`] — GET, HEAD, OPTIONS or a [`Request::post_query`]:
+//!   retried on transient failures;
+//! - [`HttpSystem::write`] — sends the `Idempotency-Key` header; retried only if
+//!   the system [deduplicates by key](HttpSystemBuilder::dedupes_by_key),
+//!   otherwise one attempt (R-RES-RE-1);
+//! - [`HttpSystem::write_once`] — exactly one attempt (R-RES-RE-X1), the only
+//!   entry point that takes a [`StreamingRequest`].
+//!
+//! [`PolicyLayer`] does the same for any tower service; [`metrics`] exports
+//! Prometheus metrics and [`Health`] derives readiness from breaker states.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use ballast::{Breaker, Bulkhead, IdempotencyKey, Policy, Retry, Timeout};
+//! use ballast_http::{metrics::SystemMetrics, HttpSystem, Request};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let policy = Policy::builder("sber")
+//!     .retry(Retry::attempts(3))
+//!     .breaker(Breaker::count(0.5, 50).half_open_after(Duration::from_secs(30)))
+//!     .bulkhead(Bulkhead::new(8))
+//!     .timeout(Timeout::aggressive(Duration::from_secs(5)))
+//!     .listener(SystemMetrics::register("sber"))
+//!     .build()?;
+//! let sber = HttpSystem::builder("sber", "https://gateway.example/api/")
+//!     .policy(policy)
+//!     .dedupes_by_key(true) // the gateway's contract: keys kept 24 h
+//!     .critical(true)
+//!     .build()?;
+//!
+//! let key = IdempotencyKey::v5("order-42", "register-payment"); // stored with the order
+//! let paid = sber.write(&key, Request::post("payments").json(&serde_json::json!({ "amount": 100 }))).await?;
+//! println!("{}", paid.status());
+//! # Ok(()) }
+//! ```
+//!
+//! The classification table is in the [`classify`] module's documentation.
+
+pub mod classify;
+mod error;
+mod health;
+mod layer;
+pub mod metrics;
+mod request;
+mod response;
+mod route;
+mod system;
+
+pub use classify::{RetryOn, TransportKind, UnknownClass};
+pub use error::HttpError;
+pub use health::{Health, HealthReport, SystemHealth};
+pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
+pub use request::{OnceRequest, Request, StreamingRequest};
+pub use response::Response;
+pub use system::{HttpSystem, HttpSystemBuilder};

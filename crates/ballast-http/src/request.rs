@@ -1,0 +1,238 @@
+//! Requests: a buffered [`Request`] whose body every attempt can resend, and a
+//! [`StreamingRequest`] that can be sent only once, so only
+//! [`HttpSystem::write_once`](crate::HttpSystem::write_once) takes it.
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::{HeaderMap, Method};
+
+use crate::HttpError;
+
+/// What both request types share: method, path, query and headers, plus the
+/// first mistake made while building, reported when the request is sent.
+#[derive(Debug, Clone)]
+pub(crate) struct Head {
+    pub(crate) method: Method,
+    pub(crate) path: String,
+    pub(crate) query: Vec<(String, String)>,
+    pub(crate) headers: HeaderMap,
+    pub(crate) invalid: Option<String>,
+}
+
+impl Head {
+    fn new(method: Method, path: &str) -> Self {
+        Self { method, path: path.to_owned(), query: Vec::new(), headers: HeaderMap::new(), invalid: None }
+    }
+
+    fn header<K, V>(&mut self, name: K, value: V)
+    where
+        K: TryInto<HeaderName>,
+        K::Error: std::fmt::Display,
+        V: TryInto<HeaderValue>,
+        V::Error: std::fmt::Display,
+    {
+        match (name.try_into(), value.try_into()) {
+            (Ok(name), Ok(value)) => {
+                self.headers.append(name, value);
+            }
+            (Err(e), _) => self.fail(format!("header name: {e}")),
+            (_, Err(e)) => self.fail(format!("header value: {e}")),
+        }
+    }
+
+    fn query(&mut self, pairs: &[(&str, &str)]) {
+        self.query.extend(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    }
+
+    fn fail(&mut self, reason: String) {
+        self.invalid.get_or_insert(reason);
+    }
+
+    pub(crate) fn check(&self) -> Result<(), HttpError> {
+        self.invalid.as_ref().map_or(Ok(()), |reason| Err(HttpError::invalid(reason)))
+    }
+}
+
+/// A request with a buffered body, so every attempt sends the same bytes.
+///
+/// `path` is relative to the system's base URL; put query parameters in
+/// [`query`](Request::query), not in the path.
+///
+/// ```
+/// use ballast_http::Request;
+///
+/// let lookup = Request::get("orders/42").query(&[("expand", "items")]);
+/// let pay = Request::post("payments").json(&serde_json::json!({ "order": 42, "amount": 100 }));
+/// let search = Request::post_query("orders/search").json(&serde_json::json!({ "status": "paid" }));
+/// # let _ = (lookup, pay, search);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub(crate) head: Head,
+    pub(crate) body: Bytes,
+    query_endpoint: bool,
+}
+
+impl Request {
+    /// A request with any method.
+    pub fn new(method: Method, path: &str) -> Self {
+        Self { head: Head::new(method, path), body: Bytes::new(), query_endpoint: false }
+    }
+
+    /// A GET.
+    pub fn get(path: &str) -> Self {
+        Self::new(Method::GET, path)
+    }
+
+    /// A HEAD.
+    pub fn head(path: &str) -> Self {
+        Self::new(Method::HEAD, path)
+    }
+
+    /// An OPTIONS.
+    pub fn options(path: &str) -> Self {
+        Self::new(Method::OPTIONS, path)
+    }
+
+    /// A POST (a write).
+    pub fn post(path: &str) -> Self {
+        Self::new(Method::POST, path)
+    }
+
+    /// A POST to a query endpoint that has no side effect (a search with a
+    /// body too large for a URL): the one POST that
+    /// [`HttpSystem::read`](crate::HttpSystem::read) accepts and retries.
+    pub fn post_query(path: &str) -> Self {
+        Self { query_endpoint: true, ..Self::post(path) }
+    }
+
+    /// A PUT (a write).
+    pub fn put(path: &str) -> Self {
+        Self::new(Method::PUT, path)
+    }
+
+    /// A PATCH (a write).
+    pub fn patch(path: &str) -> Self {
+        Self::new(Method::PATCH, path)
+    }
+
+    /// A DELETE (a write).
+    pub fn delete(path: &str) -> Self {
+        Self::new(Method::DELETE, path)
+    }
+
+    /// Adds a header. An invalid name or value fails the call, unsent.
+    pub fn header<K, V>(mut self, name: K, value: V) -> Self
+    where
+        K: TryInto<HeaderName>,
+        K::Error: std::fmt::Display,
+        V: TryInto<HeaderValue>,
+        V::Error: std::fmt::Display,
+    {
+        self.head.header(name, value);
+        self
+    }
+
+    /// Adds query parameters.
+    pub fn query(mut self, pairs: &[(&str, &str)]) -> Self {
+        self.head.query(pairs);
+        self
+    }
+
+    /// Sets the body.
+    pub fn body(mut self, body: impl Into<Bytes>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Sets a JSON body and `Content-Type: application/json`. A value that
+    /// cannot be serialized fails the call, unsent.
+    pub fn json<T: serde::Serialize + ?Sized>(mut self, value: &T) -> Self {
+        match serde_json::to_vec(value) {
+            Ok(body) => {
+                self.body = body.into();
+                self.head.headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            }
+            Err(e) => self.head.fail(format!("JSON body: {e}")),
+        }
+        self
+    }
+
+    /// The method.
+    pub fn method(&self) -> &Method {
+        &self.head.method
+    }
+
+    /// The path, relative to the base URL.
+    pub fn path(&self) -> &str {
+        &self.head.path
+    }
+
+    /// Whether this request has no side effect: GET, HEAD, OPTIONS, or a
+    /// [`post_query`](Request::post_query).
+    pub fn is_read(&self) -> bool {
+        is_safe(&self.head.method) || (self.query_endpoint && self.head.method == Method::POST)
+    }
+}
+
+/// Whether a method is safe (RFC 9110 §9.2.1) and so may be retried as a read.
+pub(crate) fn is_safe(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// A request whose body is a stream: it cannot be resent, so it is accepted
+/// only by [`HttpSystem::write_once`](crate::HttpSystem::write_once), which
+/// makes exactly one attempt (R-RES-RE-X1).
+#[derive(Debug)]
+pub struct StreamingRequest {
+    pub(crate) head: Head,
+    pub(crate) body: reqwest::Body,
+}
+
+impl StreamingRequest {
+    /// A request with any method and any body reqwest accepts (a stream needs
+    /// reqwest's `stream` feature in your own dependency on it).
+    pub fn new(method: Method, path: &str, body: impl Into<reqwest::Body>) -> Self {
+        Self { head: Head::new(method, path), body: body.into() }
+    }
+
+    /// Adds a header. An invalid name or value fails the call, unsent.
+    pub fn header<K, V>(mut self, name: K, value: V) -> Self
+    where
+        K: TryInto<HeaderName>,
+        K::Error: std::fmt::Display,
+        V: TryInto<HeaderValue>,
+        V::Error: std::fmt::Display,
+    {
+        self.head.header(name, value);
+        self
+    }
+
+    /// Adds query parameters.
+    pub fn query(mut self, pairs: &[(&str, &str)]) -> Self {
+        self.head.query(pairs);
+        self
+    }
+}
+
+/// What [`HttpSystem::write_once`](crate::HttpSystem::write_once) accepts: a
+/// buffered [`Request`] or a [`StreamingRequest`].
+#[derive(Debug)]
+pub enum OnceRequest {
+    /// A buffered request.
+    Buffered(Request),
+    /// A streaming request.
+    Streaming(StreamingRequest),
+}
+
+impl From<Request> for OnceRequest {
+    fn from(r: Request) -> Self {
+        OnceRequest::Buffered(r)
+    }
+}
+
+impl From<StreamingRequest> for OnceRequest {
+    fn from(r: StreamingRequest) -> Self {
+        OnceRequest::Streaming(r)
+    }
+}

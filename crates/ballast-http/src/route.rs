@@ -1,0 +1,102 @@
+//! Which of the policy's entry points a request takes (R-RES-RE-1), shared by
+//! [`HttpSystem`](crate::HttpSystem) and [`PolicyLayer`](crate::PolicyLayer).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use ballast::{Classify, Context, Failure, IdempotencyKey, Policy};
+use http::header::{HeaderName, HeaderValue};
+use http::HeaderMap;
+use tokio::time::Instant;
+
+use crate::metrics::CallMetrics;
+use crate::{HttpError, RetryOn};
+
+/// The kind of a call, as the caller declared it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Route<'a> {
+    /// No side effect: retried on transient failures.
+    Read,
+    /// A write carrying a key: retried only if the system deduplicates by it.
+    Keyed(&'a IdempotencyKey),
+    /// A write without a key: one attempt (R-RES-RE-X1).
+    Once,
+}
+
+/// The policy of one system and what the HTTP integration adds to it.
+#[derive(Debug)]
+pub(crate) struct Router {
+    pub(crate) policy: Policy,
+    pub(crate) dedupes_by_key: bool,
+    pub(crate) header: HeaderName,
+    pub(crate) retry_on: RetryOn,
+    metrics: CallMetrics,
+    warned: AtomicBool,
+}
+
+impl Router {
+    pub(crate) fn new(policy: Policy, dedupes_by_key: bool, header: HeaderName, retry_on: RetryOn) -> Self {
+        let metrics = CallMetrics::register(policy.name());
+        Self { policy, dedupes_by_key, header, retry_on, metrics, warned: AtomicBool::new(false) }
+    }
+
+    /// Whether a 409 on this route may mean "original still in flight": only
+    /// a keyed write to a system that deduplicates has an original.
+    pub(crate) fn keyed_write(&self, route: Route<'_>) -> bool {
+        matches!(route, Route::Keyed(_)) && self.dedupes_by_key
+    }
+
+    /// Sets the idempotency header of a keyed write, whether or not it is
+    /// retried: the system may still use it to deduplicate.
+    pub(crate) fn set_key(&self, route: Route<'_>, headers: &mut HeaderMap) -> Result<(), HttpError> {
+        if let Route::Keyed(key) = route {
+            let value = HeaderValue::from_str(key.as_str()).map_err(HttpError::invalid)?;
+            headers.insert(self.header.clone(), value);
+        }
+        Ok(())
+    }
+
+    /// Runs `op` through the entry point the route allows, counting attempts
+    /// in flight and timing the whole call.
+    pub(crate) async fn run<T, E, F, Fut>(&self, route: Route<'_>, mut op: F) -> Result<T, Failure<E>>
+    where
+        F: FnMut(Context) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        let started = Instant::now();
+        let metrics = &self.metrics;
+        let counted = |ctx| {
+            let in_flight = metrics.attempt_in_flight();
+            let attempt = op(ctx);
+            async move {
+                let _in_flight = in_flight;
+                attempt.await
+            }
+        };
+        let result = match route {
+            Route::Read => self.policy.read(counted).await,
+            Route::Keyed(key) if self.dedupes_by_key => self.policy.write(key, counted).await,
+            Route::Keyed(_) => {
+                self.warn_not_deduplicated();
+                self.policy.write_once(counted).await
+            }
+            Route::Once => self.policy.write_once(counted).await,
+        };
+        metrics.call_took(started.elapsed());
+        result
+    }
+
+    fn warn_not_deduplicated(&self) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                system = %self.policy.name(),
+                "keyed writes are sent with their {} header but attempted once: the system does not \
+                 declare that it deduplicates by key, and retrying a write needs that guarantee, not just \
+                 the header (R-RES-RE-1); set dedupes_by_key(true) if its contract keeps keys longer than \
+                 the retry window",
+                self.header,
+            );
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! One external system: its base URL, its own reqwest client and connection
+//! pool, and its policy — one composition per system (R-RES-RE-2).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ballast::{BreakerState, Class, Failure, IdempotencyKey, Policy, StopReason};
+use http::header::HeaderName;
+use http::HeaderMap;
+use reqwest::Url;
+use tracing::Instrument;
+
+use crate::classify::{self, TransportKind};
+use crate::request::{Head, OnceRequest};
+use crate::route::{Route, Router};
+use crate::{HttpError, Request, Response, RetryOn};
+
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Builds an [`HttpSystem`]; see [`HttpSystem::builder`].
+#[derive(Debug, Clone)]
+pub struct HttpSystemBuilder {
+    name: String,
+    base_url: String,
+    policy: Option<Policy>,
+    dedupes_by_key: bool,
+    header: String,
+    connect_timeout: Option<Duration>,
+    read_timeout: Option<Duration>,
+    retry_on: RetryOn,
+    critical: bool,
+}
+
+impl HttpSystemBuilder {
+    /// The system's policy: attempt and total timeouts, retry, breaker and
+    /// bulkhead (default: `Policy::builder(name).build()`). It must carry the
+    /// system's name.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Whether the system's contract deduplicates writes by idempotency key,
+    /// with a key TTL longer than the whole retry window (default false).
+    /// Without it a keyed write still sends its key but makes one attempt
+    /// (R-RES-RE-1).
+    pub fn dedupes_by_key(mut self, yes: bool) -> Self {
+        self.dedupes_by_key = yes;
+        self
+    }
+
+    /// The header keyed writes carry their key in (default `Idempotency-Key`).
+    pub fn idempotency_header(mut self, name: impl Into<String>) -> Self {
+        self.header = name.into();
+        self
+    }
+
+    /// How long to wait for a connection (default 1 s, or the policy's
+    /// attempt timeout if that is shorter).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// How long the system may stay silent while we read its response
+    /// (default: the policy's attempt timeout).
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = Some(timeout);
+        self
+    }
+
+    /// Which outcome classes are transient (default `{5xx, timeout, connect, reset}`).
+    pub fn retry_on(mut self, retry_on: RetryOn) -> Self {
+        self.retry_on = retry_on;
+        self
+    }
+
+    /// Whether the service is not ready while this system's breaker is open
+    /// (default false); see [`Health`](crate::Health).
+    pub fn critical(mut self, yes: bool) -> Self {
+        self.critical = yes;
+        self
+    }
+
+    /// Builds the system and its client, with the client's own retries and
+    /// redirects off (R-RES-RE-X4).
+    pub fn build(self) -> Result<HttpSystem, HttpError> {
+        let base = parse_base(&self.base_url)?;
+        let policy = match self.policy {
+            Some(p) => p,
+            None => Policy::builder(self.name.clone()).build()?,
+        };
+        if policy.name() != self.name {
+            return Err(HttpError::NameMismatch { system: self.name, policy: policy.name().to_owned() });
+        }
+        let header = HeaderName::from_bytes(self.header.as_bytes())
+            .map_err(|_| HttpError::InvalidHeaderName { name: self.header.clone() })?;
+        let attempt = policy.timeout().attempt();
+        let read = self.read_timeout.unwrap_or(attempt);
+        let connect = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT.min(attempt));
+        for (which, timeout) in [("connect", connect), ("read", read)] {
+            if timeout.is_zero() || timeout > attempt {
+                return Err(HttpError::TimeoutHierarchy { which, timeout, attempt });
+            }
+        }
+        // reqwest 0.12 retries HTTP/2 protocol NACKs by default; that would be
+        // a retry the breaker never sees (R-RES-RE-X4). Redirects are not
+        // followed either: a 307/308 would resend a write's body.
+        let client = reqwest::Client::builder()
+            .use_rustls_tls()
+            .retry(reqwest::retry::never())
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(connect)
+            .read_timeout(read)
+            .build()
+            .map_err(HttpError::Client)?;
+        let router = Router::new(policy, self.dedupes_by_key, header, self.retry_on);
+        Ok(HttpSystem { inner: Arc::new(Inner { base, client, router, critical: self.critical }) })
+    }
+}
+
+fn parse_base(url: &str) -> Result<Url, HttpError> {
+    let invalid = |reason: String| HttpError::InvalidBaseUrl { url: url.to_owned(), reason };
+    let base = Url::parse(url).map_err(|e| invalid(e.to_string()))?;
+    if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+        return Err(invalid(format!("scheme {:?} is not http or https", base.scheme())));
+    }
+    if base.query().is_some() || base.fragment().is_some() {
+        return Err(invalid("a base URL takes no query or fragment".into()));
+    }
+    Ok(base)
+}
+
+/// One external system: its own client and connection pool (rustls, no
+/// client-level retries, connect and read timeouts) and its [`Policy`].
+///
+/// Entry points mirror the policy's (R-RES-RE-1):
+/// [`read`](HttpSystem::read) is retried on transient failures,
+/// [`write`](HttpSystem::write) sends the idempotency key and is retried only
+/// if the system [deduplicates by key](HttpSystemBuilder::dedupes_by_key),
+/// [`write_once`](HttpSystem::write_once) makes exactly one attempt.
+///
+/// Cloning is cheap and clones share the client, the pool and the policy.
+#[derive(Debug, Clone)]
+pub struct HttpSystem {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    base: Url,
+    client: reqwest::Client,
+    router: Router,
+    critical: bool,
+}
+
+impl HttpSystem {
+    /// Starts a system named `name` (used in spans, metrics and readiness)
+    /// whose requests' paths are relative to `base_url`.
+    pub fn builder(name: impl Into<String>, base_url: &str) -> HttpSystemBuilder {
+        HttpSystemBuilder {
+            name: name.into(),
+            base_url: base_url.to_owned(),
+            policy: None,
+            dedupes_by_key: false,
+            header: "Idempotency-Key".to_owned(),
+            connect_timeout: None,
+            read_timeout: None,
+            retry_on: RetryOn::default(),
+            critical: false,
+        }
+    }
+
+    /// The system's name.
+    pub fn name(&self) -> &str {
+        self.inner.router.policy.name()
+    }
+
+    /// The system's policy.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.router.policy
+    }
+
+    /// Whether readiness depends on this system.
+    pub fn is_critical(&self) -> bool {
+        self.inner.critical
+    }
+
+    /// Whether keyed writes are retried.
+    pub fn dedupes_by_key(&self) -> bool {
+        self.inner.router.dedupes_by_key
+    }
+
+    /// The outcome classes treated as transient.
+    pub fn retry_on(&self) -> RetryOn {
+        self.inner.router.retry_on
+    }
+
+    /// The breaker's state, if the policy has a breaker.
+    pub fn breaker_state(&self) -> Option<BreakerState> {
+        self.policy().breaker().map(|b| b.state())
+    }
+
+    /// Sends a request without side effects (GET, HEAD, OPTIONS or a
+    /// [`Request::post_query`]), retried on transient failures. Any other
+    /// request is refused unsent with [`HttpError::NotARead`].
+    pub async fn read(&self, request: Request) -> Result<Response, Failure<HttpError>> {
+        if !request.is_read() {
+            return Err(unsent(HttpError::NotARead { method: request.head.method }));
+        }
+        self.send(Route::Read, request).await
+    }
+
+    /// Sends a write carrying `key` in the idempotency header — the same key
+    /// on every attempt. Retried on transient failures only if the system
+    /// deduplicates by key; otherwise one attempt (R-RES-RE-1).
+    pub async fn write(
+        &self,
+        key: &IdempotencyKey,
+        request: Request,
+    ) -> Result<Response, Failure<HttpError>> {
+        self.send(Route::Keyed(key), request).await
+    }
+
+    /// Sends a write without a key: exactly one attempt, never retried, even
+    /// on a 5xx or a reset connection (R-RES-RE-X1). The only entry point that
+    /// takes a [`StreamingRequest`](crate::StreamingRequest).
+    pub async fn write_once(&self, request: impl Into<OnceRequest>) -> Result<Response, Failure<HttpError>> {
+        match request.into() {
+            OnceRequest::Buffered(request) => self.send(Route::Once, request).await,
+            OnceRequest::Streaming(request) => {
+                let (url, headers) = match self.prepare(&request.head, Route::Once) {
+                    Ok(prepared) => prepared,
+                    Err(e) => return Err(unsent(e)),
+                };
+                let head = &request.head;
+                let mut body = Some(request.body);
+                let call = self.inner.router.run(Route::Once, |_ctx| {
+                    let builder = self.inner.client.request(head.method.clone(), url.clone());
+                    let builder = builder.headers(headers.clone());
+                    // write_once makes a single attempt, so the body is always there.
+                    let builder = body.take().map(|body| builder.body(body));
+                    async move {
+                        let builder =
+                            builder.ok_or_else(|| HttpError::invalid("a streaming body is sent once"))?;
+                        self.attempt(builder, false).await
+                    }
+                });
+                self.traced(head, call).await
+            }
+        }
+    }
+
+    async fn send(&self, route: Route<'_>, request: Request) -> Result<Response, Failure<HttpError>> {
+        let (url, headers) = match self.prepare(&request.head, route) {
+            Ok(prepared) => prepared,
+            Err(e) => return Err(unsent(e)),
+        };
+        let keyed_write = self.inner.router.keyed_write(route);
+        let (head, body) = (&request.head, &request.body);
+        let call = self.inner.router.run(route, |_ctx| {
+            let builder = self.inner.client.request(head.method.clone(), url.clone());
+            self.attempt(builder.headers(headers.clone()).body(body.clone()), keyed_write)
+        });
+        self.traced(head, call).await
+    }
+
+    /// Runs a call inside its span, recording the final status on it.
+    async fn traced(
+        &self,
+        head: &Head,
+        call: impl std::future::Future<Output = Result<Response, Failure<HttpError>>>,
+    ) -> Result<Response, Failure<HttpError>> {
+        let span = tracing::info_span!(
+            "ballast.http",
+            system = %self.name(),
+            method = %head.method,
+            path = %head.path,
+            status = tracing::field::Empty,
+        );
+        let result = call.instrument(span.clone()).await;
+        let status = match &result {
+            Ok(response) => Some(response.status()),
+            Err(failure) => failure.error().and_then(HttpError::status),
+        };
+        if let Some(status) = status {
+            span.record("status", status.as_u16());
+        }
+        result
+    }
+
+    /// The URL and headers of every attempt, or why the request cannot be sent.
+    fn prepare(&self, head: &Head, route: Route<'_>) -> Result<(Url, HeaderMap), HttpError> {
+        head.check()?;
+        let mut url = self.inner.base.clone();
+        let path = format!("{}/{}", url.path().trim_end_matches('/'), head.path.trim_start_matches('/'));
+        url.set_path(&path);
+        if !head.query.is_empty() {
+            url.query_pairs_mut().extend_pairs(&head.query);
+        }
+        let mut headers = head.headers.clone();
+        self.inner.router.set_key(route, &mut headers)?;
+        Ok((url, headers))
+    }
+
+    /// One attempt: send, read the whole body, classify the outcome.
+    async fn attempt(
+        &self,
+        request: reqwest::RequestBuilder,
+        keyed_write: bool,
+    ) -> Result<Response, HttpError> {
+        let span = tracing::debug_span!("ballast.http.attempt", status = tracing::field::Empty);
+        let retry_on = self.retry_on();
+        let transport = |source: reqwest::Error| {
+            let kind = TransportKind::of(&source);
+            HttpError::Transport { kind, class: retry_on.transport_class(kind), source }
+        };
+        async move {
+            let response = request.send().await.map_err(transport)?;
+            let status = response.status();
+            tracing::Span::current().record("status", status.as_u16());
+            let headers = response.headers().clone();
+            let body = response.bytes().await.map_err(transport)?;
+            let response = Response { status, headers, body };
+            if status.is_client_error() || status.is_server_error() {
+                let class = retry_on.status_class(status, keyed_write);
+                let retry_after = classify::retry_after(&response.headers);
+                return Err(HttpError::Status { status, class, retry_after, response: Box::new(response) });
+            }
+            Ok(response)
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// A call refused before any attempt: the request itself is wrong.
+fn unsent(error: HttpError) -> Failure<HttpError> {
+    Failure::Operation { error, class: Class::Permanent, attempts: 0, stop: StopReason::Permanent }
+}

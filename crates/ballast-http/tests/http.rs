@@ -1,0 +1,498 @@
+//! ballast-http against a real local HTTP server that can apply a write then
+//! answer 500, reset the connection, answer late, answer 4xx and answer 429
+//! with Retry-After — counting requests and side effects per key.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ballast::{
+    Backoff, Breaker, BreakerState, Failure, IdempotencyKey, Policy, PolicyBuilder, Retry, StopReason,
+    Timeout,
+};
+use ballast_http::metrics::SystemMetrics;
+use ballast_http::{
+    Health, HttpError, HttpSystem, PolicyLayer, Request, RequestKey, RetryOn, StreamingRequest, TransportKind,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// What the test server saw of one request.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    key: Option<String>,
+}
+
+/// What the test server does with one request.
+enum Action {
+    Reply(u16, &'static str),
+    ReplyWith(u16, Vec<(&'static str, String)>, &'static str),
+    Reset,
+    Late(Duration, Box<Action>),
+    /// Headers at once, then one body byte per interval: never silent long
+    /// enough for a read timeout, but slower than any attempt timeout.
+    Drip(Duration),
+}
+
+type Handler = dyn Fn(&Seen, usize) -> Action + Send + Sync;
+
+/// An HTTP/1.1 server on 127.0.0.1:0, one request per connection.
+struct Server {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Server {
+    /// `handler` gets each request and how many came before it, plus one.
+    async fn start(handler: impl Fn(&Seen, usize) -> Action + Send + Sync + 'static) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let handler: Arc<Handler> = Arc::new(handler);
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(serve(socket, log.clone(), handler.clone()));
+            }
+        });
+        Server { addr, seen }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/api/", self.addr)
+    }
+
+    fn sent(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    fn requests(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+async fn serve(mut socket: TcpStream, log: Arc<Mutex<Vec<Seen>>>, handler: Arc<Handler>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        match socket.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let mut lines = head.lines();
+    let mut request_line = lines.next().unwrap_or_default().split(' ');
+    let method = request_line.next().unwrap_or_default().to_owned();
+    let path = request_line.next().unwrap_or_default().to_owned();
+    let headers: HashMap<String, String> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    while buf.len() < head_end + length {
+        match socket.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let seen = Seen { method, path, key: headers.get("idempotency-key").cloned() };
+    let n = {
+        let mut log = log.lock().unwrap();
+        log.push(seen.clone());
+        log.len()
+    };
+    let mut action = handler(&seen, n);
+    loop {
+        match action {
+            Action::Late(wait, then) => {
+                tokio::time::sleep(wait).await;
+                action = *then;
+            }
+            Action::Reset => {
+                socket.set_zero_linger().unwrap();
+                return drop(socket);
+            }
+            Action::Drip(every) => {
+                let _ = socket.write_all(b"HTTP/1.1 200 X\r\ncontent-length: 50\r\n\r\n").await;
+                for _ in 0..50 {
+                    tokio::time::sleep(every).await;
+                    if socket.write_all(b".").await.is_err() {
+                        return;
+                    }
+                }
+                return;
+            }
+            Action::Reply(status, body) => return reply(&mut socket, status, &[], body).await,
+            Action::ReplyWith(status, headers, body) => {
+                return reply(&mut socket, status, &headers, body).await
+            }
+        }
+    }
+}
+
+async fn reply(socket: &mut TcpStream, status: u16, headers: &[(&str, String)], body: &str) {
+    let mut out = format!("HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
+    for (k, v) in headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    out.push_str(body);
+    let _ = socket.write_all(out.as_bytes()).await;
+    let _ = socket.shutdown().await;
+}
+
+fn policy(name: &str) -> PolicyBuilder {
+    Policy::builder(name)
+        .retry(Retry::attempts(3).backoff(Backoff::exponential(ms(20)).max_delay(ms(40))).without_budget())
+        .timeout(Timeout::aggressive(ms(400)))
+        .seed(7)
+}
+
+fn system(name: &str, server: &Server, policy: PolicyBuilder) -> ballast_http::HttpSystemBuilder {
+    HttpSystem::builder(name, &server.url()).policy(policy.build().unwrap())
+}
+
+fn stop<T: std::fmt::Debug>(result: Result<T, Failure<HttpError>>) -> (StopReason, u32, Failure<HttpError>) {
+    let failure = result.unwrap_err();
+    (failure.stop_reason(), failure.attempts(), failure)
+}
+
+#[tokio::test]
+async fn keyed_write_to_a_deduping_system_is_retried_and_takes_effect_once() {
+    // A deduplicating gateway: the first request applies the payment and its
+    // answer is lost (500), the second loses its connection, the third is
+    // recognised by its key and answered from the stored result.
+    let applied: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let effects = applied.clone();
+    let server = Server::start(move |seen, n| {
+        let key = seen.key.clone().unwrap_or_default();
+        let mut applied = effects.lock().unwrap();
+        let first = !applied.contains_key(&key);
+        *applied.entry(key).or_default() += u32::from(first);
+        match n {
+            1 => Action::Reply(500, "applied, answer lost"),
+            2 => Action::Reset,
+            _ => Action::Reply(201, r#"{"payment":"p-1"}"#),
+        }
+    })
+    .await;
+    let sber = system("sber", &server, policy("sber")).dedupes_by_key(true).build().unwrap();
+    let key = IdempotencyKey::v5("order-42", "register-payment");
+
+    let paid = sber.write(&key, Request::post("payments").json(&serde_json::json!({"amount": 100}))).await;
+
+    let paid = paid.unwrap();
+    assert_eq!(paid.status(), 201);
+    assert_eq!(paid.json::<serde_json::Value>().unwrap()["payment"], "p-1");
+    let requests = server.requests();
+    assert!(requests.len() <= 3, "sent {} times", requests.len());
+    assert_eq!(requests.len(), 3);
+    assert!(requests.iter().all(|r| r.method == "POST" && r.path == "/api/payments"));
+    assert!(requests.iter().all(|r| r.key.as_deref() == Some(key.as_str())), "the same key every attempt");
+    assert_eq!(applied.lock().unwrap()[key.as_str()], 1, "the payment took effect once");
+}
+
+#[tokio::test]
+async fn keyed_write_to_a_system_that_does_not_dedupe_sends_the_key_once() {
+    let server = Server::start(|_, _| Action::Reply(503, "busy")).await;
+    let crm = system("crm", &server, policy("crm")).build().unwrap();
+    let key = IdempotencyKey::v5("lead-7", "create");
+
+    let (reason, attempts, failure) = stop(crm.write(&key, Request::post("leads")).await);
+
+    assert_eq!((reason, attempts), (StopReason::NotRetryable, 1));
+    assert_eq!(failure.error().and_then(HttpError::status), Some(http::StatusCode::SERVICE_UNAVAILABLE));
+    assert_eq!(server.requests()[0].key.as_deref(), Some(key.as_str()), "the key is still sent");
+    assert_eq!(server.sent(), 1);
+}
+
+#[tokio::test]
+async fn write_once_is_sent_exactly_once_on_503_and_on_reset() {
+    let server =
+        Server::start(
+            |seen, _| if seen.path.ends_with("busy") { Action::Reply(503, "") } else { Action::Reset },
+        )
+        .await;
+    let sms = system("sms", &server, policy("sms")).build().unwrap();
+
+    let (reason, attempts, _) = stop(sms.write_once(Request::post("busy")).await);
+    assert_eq!((reason, attempts, server.sent()), (StopReason::NotRetryable, 1, 1));
+
+    let (reason, attempts, failure) = stop(sms.write_once(Request::post("reset").body("hi")).await);
+    assert_eq!((reason, attempts, server.sent()), (StopReason::NotRetryable, 1, 2));
+    match failure.error() {
+        Some(HttpError::Transport { kind, class, .. }) => {
+            assert!(matches!(kind, TransportKind::Reset | TransportKind::Incomplete), "{kind:?}");
+            assert_eq!(*class, ballast::Class::Transient);
+        }
+        other => panic!("expected a transport error, got {other:?}"),
+    }
+
+    let streamed = StreamingRequest::new(http::Method::POST, "busy", bytes::Bytes::from_static(b"chunk"));
+    let (reason, attempts, _) = stop(sms.write_once(streamed).await);
+    assert_eq!((reason, attempts, server.sent()), (StopReason::NotRetryable, 1, 3));
+    assert!(server.requests().iter().all(|r| r.key.is_none()));
+}
+
+#[tokio::test]
+async fn a_4xx_is_sent_once_and_its_response_kept() {
+    let server = Server::start(|_, _| Action::Reply(422, r#"{"error":"card_declined"}"#)).await;
+    let sber = system("sber", &server, policy("sber")).dedupes_by_key(true).build().unwrap();
+
+    let (reason, attempts, failure) = stop(sber.read(Request::get("orders/1")).await);
+    assert_eq!((reason, attempts, server.sent()), (StopReason::Permanent, 1, 1));
+    let response = failure.error().and_then(HttpError::response).unwrap();
+    assert_eq!(response.json::<serde_json::Value>().unwrap()["error"], "card_declined");
+    assert!(failure.to_string().contains("R-RES-RE-X2"), "{failure}");
+
+    let key = IdempotencyKey::v5("order-1", "pay");
+    let (reason, _, _) = stop(sber.write(&key, Request::post("payments")).await);
+    assert_eq!((reason, server.sent()), (StopReason::Permanent, 2));
+}
+
+#[tokio::test]
+async fn reads_are_retried_after_timeouts_and_writes_are_refused_by_read() {
+    let server = Server::start(|_, n| match n {
+        1 => Action::Late(ms(1000), Box::new(Action::Reply(200, "late"))),
+        _ => Action::Reply(200, "fresh"),
+    })
+    .await;
+    let stock = system("stock", &server, policy("stock")).read_timeout(ms(100)).build().unwrap();
+
+    let response = stock.read(Request::get("items").query(&[("sku", "a b")])).await.unwrap();
+    assert_eq!(response.text(), "fresh");
+    assert_eq!(server.sent(), 2);
+    assert_eq!(server.requests()[1].path, "/api/items?sku=a+b");
+
+    let (reason, attempts, failure) = stop(stock.read(Request::post("items")).await);
+    assert_eq!((reason, attempts, server.sent()), (StopReason::Permanent, 0, 2));
+    assert!(failure.to_string().contains("R-RES-RE-1"), "{failure}");
+    assert!(stock.read(Request::post_query("items/search")).await.is_ok());
+}
+
+#[tokio::test]
+async fn the_policys_attempt_timeout_ends_a_write_once_that_drips() {
+    let server = Server::start(|_, _| Action::Drip(ms(40))).await;
+    let slow = system("slow", &server, policy("slow").timeout(Timeout::aggressive(ms(150)))).build().unwrap();
+
+    let (reason, attempts, failure) = stop(slow.write_once(Request::post("jobs")).await);
+    assert_eq!((reason, attempts, server.sent()), (StopReason::NotRetryable, 1, 1));
+    assert!(matches!(failure, Failure::Timeout { .. }), "{failure:?}");
+}
+
+#[tokio::test]
+async fn a_429_is_retried_after_retry_after_only_when_opted_in() {
+    let retry_after =
+        |secs: &str| Action::ReplyWith(429, vec![("retry-after", secs.to_owned())], "slow down");
+    let server =
+        Server::start(move |seen, _| retry_after(if seen.path.ends_with("/far") { "120" } else { "1" }))
+            .await;
+    let permanent = system("a", &server, policy("a")).build().unwrap();
+    let (reason, _, _) = stop(permanent.read(Request::get("limited")).await);
+    assert_eq!((reason, server.sent()), (StopReason::Permanent, 1));
+
+    // Two attempts of up to 600 ms: a window wide enough for a 1 s Retry-After.
+    let two = policy("b").retry(Retry::attempts(2).without_budget()).timeout(Timeout::aggressive(ms(600)));
+    let opted = system("b", &server, two).retry_on(RetryOn::default().with_429(true)).build().unwrap();
+    let started = tokio::time::Instant::now();
+    let (reason, attempts, _) = stop(opted.read(Request::get("limited")).await);
+    assert_eq!((reason, attempts, server.sent()), (StopReason::Exhausted, 2, 3));
+    assert!(started.elapsed() >= Duration::from_secs(1), "Retry-After: 1 honoured before the retry");
+
+    // A wait beyond the policy's window is not waited out (R-RES-RE-4).
+    let before = server.sent();
+    let (reason, _, _) = stop(opted.read(Request::get("far")).await);
+    assert_eq!((reason, server.sent() - before), (StopReason::DeadlineWouldOverrun, 1));
+}
+
+#[tokio::test]
+async fn the_breaker_opens_under_an_outage_and_only_the_probe_reaches_the_server() {
+    let healthy = Arc::new(Mutex::new(false));
+    let up = healthy.clone();
+    let server =
+        Server::start(
+            move |_, _| if *up.lock().unwrap() { Action::Reply(200, "ok") } else { Action::Reply(503, "") },
+        )
+        .await;
+    let breaker = Breaker::consecutive(3).half_open_after(ms(300));
+    let sber = system("sber", &server, policy("sber").breaker(breaker)).critical(true).build().unwrap();
+    let other = system("sms", &server, policy("sms").breaker(Breaker::consecutive(3))).build().unwrap();
+    let health = Health::from_systems([&sber, &other]);
+    assert!(health.ready());
+
+    let (reason, attempts, _) = stop(sber.read(Request::get("orders")).await);
+    assert_eq!((reason, attempts, server.sent()), (StopReason::Exhausted, 3, 3));
+    assert_eq!(sber.breaker_state(), Some(BreakerState::Open));
+    for _ in 0..5 {
+        let (reason, attempts, failure) = stop(sber.read(Request::get("orders")).await);
+        assert_eq!((reason, attempts), (StopReason::Rejected, 0));
+        assert!(failure.is_unavailable());
+    }
+    assert_eq!(server.sent(), 3, "an open breaker keeps calls off the server");
+    assert!(!health.ready());
+    let report = serde_json::to_value(health.report()).unwrap();
+    assert_eq!(report["ready"], false);
+    assert_eq!(report["systems"][0]["system"], "sber");
+    assert_eq!(report["systems"][0]["state"], "open");
+    assert!(report["systems"][0]["next_probe_in_secs"].as_f64().unwrap() <= 0.3);
+    assert_eq!(report["systems"][1]["critical"], false);
+    assert_eq!(report["systems"][1]["state"], "closed");
+
+    *healthy.lock().unwrap() = true;
+    tokio::time::sleep(ms(350)).await;
+    assert_eq!(sber.read(Request::get("orders")).await.unwrap().text(), "ok");
+    assert_eq!(server.sent(), 4, "the probe reached the server");
+    assert_eq!(sber.breaker_state(), Some(BreakerState::Closed));
+    assert!(health.ready() && health.live());
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_transient_and_retried() {
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let down =
+        HttpSystem::builder("down", &format!("http://{closed}/")).policy(policy("down").build().unwrap());
+
+    let (reason, attempts, failure) = stop(down.build().unwrap().read(Request::get("x")).await);
+
+    assert_eq!((reason, attempts), (StopReason::Exhausted, 3));
+    assert!(
+        matches!(failure.error(), Some(HttpError::Transport { kind: TransportKind::Connect, .. })),
+        "{failure:?}"
+    );
+}
+
+#[tokio::test]
+async fn builder_settings_that_cannot_work_are_refused() {
+    let server = Server::start(|_, _| Action::Reply(200, "")).await;
+    let named = |n: &str| Policy::builder(n).build().unwrap();
+    let err = |b: ballast_http::HttpSystemBuilder| b.build().unwrap_err().to_string();
+
+    assert!(
+        err(HttpSystem::builder("a", &server.url()).policy(named("b"))).contains("Policy::builder(\"a\")")
+    );
+    assert!(err(HttpSystem::builder("a", "ftp://x/")).contains("http"));
+    assert!(err(HttpSystem::builder("a", "not a url")).contains("invalid base URL"));
+    assert!(err(HttpSystem::builder("a", &server.url()).connect_timeout(Duration::from_secs(9)))
+        .contains("connect timeout"));
+    assert!(err(HttpSystem::builder("a", &server.url()).idempotency_header("bad header")).contains("header"));
+    let sys = HttpSystem::builder("a", &server.url()).build().unwrap();
+    assert!(!sys.dedupes_by_key() && !sys.is_critical() && sys.breaker_state().is_none());
+    assert_eq!(sys.retry_on(), RetryOn::default());
+    let (_, attempts, failure) = stop(sys.read(Request::get("x").header("bad header", "v")).await);
+    assert_eq!((attempts, server.sent()), (0, 0));
+    assert!(failure.to_string().contains("not sent"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_layer_chooses_read_keyed_or_once_from_the_method_and_the_key_extension() {
+    use tower::ServiceExt;
+
+    type Calls = Arc<Mutex<Vec<(String, Option<String>)>>>;
+    let calls: Calls = Arc::default();
+    let log = calls.clone();
+    let inner = tower::service_fn(move |req: http::Request<String>| {
+        let log = log.clone();
+        async move {
+            let key = req.headers().get("idempotency-key").map(|v| v.to_str().unwrap().to_owned());
+            let mut log = log.lock().unwrap();
+            log.push((req.method().to_string(), key));
+            let status = if log.len() % 2 == 1 { 503 } else { 200 };
+            Ok::<_, std::io::Error>(http::Response::builder().status(status).body(String::new()).unwrap())
+        }
+    });
+    let service = PolicyLayer::new(policy("crm").build().unwrap()).dedupes_by_key(true).layer_on(inner);
+
+    let get = http::Request::get("/leads").body(String::new()).unwrap();
+    assert_eq!(service.clone().oneshot(get).await.unwrap().status(), 200);
+    let mut keyed = http::Request::post("/leads").body("{}".to_owned()).unwrap();
+    let key = IdempotencyKey::v5("lead-1", "create");
+    keyed.extensions_mut().insert(RequestKey(key.clone()));
+    assert_eq!(service.clone().oneshot(keyed).await.unwrap().status(), 200);
+    let once = http::Request::post("/leads").body("{}".to_owned()).unwrap();
+    let failure = service.clone().oneshot(once).await.unwrap_err();
+    assert_eq!((failure.stop_reason(), failure.attempts()), (StopReason::NotRetryable, 1));
+
+    let calls = calls.lock().unwrap().clone();
+    let k = Some(key.as_str().to_owned());
+    assert_eq!(
+        calls,
+        [
+            ("GET".into(), None),
+            ("GET".into(), None),
+            ("POST".into(), k.clone()),
+            ("POST".into(), k),
+            ("POST".into(), None),
+        ]
+    );
+}
+
+/// `Layer::layer`, readable at the call site.
+trait LayerOn<S>: tower::Layer<S> {
+    fn layer_on(&self, inner: S) -> Self::Service {
+        self.layer(inner)
+    }
+}
+impl<S> LayerOn<S> for PolicyLayer {}
+
+/// The value of the sample of `name` whose labels include every pair.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .find(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {name}{labels:?} in\n{text}"))
+}
+
+#[tokio::test]
+async fn prometheus_text_counts_a_scripted_scenario() {
+    let server = Server::start(|seen, n| match seen.path.as_str() {
+        "/api/flaky" if n == 2 => Action::Reply(500, ""),
+        "/api/missing" => Action::Reply(404, ""),
+        "/api/sms" => Action::Reply(503, ""),
+        _ => Action::Reply(200, "ok"),
+    })
+    .await;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let prometheus = recorder.handle();
+    let system = metrics::with_local_recorder(&recorder, || {
+        ballast_http::metrics::describe();
+        let policy = policy("m").listener(SystemMetrics::register("m")).build().unwrap();
+        HttpSystem::builder("m", &server.url()).policy(policy).build().unwrap()
+    });
+
+    system.read(Request::get("fine")).await.unwrap(); // n = 1: ok
+    system.read(Request::get("flaky")).await.unwrap(); // n = 2: 500, n = 3: ok after one retry
+    stop(system.read(Request::get("missing")).await); // 404: permanent
+    stop(system.write_once(Request::post("sms")).await); // 503: not retried
+
+    let text = prometheus.render();
+    let m = ("system", "m");
+    assert_eq!(sample(&text, "ballast_calls_total", &[m, ("kind", "read"), ("outcome", "ok")]), 2.0);
+    assert_eq!(sample(&text, "ballast_calls_total", &[m, ("kind", "read"), ("outcome", "permanent")]), 1.0);
+    let once_failed = [m, ("kind", "write_once"), ("outcome", "transient")];
+    assert_eq!(sample(&text, "ballast_calls_total", &once_failed), 1.0);
+    assert_eq!(sample(&text, "ballast_calls_total", &[m, ("kind", "write"), ("outcome", "ok")]), 0.0);
+    assert_eq!(sample(&text, "ballast_attempts_total", &[m, ("outcome", "ok")]), 2.0);
+    assert_eq!(sample(&text, "ballast_attempts_total", &[m, ("outcome", "transient")]), 2.0);
+    assert_eq!(sample(&text, "ballast_attempts_total", &[m, ("outcome", "permanent")]), 1.0);
+    assert_eq!(sample(&text, "ballast_retries_total", &[m]), 1.0);
+    assert_eq!(sample(&text, "ballast_giveups_total", &[m, ("reason", "permanent")]), 1.0);
+    assert_eq!(sample(&text, "ballast_giveups_total", &[m, ("reason", "not_retryable")]), 1.0);
+    assert_eq!(sample(&text, "ballast_giveups_total", &[m, ("reason", "exhausted")]), 0.0);
+    assert_eq!(sample(&text, "ballast_breaker_state", &[m]), 0.0);
+    assert_eq!(sample(&text, "ballast_bulkhead_in_flight", &[m]), 0.0);
+    assert_eq!(sample(&text, "ballast_call_duration_seconds_count", &[m]), 4.0);
+    assert!(text.contains("# HELP ballast_calls_total"), "{text}");
+}
