@@ -43,6 +43,26 @@ pub enum ConfigError {
         /// Every error found in the section.
         findings: Vec<Finding>,
     },
+    /// An HTTP system needs a `base_url`.
+    #[error(
+        "[systems.{system}] in {file} has no base_url; add e.g. `base_url = \"https://gateway.example\"`"
+    )]
+    NoBaseUrl {
+        /// The system.
+        system: String,
+        /// The file.
+        file: String,
+    },
+    /// The HTTP client of a system could not be built.
+    #[error("[systems.{system}] in {file}: {source}")]
+    Http {
+        /// The system.
+        system: String,
+        /// The file.
+        file: String,
+        /// What the HTTP crate refused.
+        source: ballast_http::HttpError,
+    },
     /// The file has no `[queue]` section.
     #[error("{file} has no [queue] section; add one with at least `url`")]
     NoQueue {
@@ -112,7 +132,12 @@ impl Config {
     /// assert_eq!(policy.retry().max_attempts(), 3);
     /// ```
     pub fn policy(&self, name: &str) -> Result<Policy, ConfigError> {
-        let builder = self.policy_builder(name)?;
+        self.finish_policy(name, self.policy_builder(name)?)
+    }
+
+    /// Builds a builder from [`policy_builder`](Self::policy_builder), its
+    /// refusals located in the file.
+    pub(crate) fn finish_policy(&self, name: &str, builder: PolicyBuilder) -> Result<Policy, ConfigError> {
         // Lint ran the core's own checks on this builder, so build() cannot refuse it.
         builder.build().map_err(|e| ConfigError::Refused {
             section: format!("systems.{name}"),

@@ -58,6 +58,7 @@ mod config;
 mod durable;
 mod explain;
 mod finding;
+mod http;
 mod lint;
 mod load;
 mod rules;

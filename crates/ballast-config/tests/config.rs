@@ -90,6 +90,25 @@ fn the_shipped_example_is_clean_and_builds() {
     assert_eq!(queue.max_attempts, 10);
 }
 
+#[tokio::test]
+async fn the_shipped_example_builds_its_http_systems() {
+    let config = Config::load(EXAMPLE).expect("example loads");
+    let systems = config.http_systems().expect("every HTTP system builds");
+    let names: Vec<_> = systems.iter().map(|s| s.name().to_owned()).collect();
+    assert_eq!(names, ["crm", "sber", "sms"]);
+    let sber = &systems[1];
+    assert!(sber.is_critical());
+    assert!(sber.dedupes_by_key());
+    assert_eq!(sber.policy().retry().max_attempts(), 3);
+}
+
+#[test]
+fn a_system_without_base_url_is_not_an_http_system() {
+    let config = Config::parse("inline.toml", "[systems.sms.timeout]\nattempt = \"1s\"\n").unwrap();
+    let err = config.http_system("sms").unwrap_err().to_string();
+    assert!(err.contains("no base_url"), "{err}");
+}
+
 #[test]
 fn a_system_with_errors_is_not_built() {
     let config = Config::load("tests/fixtures/re3.toml").unwrap();

@@ -1,0 +1,74 @@
+//! HTTP systems from a configuration: each `[systems.NAME]` becomes a
+//! [`ballast_http::HttpSystem`] with its own client and the policy the
+//! checker checked, metrics attached.
+
+use ballast_http::metrics::SystemMetrics;
+use ballast_http::{HttpError, HttpSystem, RetryOn};
+
+use crate::build::ConfigError;
+use crate::config::Config;
+
+impl Config {
+    /// The HTTP system `name`: its client (base URL, connect and read
+    /// timeouts, `Idempotency-Key` header, `retry_on`), its policy with a
+    /// [`SystemMetrics`] listener attached, and whether it is critical.
+    /// Refused when the system has lint errors or no `base_url`.
+    ///
+    /// ```
+    /// use ballast_config::Config;
+    ///
+    /// let config = Config::parse("inline.toml", r#"
+    ///     [systems.sber]
+    ///     base_url = "http://127.0.0.1:8080"
+    ///     dedupes_by_key = true
+    ///     key_ttl = "24h"
+    ///     critical = true
+    ///     [systems.sber.retry]
+    ///     max_attempts = 3
+    ///     [systems.sber.timeout]
+    ///     attempt = "1s"
+    /// "#).unwrap();
+    /// let sber = config.http_system("sber").unwrap();
+    /// assert!(sber.is_critical() && sber.dedupes_by_key());
+    /// ```
+    pub fn http_system(&self, name: &str) -> Result<HttpSystem, ConfigError> {
+        let builder = self.policy_builder(name)?.listener(SystemMetrics::register(name));
+        let policy = self.finish_policy(name, builder)?;
+        let file = || self.source.name().to_owned();
+        let system = self.system(name).ok_or_else(|| ConfigError::UnknownSystem {
+            name: name.to_owned(),
+            file: file(),
+            suggestion: None,
+        })?;
+        let base_url = system
+            .base_url
+            .as_deref()
+            .ok_or_else(|| ConfigError::NoBaseUrl { system: name.to_owned(), file: file() })?;
+        let http = |source: HttpError| ConfigError::Http { system: name.to_owned(), file: file(), source };
+        let mut builder = HttpSystem::builder(name, base_url)
+            .policy(policy)
+            .dedupes_by_key(system.dedupes_by_key.unwrap_or(false))
+            .critical(system.critical.unwrap_or(false));
+        if let Some(header) = &system.idempotency_header {
+            builder = builder.idempotency_header(header.clone());
+        }
+        if let Some(retry_on) = system.retry.as_ref().and_then(|r| r.retry_on.as_ref()) {
+            // Lint has already refused names outside the known classes.
+            builder = builder.retry_on(RetryOn::from_names(retry_on).unwrap_or_default());
+        }
+        if let Some(timeout) = &system.timeout {
+            if let Some(connect) = timeout.connect {
+                builder = builder.connect_timeout(connect.get());
+            }
+            if let Some(read) = timeout.read {
+                builder = builder.read_timeout(read.get());
+            }
+        }
+        builder.build().map_err(http)
+    }
+
+    /// Every system as an [`HttpSystem`], ordered by name.
+    pub fn http_systems(&self) -> Result<Vec<HttpSystem>, ConfigError> {
+        self.system_names().map(|name| self.http_system(name)).collect()
+    }
+}
