@@ -3,5 +3,9 @@
 //!
 //! - `amplification`: load on a sick upstream for a naive retry client and
 //!   ballast, on tokio's paused clock (deterministic).
+//! - `success_path`: the stacks of the success-path comparison (the
+//!   operation returns at once), shared by the `success_path` criterion bench
+//!   (ns/call) and the `success_allocs` bin (heap allocations per call).
 
 pub mod amplification;
+pub mod success_path;

@@ -1,0 +1,61 @@
+//! Heap allocations per call on the success path, for every stack of the
+//! `success_path` bench, as a markdown table.
+//!
+//! `cargo run --release -p ballast-bench --bin success_allocs -- [--calls 100000] [--warm-up 10000]`
+//!
+//! A counting global allocator (`stats_alloc`, no unsafe code here) counts
+//! every allocation of the process while the calls run, one after another on
+//! a current-thread runtime; nothing else runs then.
+
+use std::alloc::System;
+use std::hint::black_box;
+
+use ballast_bench::success_path::{Named, Stack};
+use clap::Parser;
+use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use tokio::runtime::Runtime;
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Heap allocations per call on the success path.
+#[derive(Parser, Debug)]
+struct Args {
+    /// Calls counted per stack.
+    #[arg(long, default_value_t = 100_000)]
+    calls: u64,
+    /// Calls made first and not counted.
+    #[arg(long, default_value_t = 10_000)]
+    warm_up: u64,
+}
+
+fn run<S: Stack>(rt: &Runtime, stack: &mut S, calls: u64) {
+    rt.block_on(async {
+        for _ in 0..calls {
+            assert_eq!(black_box(stack.call().await), 1, "the success path failed");
+        }
+    });
+}
+
+fn measure<S: Stack>(rt: &Runtime, args: &Args, named: Named<S>) {
+    let Named { name, contains, mut stack } = named;
+    run(rt, &mut stack, args.warm_up);
+    let region = Region::new(GLOBAL);
+    run(rt, &mut stack, args.calls);
+    let change = region.change();
+    let per_call = |n: usize| n as f64 / args.calls as f64;
+    println!(
+        "| {name} | {:.3} | {:.1} | {contains} |",
+        per_call(change.allocations + change.reallocations),
+        per_call(change.bytes_allocated),
+    );
+}
+
+fn main() {
+    let args = Args::parse();
+    let rt = ballast_bench::success_path::runtime();
+    println!("{} calls per stack after {} warm-up calls\n", args.calls, args.warm_up);
+    println!("| stack | allocs/call | bytes/call | contains |");
+    println!("|---|---|---|---|");
+    ballast_bench::for_each_stack!(named => measure(&rt, &args, named));
+}
