@@ -187,9 +187,6 @@ where
             Some(StopReason::NotRetryable)
         } else if attempt >= max_attempts {
             Some(StopReason::Exhausted)
-        } else if inner.budget.as_ref().is_some_and(|b| !b.try_withdraw()) {
-            events.emit(EventKind::BudgetExhausted);
-            Some(StopReason::BudgetExhausted)
         } else {
             None
         };
@@ -197,8 +194,14 @@ where
             gave_up(attempt, stop);
             return Err(failure.into_failure(attempt, stop));
         }
+        // An open breaker ends the call now, before it spends budget or waits.
         if let Some(rejection) = inner.breaker.as_ref().and_then(|b| b.refusal()) {
             return reject(rejection, attempt, Some(failure));
+        }
+        if inner.budget.as_ref().is_some_and(|b| !b.try_withdraw()) {
+            events.emit(EventKind::BudgetExhausted);
+            gave_up(attempt, StopReason::BudgetExhausted);
+            return Err(failure.into_failure(attempt, StopReason::BudgetExhausted));
         }
 
         let backoff = inner.retry.get_backoff();

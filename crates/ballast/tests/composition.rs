@@ -346,3 +346,88 @@ async fn the_retry_budget_caps_load_on_a_dead_upstream() {
     assert!(failures.iter().all(|f| f.error() == Some(&Down)), "gives up with the last error");
     eprintln!("dead upstream, 1000 calls × 3 attempts: {without} attempts without budget, {with} with");
 }
+
+#[tokio::test(start_paused = true)]
+async fn every_transition_is_an_event() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let p = {
+        let log = log.clone();
+        Policy::builder("gw")
+            .retry(Retry::attempts(2).budget(ballast::Budget::ratio(0.0).min_per_sec(0)))
+            .timeout(Timeout::aggressive(secs(1)))
+            .breaker(Breaker::consecutive(2).half_open_after(secs(5)))
+            .bulkhead(Bulkhead::new(1))
+            .listener(move |e: &Event<'_>| log.lock().unwrap().push(e.kind.name()))
+            .build()
+            .unwrap()
+    };
+    let transitions = || -> Vec<&str> {
+        log.lock()
+            .unwrap()
+            .iter()
+            .copied()
+            .filter(|n| n.starts_with("breaker") || n.starts_with("bu"))
+            .collect()
+    };
+    // No budget at all: the first failure cannot be retried.
+    let _ = p.read(|_| async { Err::<(), _>(Down) }).await;
+    assert_eq!(transitions(), ["budget_exhausted"]);
+    let _ = p.read(|_| async { Err::<(), _>(Down) }).await;
+    tokio::time::advance(secs(5)).await;
+    p.read(|_| async { Ok::<_, Down>(()) }).await.unwrap();
+    p.breaker().unwrap().isolate();
+    p.breaker().unwrap().release();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let holder = {
+        let (p, release) = (p.clone(), release.clone());
+        tokio::spawn(async move {
+            p.read(|_| {
+                let release = release.clone();
+                async move {
+                    release.notified().await;
+                    Ok::<_, Down>(())
+                }
+            })
+            .await
+        })
+    };
+    tokio::task::yield_now().await;
+    let _ = p.read(|_| async { Ok::<_, Down>(()) }).await;
+    release.notify_one();
+    holder.await.unwrap().unwrap();
+    assert_eq!(
+        transitions(),
+        [
+            "budget_exhausted",
+            "breaker_opened",
+            "breaker_half_opened",
+            "breaker_closed",
+            "breaker_isolated",
+            "breaker_closed",
+            "bulkhead_rejected"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_a_call_waiting_in_the_bulkhead_queue_returns_at_once() {
+    let p = Policy::builder("gw").bulkhead(Bulkhead::new(1).queue(1)).build().unwrap();
+    let _hog = {
+        let p = p.clone();
+        tokio::spawn(async move { p.read(|_| std::future::pending::<Result<(), Down>>()).await })
+    };
+    tokio::task::yield_now().await;
+    let token = tokio_util::sync::CancellationToken::new();
+    let canceller = {
+        let token = token.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            token.cancel();
+        })
+    };
+    let start = tokio::time::Instant::now();
+    let r = p.cancel_on(&token).read(|_| async { Ok::<_, Down>(()) }).await.unwrap_err();
+    canceller.await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(50));
+    assert!(matches!(r, Failure::Cancelled { attempts: 0 }), "{r:?}");
+}
