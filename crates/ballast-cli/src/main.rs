@@ -6,6 +6,8 @@
 
 mod explain;
 mod lint;
+mod queue;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -27,6 +29,14 @@ enum Command {
     /// Show each system's worst-case timeline: in-memory attempts and waits,
     /// then the durable schedule and its total against key_ttl.
     Explain(explain::Args),
+    /// Administer the durable queue: stats, list, retry, cancel, prune. Exit
+    /// 0 done, 1 when there was nothing to act on, 2 on bad arguments or an
+    /// unreachable database.
+    Queue(queue::Args),
+    /// Run the durable worker that delivers deferred writes to the configured
+    /// systems, serving /metrics, /health/live and /health/ready; exit 1 if
+    /// the configuration has errors, 0 after SIGTERM or Ctrl-C.
+    Serve(serve::Args),
 }
 
 /// A file could not be read or parsed, or the arguments name nothing that exists.
@@ -37,6 +47,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Lint(args) => lint::run(&args),
         Command::Explain(args) => explain::run(&args),
+        Command::Queue(args) => queue::run(&args),
+        Command::Serve(args) => serve::run(&args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

@@ -72,3 +72,441 @@ fn explain_one_system() {
     assert_eq!(unknown.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("did you mean `sber`"));
 }
+
+/// `ballast queue` against a SQLite queue prepared through the library.
+mod queue {
+    use super::*;
+
+    use ballast::{Classification, Classify, IdempotencyKey};
+    use ballast_queue::{Handler, ListFilter, NewTask, Queue, TaskContext, TaskState, Worker};
+    use serde_json::Value;
+    use tokio_util::sync::CancellationToken;
+
+    #[derive(Debug)]
+    struct Declined;
+
+    impl std::fmt::Display for Declined {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("the gateway declined the card: insufficient funds, the payment will not go through")
+        }
+    }
+
+    impl Classify for Declined {
+        fn classify(&self) -> Classification {
+            Classification::permanent()
+        }
+    }
+
+    /// Succeeds for "ok", fails permanently for anything else.
+    struct Sms;
+
+    impl Handler for Sms {
+        type Payload = String;
+        type Error = Declined;
+        async fn handle(&self, _: TaskContext, text: String) -> Result<(), Declined> {
+            if text == "ok" {
+                Ok(())
+            } else {
+                Err(Declined)
+            }
+        }
+    }
+
+    /// A queue file with, of kind `sms`: task 1 completed, tasks 2 and 3
+    /// failed, task 4 pending in an hour; and task 5 of kind `charge`, pending.
+    async fn prepared() -> (tempfile::TempDir, String, Queue) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.db").display().to_string();
+        let queue = Queue::connect(&format!("sqlite://{path}")).await.unwrap();
+        queue.migrate().await.unwrap();
+        let key = |n: &str| IdempotencyKey::v5(n, "sms");
+        queue.enqueue(NewTask::new("sms", "ok").key(key("a"))).await.unwrap();
+        queue.enqueue(NewTask::new("sms", "fail").key(key("b"))).await.unwrap();
+        queue.enqueue(NewTask::new("sms", "fail")).await.unwrap();
+        let later = std::time::Duration::from_secs(3600);
+        queue.enqueue(NewTask::new("sms", "ok").run_after(later)).await.unwrap();
+        queue.enqueue(NewTask::new("charge", &100).max_attempts(3)).await.unwrap();
+
+        let worker = Worker::builder(queue.clone()).handler("sms", Sms).build().unwrap();
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(worker.run(shutdown.clone()));
+        let settled = |tasks: &[ballast_queue::TaskInfo]| {
+            tasks.iter().filter(|t| matches!(t.state, TaskState::Completed | TaskState::Failed)).count() == 3
+        };
+        for _ in 0..500 {
+            if settled(&queue.list(&ListFilter::default()).await.unwrap()) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        shutdown.cancel();
+        running.await.unwrap();
+        (dir, path, queue)
+    }
+
+    fn json(o: &Output) -> Value {
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
+    }
+
+    fn stderr(o: &Output) -> String {
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn stats_and_list_in_human_and_json() {
+        let (_dir, db, _) = prepared().await;
+
+        let stats = ballast(&["queue", "--db", &db, "stats"]);
+        assert_eq!(stats.status.code(), Some(0), "{}", stderr(&stats));
+        let text = stdout(&stats);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "KIND    PENDING  RUNNING  COMPLETED  FAILED  CANCELLED  OLDEST DUE", "{text}");
+        assert!(lines[1].starts_with("charge        1        0          0       0          0  "), "{text}");
+        assert_eq!(lines[2], "sms           1        0          1       2          0           -", "{text}");
+
+        let stats =
+            json(&ballast(&["queue", "--db", &format!("sqlite://{db}"), "--format", "json", "stats"]));
+        let sms = stats.as_array().unwrap().iter().find(|s| s["kind"] == "sms").unwrap();
+        assert_eq!(
+            (sms["pending"].as_u64(), sms["completed"].as_u64(), sms["failed"].as_u64()),
+            (Some(1), Some(1), Some(2))
+        );
+        assert_eq!(sms["oldest_due_age_secs"], Value::Null, "the pending sms is not due yet");
+
+        let list = ballast(&["queue", "--db", &db, "list", "--state", "failed"]);
+        assert_eq!(list.status.code(), Some(0));
+        let text = stdout(&list);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[0].starts_with("ID  KIND  STATE   ATTEMPT  RUN AT"), "{text}");
+        assert!(lines[1].starts_with(" 2  sms   failed     1/10  "), "{text}");
+        assert!(lines[1].contains(&IdempotencyKey::v5("b", "sms").to_string()), "{text}");
+        assert!(lines[1].ends_with("the gateway declined the card: insufficient funds, the paym…"), "{text}");
+        assert!(lines[2].contains(" - "), "task 3 has no key: {text}");
+
+        let list = json(&ballast(&["queue", "--db", &db, "list", "--kind", "charge", "--format", "json"]));
+        let tasks = list.as_array().unwrap();
+        assert_eq!(tasks.len(), 1);
+        assert_eq!((tasks[0]["id"].as_i64(), tasks[0]["state"].as_str()), (Some(5), Some("pending")));
+        assert_eq!((tasks[0]["attempt"].as_u64(), tasks[0]["max_attempts"].as_u64()), (Some(0), Some(3)));
+        assert_eq!(tasks[0]["payload"], 100);
+        assert!(tasks[0]["run_at"].as_str().unwrap().ends_with('Z'));
+
+        let page = ballast(&["queue", "--db", &db, "list", "--limit", "2"]);
+        assert!(stdout(&page).ends_with("(more may follow: --after 2)\n"), "{}", stdout(&page));
+        let next = json(&ballast(&["queue", "--db", &db, "list", "--after", "2", "--format", "json"]));
+        assert_eq!(
+            next.as_array().unwrap().iter().map(|t| t["id"].as_i64().unwrap()).collect::<Vec<_>>(),
+            [3, 4, 5]
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn retry_cancel_and_prune_act_or_say_why_not() {
+        let (_dir, db, queue) = prepared().await;
+        let run = |args: &[&str]| ballast(&[&["queue", "--db", &db][..], args].concat());
+
+        let retried = run(&["retry", "2"]);
+        assert_eq!(retried.status.code(), Some(0), "{}", stderr(&retried));
+        assert_eq!(queue.get(2).await.unwrap().unwrap().state, TaskState::Pending);
+        let again = run(&["retry", "2", "--format", "json"]);
+        assert_eq!(again.status.code(), Some(1));
+        assert!(
+            stderr(&again).contains("task 2 is pending, not failed: nothing to retry"),
+            "{}",
+            stderr(&again)
+        );
+        assert_eq!(json(&again)["retried"], serde_json::json!([]));
+        let unknown = run(&["retry", "99"]);
+        assert_eq!(unknown.status.code(), Some(1));
+        assert!(stderr(&unknown).contains("no task 99"));
+
+        assert_eq!(run(&["retry", "--all-failed", "--kind", "charge"]).status.code(), Some(1));
+        let all = run(&["retry", "--all-failed", "--format", "json"]);
+        assert_eq!((all.status.code(), json(&all)["retried"].as_u64()), (Some(0), Some(1)));
+        let none = run(&["retry", "--all-failed"]);
+        assert_eq!(none.status.code(), Some(1));
+        assert!(stderr(&none).contains("no failed tasks"), "{}", stderr(&none));
+
+        let cancelled = run(&["cancel", "5"]);
+        assert_eq!((cancelled.status.code(), stdout(&cancelled).as_str()), (Some(0), "task 5 cancelled\n"));
+        let twice = run(&["cancel", "5"]);
+        assert_eq!(twice.status.code(), Some(1));
+        assert!(
+            stderr(&twice).contains("task 5 is already cancelled: nothing to cancel"),
+            "{}",
+            stderr(&twice)
+        );
+
+        let kept = run(&["prune", "--older-than", "7d", "--format", "json"]);
+        assert_eq!((kept.status.code(), json(&kept)["pruned"].as_u64()), (Some(0), Some(0)));
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let pruned = run(&["prune", "--older-than", "1ms"]);
+        assert_eq!(pruned.status.code(), Some(0));
+        assert_eq!(stdout(&pruned), "2 task(s) finalized more than 1ms ago deleted\n");
+        assert_eq!(queue.get(1).await.unwrap(), None, "the completed task is gone");
+        assert!(queue.get(2).await.unwrap().is_some(), "pending tasks stay");
+    }
+
+    #[test]
+    fn bad_arguments_and_missing_databases_exit_2() {
+        let missing = ballast(&["queue", "--db", "no/such/tasks.db", "stats"]);
+        assert_eq!(missing.status.code(), Some(2));
+        assert!(
+            stderr(&missing).contains("no queue database at \"no/such/tasks.db\""),
+            "{}",
+            stderr(&missing)
+        );
+        let no_db = ballast(&["queue", "stats"]);
+        assert_eq!(no_db.status.code(), Some(2));
+        assert!(stderr(&no_db).contains("needs --db"));
+        for args in [
+            &["retry"][..],
+            &["retry", "1", "--all-failed"],
+            &["list", "--state", "done"],
+            &["prune", "--older-than", "7x"],
+        ] {
+            let out = ballast(&[&["queue", "--db", "tasks.db"][..], args].concat());
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+        }
+    }
+}
+
+/// `ballast serve` delivering deferred writes to a local gateway.
+mod serve {
+    use super::*;
+
+    use std::collections::HashMap;
+    use std::future::Future;
+    use std::io::{BufRead, BufReader};
+    use std::net::SocketAddr;
+    use std::process::{Child, Stdio};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use ballast::IdempotencyKey;
+    use ballast_http::{Delivery, Request};
+    use ballast_queue::Queue;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A payment gateway: 503 while down, otherwise 201.
+    #[derive(Default)]
+    struct Gateway {
+        up: AtomicBool,
+        /// The key of every request, in order.
+        keys: Mutex<Vec<String>>,
+        /// Requests answered 201, per key: more than one would be a
+        /// duplicate delivery after success.
+        applied: Mutex<HashMap<String, u32>>,
+    }
+
+    impl Gateway {
+        async fn start(self: &Arc<Self>) -> SocketAddr {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let gateway = Arc::clone(self);
+            tokio::spawn(async move {
+                while let Ok((socket, _)) = listener.accept().await {
+                    tokio::spawn(Arc::clone(&gateway).answer(socket));
+                }
+            });
+            addr
+        }
+
+        async fn answer(self: Arc<Self>, mut socket: TcpStream) {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let head_end = loop {
+                match socket.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+            let header = |name: &str| {
+                head.lines()
+                    .find_map(|l| l.strip_prefix(name).map(|v| v.trim_start_matches(':').trim().to_owned()))
+            };
+            let length: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+            while buf.len() < head_end + length {
+                match socket.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let key = header("idempotency-key").unwrap_or_default();
+            self.keys.lock().unwrap().push(key.clone());
+            let status = if self.up.load(Ordering::SeqCst) {
+                *self.applied.lock().unwrap().entry(key).or_default() += 1;
+                "201 Created"
+            } else {
+                "503 Service Unavailable"
+            };
+            let reply = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = socket.write_all(reply.as_bytes()).await;
+            let _ = socket.shutdown().await;
+        }
+
+        fn requests_with(&self, key: &IdempotencyKey) -> usize {
+            self.keys.lock().unwrap().iter().filter(|k| k.as_str() == key.as_str()).count()
+        }
+
+        fn applied(&self, key: &IdempotencyKey) -> u32 {
+            self.applied.lock().unwrap().get(key.as_str()).copied().unwrap_or(0)
+        }
+    }
+
+    /// The running binary, killed if the test fails before stopping it.
+    struct Served(Child);
+
+    impl Drop for Served {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    async fn eventually<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !check().await {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn get(url: &str) -> (u16, String) {
+        let response = reqwest::get(url).await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    /// The value of one sample line of the Prometheus text.
+    fn sample(metrics: &str, series: &str) -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(&format!("{series} ")));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn delivers_deferred_writes_once_reports_metrics_and_readiness_and_stops_on_sigterm() {
+        let dir = tempfile::tempdir().unwrap();
+        let gateway = Arc::new(Gateway::default());
+        gateway.up.store(true, Ordering::SeqCst);
+        let gateway_addr = gateway.start().await;
+        let db = dir.path().join("tasks.db");
+        let config = dir.path().join("ballast.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"
+[queue]
+url = "sqlite://{db}"
+poll_interval = "100ms"
+
+[systems.pay]
+base_url = "http://{gateway_addr}/api/"
+critical = true
+dedupes_by_key = true
+key_ttl = "7d"
+
+[systems.pay.breaker]
+kind = "consecutive"
+threshold = 2
+half_open_after = "1s"
+"#,
+                db = db.display()
+            ),
+        )
+        .unwrap();
+        let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_ballast"))
+            .args(["serve", "--config", &config.display().to_string(), "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let mut served = Served(child);
+        let mut first = String::new();
+        BufReader::new(served.0.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        assert!(first.ends_with(&format!(" 1 systems, queue sqlite://{}\n", db.display())), "{first}");
+        let addr = first.split("http://").nth(1).and_then(|s| s.split(' ').next()).unwrap().to_owned();
+        let (metrics_url, ready_url) =
+            (format!("http://{addr}/metrics"), format!("http://{addr}/health/ready"));
+        assert_eq!(get(&format!("http://{addr}/health/live")).await.0, 200);
+        assert_eq!(get(&ready_url).await.0, 200);
+
+        let queue = Queue::connect(&format!("sqlite://{}", db.display())).await.unwrap();
+        let pay = |order: &str| {
+            let key = IdempotencyKey::v5(order, "register-payment");
+            let request = Request::post("payments").json(&serde_json::json!({ "order": order }));
+            (Delivery::from_request("pay", &request).unwrap().task(&key), key)
+        };
+
+        // A delivery arrives once, with its key, and is counted.
+        let (task, a) = pay("order-1");
+        queue.enqueue(task).await.unwrap();
+        eventually("order-1 is paid", || async { gateway.applied(&a) == 1 }).await;
+        assert_eq!(gateway.requests_with(&a), 1);
+        let ok = r#"ballast_calls_total{system="pay",kind="write",outcome="ok"}"#;
+        eventually("the call is counted", || async { sample(&get(&metrics_url).await.1, ok) == 1.0 }).await;
+
+        // Two failed deliveries open the critical system's breaker: not ready.
+        gateway.up.store(false, Ordering::SeqCst);
+        let ((task_b, b), (task_c, c)) = (pay("order-2"), pay("order-3"));
+        queue.enqueue_batch(vec![task_b, task_c]).await.unwrap();
+        eventually("not ready", || async { get(&ready_url).await.0 == 503 }).await;
+        let (_, report) = get(&ready_url).await;
+        let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+        assert_eq!(
+            (report["ready"].as_bool(), report["systems"][0]["state"].as_str()),
+            (Some(false), Some("open"))
+        );
+
+        // The gateway recovers: after the half-open delay a probe goes through,
+        // the breaker closes and both payments are applied once.
+        gateway.up.store(true, Ordering::SeqCst);
+        eventually("orders 2 and 3 are paid", || async { gateway.applied(&b) + gateway.applied(&c) == 2 })
+            .await;
+        eventually("ready again", || async { get(&ready_url).await.0 == 200 }).await;
+        let metrics = get(&metrics_url).await.1;
+        assert_eq!(sample(&metrics, ok), 3.0);
+        assert!(
+            sample(&metrics, r#"ballast_calls_total{system="pay",kind="write",outcome="transient"}"#) >= 2.0
+        );
+        assert_eq!(sample(&metrics, r#"ballast_breaker_state{system="pay"}"#), 0.0);
+        for key in [&a, &b, &c] {
+            assert!(
+                gateway.keys.lock().unwrap().iter().all(|k| !k.is_empty()),
+                "every request carries a key"
+            );
+            assert_eq!(gateway.applied(key), 1);
+        }
+
+        let kill = Command::new("kill").args(["-TERM", &served.0.id().to_string()]).status().unwrap();
+        assert!(kill.success());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            if let Some(status) = served.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "still running after SIGTERM");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap();
+        assert!(status.success(), "{status:?}\n{log}");
+        assert!(log.contains("ballast serve: stopped; 3 delivered"), "{log}");
+    }
+
+    #[test]
+    fn a_configuration_with_errors_is_not_served() {
+        let out = ballast(&["serve", "--config", "crates/ballast-config/tests/fixtures/bad.toml"]);
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("R-RES-RE-3") && stderr.contains("not started"), "{stderr}");
+        assert!(out.stdout.is_empty(), "nothing listens");
+    }
+}

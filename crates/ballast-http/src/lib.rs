@@ -17,6 +17,9 @@
 //!
 //! [`PolicyLayer`] does the same for any tower service; [`metrics`] exports
 //! Prometheus metrics and [`Health`] derives readiness from breaker states.
+//! With the `queue` feature (on by default), [`delivery`] hands a keyed write
+//! that in-memory retry could not finish to the durable queue
+//! (`HttpSystem::write_or_defer`) and delivers it later (`DeliveryHandler`).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -46,6 +49,8 @@
 //! The classification table is in the [`classify`] module's documentation.
 
 pub mod classify;
+#[cfg(feature = "queue")]
+pub mod delivery;
 mod error;
 mod health;
 mod layer;
@@ -56,6 +61,8 @@ mod route;
 mod system;
 
 pub use classify::{RetryOn, TransportKind, UnknownClass};
+#[cfg(feature = "queue")]
+pub use delivery::{Delivery, DeliveryError, DeliveryHandler, DELIVERY_KIND};
 pub use error::HttpError;
 pub use health::{Health, HealthReport, SystemHealth};
 pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};

@@ -28,6 +28,7 @@ struct Seen {
     method: String,
     path: String,
     key: Option<String>,
+    body: String,
 }
 
 /// What the test server does with one request.
@@ -106,7 +107,8 @@ async fn serve(mut socket: TcpStream, log: Arc<Mutex<Vec<Seen>>>, handler: Arc<H
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
-    let seen = Seen { method, path, key: headers.get("idempotency-key").cloned() };
+    let body = String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
+    let seen = Seen { method, path, key: headers.get("idempotency-key").cloned(), body };
     let n = {
         let mut log = log.lock().unwrap();
         log.push(seen.clone());
@@ -495,4 +497,177 @@ async fn prometheus_text_counts_a_scripted_scenario() {
     assert_eq!(sample(&text, "ballast_bulkhead_in_flight", &[m]), 0.0);
     assert_eq!(sample(&text, "ballast_call_duration_seconds_count", &[m]), 4.0);
     assert!(text.contains("# HELP ballast_calls_total"), "{text}");
+}
+
+/// Hand-over of keyed writes to the durable queue and their later delivery.
+#[cfg(feature = "queue")]
+mod delivery {
+    use super::*;
+
+    use ballast_http::{Delivery, DeliveryHandler, DELIVERY_KIND};
+    use ballast_queue::{Handover, HandoverError, ListFilter, NewTask, Queue, TaskInfo, TaskState, Worker};
+    use tokio_util::sync::CancellationToken;
+
+    async fn queue(dir: &tempfile::TempDir) -> Queue {
+        let queue =
+            Queue::connect(&format!("sqlite://{}", dir.path().join("tasks.db").display())).await.unwrap();
+        queue.migrate().await.unwrap();
+        queue
+    }
+
+    async fn tasks(queue: &Queue) -> Vec<TaskInfo> {
+        queue.list(&ListFilter::default()).await.unwrap()
+    }
+
+    /// Runs a worker with `handler` until every task is final (10 s at most).
+    async fn work_off(queue: &Queue, handler: DeliveryHandler) -> Vec<TaskInfo> {
+        let worker = Worker::builder(queue.clone())
+            .handler(DELIVERY_KIND, handler)
+            .poll_interval(ms(50))
+            .build()
+            .unwrap();
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(worker.run(shutdown.clone()));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let tasks = loop {
+            let tasks = tasks(queue).await;
+            let final_ = |t: &TaskInfo| matches!(t.state, TaskState::Completed | TaskState::Failed);
+            if tasks.iter().all(final_) || tokio::time::Instant::now() > deadline {
+                break tasks;
+            }
+            tokio::time::sleep(ms(20)).await;
+        };
+        shutdown.cancel();
+        running.await.unwrap();
+        tasks
+    }
+
+    /// A gateway that deduplicates by key: answers 503 while down, then
+    /// applies each key's effect once and answers 201.
+    async fn gateway(up: Arc<Mutex<bool>>, applied: Arc<Mutex<HashMap<String, u32>>>) -> Server {
+        Server::start(move |seen, _| {
+            if !*up.lock().unwrap() {
+                return Action::Reply(503, "down");
+            }
+            if seen.path.ends_with("/refused") {
+                return Action::Reply(422, r#"{"error":"amount"}"#);
+            }
+            *applied.lock().unwrap().entry(seen.key.clone().unwrap_or_default()).or_default() += 1;
+            Action::Reply(201, r#"{"payment":"p-1"}"#)
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn a_write_deferred_during_an_outage_is_delivered_once_after_it_with_the_same_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = queue(&dir).await;
+        let (up, applied) = (Arc::new(Mutex::new(false)), Arc::default());
+        let server = gateway(up.clone(), Arc::clone(&applied)).await;
+        let sber = system("sber", &server, policy("sber")).dedupes_by_key(true).build().unwrap();
+        let key = IdempotencyKey::v5("order-42", "register-payment");
+        let pay = || Request::post("payments").query(&[("v", "2")]).json(&serde_json::json!({"amount": 100}));
+
+        let Ok(Handover::Deferred(deferred)) = sber.write_or_defer(&key, &queue, pay()).await else {
+            panic!("a write that ran out of attempts on 503s is deferred");
+        };
+        assert!(deferred.created);
+        assert_eq!((deferred.attempts, server.sent()), (3, 3));
+        let Ok(Handover::Deferred(again)) = sber.write_or_defer(&key, &queue, pay()).await else {
+            panic!("deferred again");
+        };
+        assert_eq!((again.task_id, again.created), (deferred.task_id, false), "one task per user action");
+        let task = queue.get(deferred.task_id).await.unwrap().unwrap();
+        assert_eq!((task.kind.as_str(), task.key.as_deref()), (DELIVERY_KIND, Some(key.as_str())));
+        let stored: Delivery = serde_json::from_value(task.payload).unwrap();
+        assert_eq!(stored, Delivery::from_request("sber", &pay()).unwrap());
+
+        *up.lock().unwrap() = true;
+        let done = work_off(&queue, DeliveryHandler::new([sber])).await;
+
+        assert_eq!(done[0].state, TaskState::Completed);
+        let requests = server.requests();
+        assert_eq!(requests.len(), 7, "3 + 3 attempts in memory, 1 delivery");
+        assert!(requests.iter().all(|r| r.key.as_deref() == Some(key.as_str())), "the same key every time");
+        let delivered = requests.last().unwrap();
+        assert_eq!((delivered.method.as_str(), delivered.path.as_str()), ("POST", "/api/payments?v=2"));
+        assert_eq!(delivered.body, r#"{"amount":100}"#);
+        assert_eq!(applied.lock().unwrap()[key.as_str()], 1, "the payment took effect once");
+    }
+
+    #[tokio::test]
+    async fn an_open_breaker_defers_the_write_to_its_next_probe() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = queue(&dir).await;
+        let server = gateway(Arc::new(Mutex::new(false)), Arc::default()).await;
+        let breaker = Breaker::consecutive(1).half_open_after(Duration::from_secs(60));
+        let sber =
+            system("sber", &server, policy("sber").breaker(breaker)).dedupes_by_key(true).build().unwrap();
+        let key = IdempotencyKey::v5("order-43", "register-payment");
+
+        let handover = sber.write_or_defer(&key, &queue, Request::post("payments")).await;
+
+        let Ok(Handover::Deferred(deferred)) = handover else { panic!("deferred") };
+        assert_eq!(server.sent(), 1, "the breaker opened after the first failure");
+        let task = queue.get(deferred.task_id).await.unwrap().unwrap();
+        let wait = task.run_at.duration_since(std::time::SystemTime::now()).unwrap();
+        assert!(wait > Duration::from_secs(50), "due at the breaker's next probe, not at once: {wait:?}");
+    }
+
+    #[tokio::test]
+    async fn writes_to_a_system_that_does_not_dedupe_and_4xx_answers_are_not_deferred() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = queue(&dir).await;
+        let up = Arc::new(Mutex::new(false));
+        let server = gateway(up.clone(), Arc::default()).await;
+        let crm = system("crm", &server, policy("crm")).build().unwrap();
+        let key = IdempotencyKey::v5("lead-7", "create");
+
+        let Err(HandoverError::Failed(failure)) =
+            crm.write_or_defer(&key, &queue, Request::post("leads")).await
+        else {
+            panic!("a write to a system that does not dedupe by key is never deferred (R-RES-RE-1)");
+        };
+        assert_eq!(failure.error().and_then(HttpError::status), Some(http::StatusCode::SERVICE_UNAVAILABLE));
+        assert_eq!(server.sent(), 1);
+
+        *up.lock().unwrap() = true;
+        let sber = system("sber", &server, policy("sber")).dedupes_by_key(true).build().unwrap();
+        let Err(HandoverError::Failed(failure)) =
+            sber.write_or_defer(&key, &queue, Request::post("refused")).await
+        else {
+            panic!("a contract error is never deferred (R-RES-RE-X2)");
+        };
+        assert_eq!(failure.error().and_then(HttpError::status), Some(http::StatusCode::UNPROCESSABLE_ENTITY));
+        assert_eq!(server.sent(), 2);
+        assert!(tasks(&queue).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn deliveries_that_cannot_succeed_fail_at_once_and_say_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = queue(&dir).await;
+        let server = gateway(Arc::new(Mutex::new(true)), Arc::default()).await;
+        let sber = system("sber", &server, policy("sber")).dedupes_by_key(true).build().unwrap();
+        let key = IdempotencyKey::v5("order-44", "register-payment");
+        let delivery =
+            |system: &str, path: &str| Delivery::from_request(system, &Request::post(path)).unwrap();
+        queue.enqueue(delivery("sber", "refused").task(&key)).await.unwrap();
+        queue.enqueue(NewTask::new(DELIVERY_KIND, &delivery("sber", "payments"))).await.unwrap();
+        let sms_key = IdempotencyKey::v5("order-44", "send-sms");
+        queue.enqueue(delivery("sms", "messages").task(&sms_key)).await.unwrap();
+
+        let done = work_off(&queue, DeliveryHandler::new([sber])).await;
+
+        assert!(done.iter().all(|t| t.state == TaskState::Failed && t.attempt == 1), "{done:#?}");
+        let errors: Vec<_> = done.iter().map(|t| t.last_error.clone().unwrap_or_default()).collect();
+        assert!(errors[0].contains("422") && errors[0].contains("R-RES-RE-X2"), "{}", errors[0]);
+        assert!(
+            errors[1].contains("no idempotency key") && errors[1].contains("R-RES-RE-X1"),
+            "{}",
+            errors[1]
+        );
+        assert!(errors[2].contains("unknown system \"sms\""), "{}", errors[2]);
+        assert_eq!(server.sent(), 1, "only the refused delivery reached the server");
+    }
 }

@@ -1,0 +1,344 @@
+//! Durable delivery of keyed writes: an HTTP write that in-memory retry could
+//! not finish becomes a [`Delivery`] task in a [`ballast_queue::Queue`],
+//! carrying the same idempotency key, and a worker running a
+//! [`DeliveryHandler`] sends it again later (R-RES-RE-4, R-RES-RE-1).
+//!
+//! ```no_run
+//! use ballast::IdempotencyKey;
+//! use ballast_http::{DeliveryHandler, HttpSystem, Request, DELIVERY_KIND};
+//! use ballast_queue::{Handover, Queue, Worker};
+//!
+//! # async fn run(sber: HttpSystem) -> Result<(), Box<dyn std::error::Error>> {
+//! let queue = Queue::connect("sqlite://tasks.db").await?;
+//! queue.migrate().await?;
+//!
+//! let key = IdempotencyKey::v5("order-42", "register-payment"); // stored with the order
+//! let pay = Request::post("payments").json(&serde_json::json!({ "amount": 100 }));
+//! match sber.write_or_defer(&key, &queue, pay).await? {
+//!     Handover::Done(response) => println!("paid: {}", response.status()),
+//!     Handover::Deferred(task) => println!("in progress, task {}", task.task_id),
+//! }
+//!
+//! // In the worker process (or the same one):
+//! let worker = Worker::builder(queue).handler(DELIVERY_KIND, DeliveryHandler::new([sber])).build()?;
+//! # let _ = worker;
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+
+use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Rejection, StopReason};
+use ballast_queue::{Deferred, Handler, Handover, HandoverError, NewTask, Queue, TaskContext};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use http::Method;
+use serde::{Deserialize, Serialize};
+
+use crate::{HttpError, HttpSystem, Request, Response};
+
+/// The task kind of a [`Delivery`]: register a [`DeliveryHandler`] under it.
+pub const DELIVERY_KIND: &str = "ballast.http.delivery";
+
+/// A keyed write to a configured system, stored as a task's JSON payload.
+///
+/// The idempotency key is not part of it: it is the task's own key, so the
+/// queue deduplicates deliveries of one user action and the handler sends the
+/// key the in-memory attempts sent (R-RES-RE-1). The headers are stored as
+/// given, in clear text in the queue's table.
+///
+/// ```
+/// use ballast_http::{delivery::Body, Delivery, Request};
+///
+/// let request = Request::post("payments").json(&serde_json::json!({ "amount": 100 }));
+/// let delivery = Delivery::from_request("sber", &request).unwrap();
+/// assert_eq!(delivery.body, Some(Body::Text(r#"{"amount":100}"#.into())));
+/// assert_eq!(delivery.to_request().unwrap().path(), "payments");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The name of the [`HttpSystem`] to send it to.
+    pub system: String,
+    /// The HTTP method.
+    pub method: String,
+    /// The path, relative to the system's base URL.
+    pub path: String,
+    /// Query parameters, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query: Vec<(String, String)>,
+    /// Headers, in order (the idempotency header is added when sending).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    /// The body; `None` when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Body>,
+}
+
+/// A request body as stored in JSON: text when it is UTF-8, so an operator
+/// can read the payload, base64 otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "encoding", content = "data", rename_all = "lowercase")]
+pub enum Body {
+    /// A UTF-8 body, as is.
+    Text(String),
+    /// Any other body, base64 (standard alphabet, padded).
+    Base64(String),
+}
+
+impl Body {
+    /// Text if `bytes` are UTF-8, base64 otherwise; `None` when empty.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Body> {
+        if bytes.is_empty() {
+            return None;
+        }
+        Some(match std::str::from_utf8(bytes) {
+            Ok(text) => Body::Text(text.to_owned()),
+            Err(_) => Body::Base64(BASE64.encode(bytes)),
+        })
+    }
+
+    /// The bytes to send.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, HttpError> {
+        match self {
+            Body::Text(text) => Ok(text.as_bytes().to_vec()),
+            Body::Base64(data) => {
+                BASE64.decode(data).map_err(|e| HttpError::invalid(format!("base64 body: {e}")))
+            }
+        }
+    }
+}
+
+impl Delivery {
+    /// Captures `request` for `system`. Fails, as sending it would, if the
+    /// request was built with a mistake, and if a header value is not UTF-8
+    /// (headers are stored as text).
+    pub fn from_request(system: impl Into<String>, request: &Request) -> Result<Delivery, HttpError> {
+        let head = &request.head;
+        head.check()?;
+        let headers = head
+            .headers
+            .iter()
+            .map(|(name, value)| match std::str::from_utf8(value.as_bytes()) {
+                Ok(value) => Ok((name.as_str().to_owned(), value.to_owned())),
+                Err(_) => Err(HttpError::invalid(format!(
+                    "header {name} is not UTF-8 and cannot be stored for a later delivery"
+                ))),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Delivery {
+            system: system.into(),
+            method: head.method.as_str().to_owned(),
+            path: head.path.clone(),
+            query: head.query.clone(),
+            headers,
+            body: Body::from_bytes(&request.body),
+        })
+    }
+
+    /// The request to send, or why the stored delivery is not a valid one.
+    pub fn to_request(&self) -> Result<Request, HttpError> {
+        let method = Method::from_bytes(self.method.as_bytes())
+            .map_err(|_| HttpError::invalid(format!("method {:?}", self.method)))?;
+        let mut request = Request::new(method, &self.path);
+        request.head.query.clone_from(&self.query);
+        for (name, value) in &self.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        if let Some(body) = &self.body {
+            request = request.body(body.to_bytes()?);
+        }
+        request.head.check()?;
+        Ok(request)
+    }
+
+    /// The queue task that delivers it with `key`, of kind [`DELIVERY_KIND`].
+    pub fn task(&self, key: &IdempotencyKey) -> NewTask {
+        NewTask::new(DELIVERY_KIND, self).key(key.clone())
+    }
+}
+
+impl HttpSystem {
+    /// Sends a keyed write like [`write`](HttpSystem::write); if it gives up
+    /// on transient errors or is rejected (breaker open, bulkhead full),
+    /// enqueues a [`Delivery`] task with the same `key` so a worker running a
+    /// [`DeliveryHandler`] finishes it, and returns [`Handover::Deferred`] —
+    /// the semantics of [`ballast_queue::WriteOrDefer`].
+    ///
+    /// A task deferred because the breaker is open is due when the breaker
+    /// lets its next probe through. A permanent failure (a 4xx, R-RES-RE-X2) is
+    /// returned, not deferred. So is every failure of a system that does not
+    /// [deduplicate by key](crate::HttpSystemBuilder::dedupes_by_key): a
+    /// durable retry of a write needs that guarantee (R-RES-RE-1).
+    pub async fn write_or_defer(
+        &self,
+        key: &IdempotencyKey,
+        queue: &Queue,
+        request: Request,
+    ) -> Result<Handover<Response>, HandoverError<HttpError>> {
+        if !self.dedupes_by_key() {
+            return self.write(key, request).await.map(Handover::Done).map_err(HandoverError::Failed);
+        }
+        // Captured before sending: a request that cannot be stored is refused
+        // unsent rather than found out after an attempt that may have applied it.
+        let task = match Delivery::from_request(self.name(), &request) {
+            Ok(delivery) => delivery.task(key),
+            Err(error) => {
+                let stop = StopReason::Permanent;
+                let failure = Failure::Operation { error, class: Class::Permanent, attempts: 0, stop };
+                return Err(HandoverError::Failed(failure));
+            }
+        };
+        let failure = match self.write(key, request).await {
+            Ok(response) => return Ok(Handover::Done(response)),
+            Err(failure) if failure.is_deferrable() => failure,
+            Err(failure) => return Err(HandoverError::Failed(failure)),
+        };
+        let task = match &failure {
+            Failure::Rejected { rejection: Rejection::BreakerOpen { retry_in }, .. } => {
+                task.run_after(*retry_in)
+            }
+            _ => task,
+        };
+        match queue.enqueue(task).await {
+            Ok(outcome) => {
+                tracing::info!(
+                    system = %self.name(),
+                    task_id = outcome.id,
+                    key = %key,
+                    cause = %failure,
+                    "write deferred to the durable queue with the same idempotency key (R-RES-RE-4)"
+                );
+                Ok(Handover::Deferred(Deferred {
+                    task_id: outcome.id,
+                    created: outcome.created,
+                    attempts: failure.attempts(),
+                    cause: failure.to_string(),
+                }))
+            }
+            Err(error) => Err(HandoverError::Enqueue { failure, error }),
+        }
+    }
+}
+
+/// Runs [`Delivery`] tasks ([`DELIVERY_KIND`]): sends each with
+/// [`HttpSystem::write`] and the task's idempotency key.
+///
+/// Success completes the task. A transient failure or a rejection
+/// reschedules it with the queue's `2^n s` backoff (or at the breaker's next
+/// probe); a permanent one (a 4xx) fails it and fires the queue's alert.
+///
+/// ```no_run
+/// # fn f(queue: ballast_queue::Queue, sber: ballast_http::HttpSystem) -> Result<(), ballast_queue::Error> {
+/// use ballast_http::{DeliveryHandler, DELIVERY_KIND};
+/// use ballast_queue::Worker;
+///
+/// let worker = Worker::builder(queue).handler(DELIVERY_KIND, DeliveryHandler::new([sber])).build()?;
+/// # let _ = worker; Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct DeliveryHandler {
+    systems: HashMap<String, HttpSystem>,
+}
+
+impl DeliveryHandler {
+    /// Delivers to `systems`, found by name.
+    pub fn new(systems: impl IntoIterator<Item = HttpSystem>) -> Self {
+        Self { systems: systems.into_iter().map(|s| (s.name().to_owned(), s)).collect() }
+    }
+}
+
+impl Handler for DeliveryHandler {
+    type Payload = Delivery;
+    type Error = DeliveryError;
+
+    async fn handle(&self, task: TaskContext, delivery: Delivery) -> Result<(), DeliveryError> {
+        let system = self
+            .systems
+            .get(&delivery.system)
+            .ok_or_else(|| DeliveryError::UnknownSystem { system: delivery.system.clone() })?;
+        let key = task.key().ok_or(DeliveryError::NoKey { task_id: task.id() })?;
+        let request = delivery.to_request().map_err(DeliveryError::Invalid)?;
+        let response = system.write(key, request).await.map_err(|failure| DeliveryError::Failed {
+            system: delivery.system.clone(),
+            dedupes_by_key: system.dedupes_by_key(),
+            failure,
+        })?;
+        tracing::info!(
+            system = %delivery.system,
+            task_id = task.id(),
+            attempt = task.attempt(),
+            status = response.status().as_u16(),
+            "deferred write delivered"
+        );
+        Ok(())
+    }
+}
+
+/// Why a [`DeliveryHandler`] attempt did not deliver.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeliveryError {
+    /// The delivery names a system the handler was not given.
+    #[error("unknown system {system:?}: give its HttpSystem to DeliveryHandler::new, then retry the task")]
+    UnknownSystem {
+        /// The system named by the delivery.
+        system: String,
+    },
+    /// The task carries no idempotency key.
+    #[error(
+        "task {task_id} has no idempotency key: a write without a key is never retried (R-RES-RE-X1); \
+         enqueue deliveries with Delivery::task(&key)"
+    )]
+    NoKey {
+        /// The task's id.
+        task_id: i64,
+    },
+    /// The stored delivery is not a valid request.
+    #[error("the stored delivery is not a valid request: {0}")]
+    Invalid(#[source] HttpError),
+    /// The system did not accept the write.
+    #[error("{}", failed_message(system, *dedupes_by_key, failure))]
+    Failed {
+        /// The system's name.
+        system: String,
+        /// Whether the system deduplicates by key, which a durable retry needs.
+        dedupes_by_key: bool,
+        /// What the call reported.
+        failure: Failure<HttpError>,
+    },
+}
+
+fn failed_message(system: &str, dedupes_by_key: bool, failure: &Failure<HttpError>) -> String {
+    if dedupes_by_key || matches!(failure, Failure::Rejected { .. }) {
+        format!("delivery to {system} failed: {failure}")
+    } else {
+        format!(
+            "delivery to {system} failed: {failure}; not retried: {system} does not deduplicate by key, \
+             and retrying a write needs that guarantee (R-RES-RE-1)"
+        )
+    }
+}
+
+impl Classify for DeliveryError {
+    fn classify(&self) -> Classification {
+        let DeliveryError::Failed { dedupes_by_key, failure, .. } = self else {
+            return Classification::permanent();
+        };
+        match failure {
+            // Nothing was sent: safe to try again whatever the system's contract.
+            Failure::Rejected { rejection: Rejection::BreakerOpen { retry_in }, .. }
+            | Failure::Rejected { rejection: Rejection::BreakerHalfOpen { retry_in }, .. } => {
+                Classification::transient().with_retry_after(*retry_in)
+            }
+            Failure::Rejected { .. } => Classification::transient(),
+            _ if !dedupes_by_key => Classification::permanent(),
+            Failure::Cancelled { .. } => Classification::transient(),
+            _ if failure.is_deferrable() => match failure.error().map(Classify::classify) {
+                Some(Classification { retry_after: Some(after), .. }) => {
+                    Classification::transient().with_retry_after(after)
+                }
+                _ => Classification::transient(),
+            },
+            _ => Classification::permanent(),
+        }
+    }
+}
