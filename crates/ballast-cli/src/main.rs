@@ -4,6 +4,7 @@
 //! and prints; everything a library user would also want lives there. One
 //! module per subcommand.
 
+mod demo;
 mod explain;
 mod lint;
 mod queue;
@@ -29,6 +30,9 @@ enum Command {
     /// Show each system's worst-case timeline: in-memory attempts and waits,
     /// then the durable schedule and its total against key_ttl.
     Explain(explain::Args),
+    /// Run the whole story against a local, deliberately unreliable payment
+    /// gateway: a naive client and ballast side by side, then a report.
+    Demo(demo::Args),
     /// Administer the durable queue: stats, list, retry, cancel, prune. Exit
     /// 0 done, 1 when there was nothing to act on, 2 on bad arguments or an
     /// unreachable database.
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Lint(args) => lint::run(&args),
         Command::Explain(args) => explain::run(&args),
+        Command::Demo(args) => demo::run(&args),
         Command::Queue(args) => queue::run(&args),
         Command::Serve(args) => serve::run(&args),
     };
