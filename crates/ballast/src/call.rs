@@ -3,10 +3,17 @@
 //! The loop is the only retry mechanism there is (R-RES-RE-X4): every attempt
 //! asks the breaker first, so an open breaker ends the call at once instead of
 //! being waited out, then takes a bulkhead slot, then runs under its timeout.
+//!
+//! The first attempt runs inline; only a call that needs a retry moves on to
+//! the retry loop, which is boxed. That keeps the future of a call small —
+//! callers move it around before polling it — and the success path free of
+//! allocations.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
 
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 use crate::bulkhead::Refused;
@@ -16,7 +23,7 @@ use crate::policy::Inner;
 use crate::timeout::{Attempt, AttemptDeadline, Strategy};
 use crate::{Class, Classify, Context, Failure, IdempotencyKey, OpKind};
 
-/// How the latest failed attempt ended.
+/// How a failed attempt ended.
 enum LastFailure<E> {
     Error(E, Class),
     TimedOut(TimeoutKind),
@@ -36,124 +43,174 @@ impl<E> LastFailure<E> {
             LastFailure::TimedOut(_) => None,
         }
     }
+
+    fn class(&self) -> Class {
+        match self {
+            LastFailure::Error(_, class) => *class,
+            LastFailure::TimedOut(_) => Class::Transient,
+        }
+    }
 }
 
-pub(crate) async fn run<T, E, F, Fut>(
-    inner: &Inner,
+/// How one attempt ended, as far as the retry loop is concerned.
+enum Step<T, E> {
+    Succeeded(T),
+    /// The call is over without success.
+    Stopped(Failure<E>),
+    /// The attempt failed; the loop decides whether to retry.
+    Failed {
+        failure: LastFailure<E>,
+        retry_after: Option<Duration>,
+        span: tracing::Span,
+    },
+}
+
+/// What every attempt of one call shares.
+struct Call<'a, F> {
+    inner: &'a Inner,
     kind: OpKind,
-    key: Option<&IdempotencyKey>,
-    cancel: Option<&CancellationToken>,
-    mut op: F,
-) -> Result<T, Failure<E>>
+    key: Option<&'a IdempotencyKey>,
+    cancel: Option<&'a CancellationToken>,
+    op: F,
+    deadline: Option<Instant>,
+    /// One timer per call, armed only when something has to wait.
+    timer: Option<Pin<Box<Sleep>>>,
+    span: tracing::Span,
+}
+
+pub(crate) fn run<'a, T, E, F, Fut>(
+    inner: &'a Inner,
+    kind: OpKind,
+    key: Option<&'a IdempotencyKey>,
+    cancel: Option<&'a CancellationToken>,
+    op: F,
+) -> impl Future<Output = Result<T, Failure<E>>> + 'a
 where
-    F: FnMut(Context) -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-    E: Classify,
+    F: FnMut(Context) -> Fut + 'a,
+    Fut: Future<Output = Result<T, E>> + 'a,
+    E: Classify + 'a,
+    T: 'a,
 {
-    let events = &inner.events;
-    let max_attempts = if kind.is_retryable() { inner.retry.max_attempts() } else { 1 };
-    let deadline = inner.timeout.total_deadline().map(|t| Instant::now() + t);
-    if let Some(budget) = &inner.budget {
-        budget.deposit();
-    }
-    // Boxed: only a retry needs it, and the success path's future stays small.
-    let mut delays: Option<Box<crate::Delays>> = None;
-    let mut last: Option<LastFailure<E>> = None;
-    let mut attempt: u32 = 0;
-    let mut timer = None;
-    let call_span = tracing::info_span!(
-        "ballast.call",
-        system = %events.system(),
-        kind = kind.as_str(),
-        attempts = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-    );
-    let gave_up = |attempts: u32, reason: StopReason| {
-        call_span.record("attempts", attempts).record("outcome", reason.as_str());
-        events.emit(EventKind::GaveUp { op: kind, attempts, reason });
-    };
-
-    let reject = |rejection: Rejection, attempts: u32, last: Option<LastFailure<E>>| {
-        gave_up(attempts, StopReason::Rejected);
-        Err(Failure::Rejected { rejection, attempts, last_error: last.and_then(LastFailure::into_error) })
-    };
-
-    loop {
-        if cancel.is_some_and(CancellationToken::is_cancelled) {
-            gave_up(attempt, StopReason::Cancelled);
-            return Err(Failure::Cancelled { attempts: attempt });
+    let mut call =
+        Call { inner, kind, key, cancel, op, deadline: None, timer: None, span: tracing::Span::none() };
+    // An async block rather than an async fn: it uses `call` in place, where
+    // an async fn would keep a second copy of its arguments in its state.
+    async move {
+        if let Some(budget) = &call.inner.budget {
+            budget.deposit();
         }
+        call.deadline = call.inner.timeout.total_deadline().map(|t| Instant::now() + t);
+        call.span = tracing::info_span!(
+            "ballast.call",
+            system = %call.inner.events.system(),
+            kind = call.kind.as_str(),
+            attempts = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        // Unpacked before the next await, so the step does not stay in the
+        // call's state.
+        let (failure, retry_after, span) = match call.attempt(1).await {
+            Step::Succeeded(value) => return Ok(value),
+            Step::Stopped(failure) => return Err(failure),
+            Step::Failed { failure, retry_after, span } => (failure, retry_after, span),
+        };
+        Box::pin(call.retry_loop(failure, retry_after, span)).await
+    }
+}
 
+impl<F> Call<'_, F> {
+    fn gave_up<E>(&self, failure: Failure<E>) -> Failure<E> {
+        let (attempts, reason) = (failure.attempts(), failure.stop_reason());
+        self.span.record("attempts", attempts).record("outcome", reason.as_str());
+        self.inner.events.emit(EventKind::GaveUp { op: self.kind, attempts, reason });
+        failure
+    }
+
+    fn rejected<E>(&self, rejection: Rejection, attempts: u32, last: Option<LastFailure<E>>) -> Failure<E> {
+        let last_error = last.and_then(LastFailure::into_error);
+        self.gave_up(Failure::Rejected { rejection, attempts, last_error })
+    }
+
+    /// Attempt `n` through breaker → bulkhead → timeout. A rejection carries
+    /// no error here; the retry loop adds the previous attempt's.
+    async fn attempt<T, E, Fut>(&mut self, n: u32) -> Step<T, E>
+    where
+        F: FnMut(Context) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        let (inner, done) = (self.inner, n - 1);
+        if self.cancel.is_some_and(CancellationToken::is_cancelled) {
+            return Step::Stopped(self.gave_up(Failure::Cancelled { attempts: done }));
+        }
         let admission = match inner.breaker.as_ref().map(|b| b.admit()).transpose() {
             Ok(a) => a,
-            Err(rejection) => return reject(rejection, attempt, last),
+            Err(rejection) => return Step::Stopped(self.rejected(rejection, done, None)),
         };
         let slot = match &inner.bulkhead {
             None => None,
             Some(bulkhead) => match bulkhead.try_acquire() {
                 Some(slot) => Some(slot),
-                None => match Box::pin(bulkhead.wait(deadline, cancel)).await {
+                None => match Box::pin(bulkhead.wait(self.deadline, self.cancel)).await {
                     Ok(slot) => Some(slot),
                     Err(Refused::Full) => {
-                        events.emit(EventKind::BulkheadRejected);
-                        return reject(Rejection::BulkheadFull, attempt, last);
+                        inner.events.emit(EventKind::BulkheadRejected);
+                        return Step::Stopped(self.rejected(Rejection::BulkheadFull, done, None));
                     }
                     Err(Refused::Deadline) => {
-                        gave_up(attempt, StopReason::TotalTimeout);
                         let stop = StopReason::TotalTimeout;
-                        return Err(Failure::Timeout { kind: TimeoutKind::Total, attempts: attempt, stop });
+                        let timeout = Failure::Timeout { kind: TimeoutKind::Total, attempts: done, stop };
+                        return Step::Stopped(self.gave_up(timeout));
                     }
                     Err(Refused::Cancelled) => {
-                        gave_up(attempt, StopReason::Cancelled);
-                        return Err(Failure::Cancelled { attempts: attempt });
+                        return Step::Stopped(self.gave_up(Failure::Cancelled { attempts: done }));
                     }
                 },
             },
         };
 
-        attempt += 1;
-        events.emit(EventKind::AttemptStarted { op: kind, attempt });
+        inner.events.emit(EventKind::AttemptStarted { op: self.kind, attempt: n });
         let attempt_token = match inner.timeout.strategy() {
             Strategy::Cooperative => {
-                Some(cancel.map_or_else(CancellationToken::new, CancellationToken::child_token))
+                Some(self.cancel.map_or_else(CancellationToken::new, CancellationToken::child_token))
             }
             Strategy::Aggressive => None,
         };
         let ctx = Context {
-            attempt,
-            kind,
-            key: key.cloned(),
-            cancel: attempt_token.clone().or_else(|| cancel.cloned()),
+            attempt: n,
+            kind: self.kind,
+            key: self.key.cloned(),
+            cancel: attempt_token.clone().or_else(|| self.cancel.cloned()),
         };
         let span = tracing::debug_span!(
-            parent: &call_span,
+            parent: &self.span,
             "ballast.attempt",
-            attempt,
+            attempt = n,
             outcome = tracing::field::Empty,
             class = tracing::field::Empty,
             next_delay_ms = tracing::field::Empty,
         );
         let result = AttemptDeadline::new(
-            op(ctx),
+            (self.op)(ctx),
             &inner.timeout,
-            deadline,
-            cancel.cloned(),
+            self.deadline,
+            self.cancel.cloned(),
             attempt_token,
             &span,
-            &mut timer,
+            &mut self.timer,
         )
         .await;
         drop(slot);
 
-        let failure = match result {
+        let (failure, retry_after) = match result {
             Attempt::Done(Ok(value)) | Attempt::Drained(Ok(value), _) => {
                 if let Some(a) = admission {
                     a.record(false);
                 }
                 span.record("outcome", "ok");
-                call_span.record("attempts", attempt).record("outcome", "ok");
-                events.emit(EventKind::Succeeded { op: kind, attempts: attempt });
-                return Ok(value);
+                self.span.record("attempts", n).record("outcome", "ok");
+                inner.events.emit(EventKind::Succeeded { op: self.kind, attempts: n });
+                return Step::Succeeded(value);
             }
             Attempt::Done(Err(error)) => {
                 let c = error.classify();
@@ -164,85 +221,110 @@ where
             }
             Attempt::Cancelled | Attempt::Drained(Err(_), None) => {
                 drop(admission);
-                gave_up(attempt, StopReason::Cancelled);
-                return Err(Failure::Cancelled { attempts: attempt });
+                return Step::Stopped(self.gave_up(Failure::Cancelled { attempts: n }));
             }
         };
-        let (failure, retry_after) = failure;
-        let (class, timed_out) = match &failure {
-            LastFailure::Error(_, class) => (*class, false),
-            LastFailure::TimedOut(_) => (Class::Transient, true),
-        };
+        let class = failure.class();
+        let timed_out = matches!(failure, LastFailure::TimedOut(_));
         if let (Some(a), Some(b)) = (admission, inner.breaker.as_ref()) {
             a.record(b.config().is_failure(class));
         }
         span.record("outcome", if timed_out { "timeout" } else { "error" }).record("class", class.as_str());
-        events.emit(EventKind::AttemptFailed { op: kind, attempt, class, timed_out });
+        inner.events.emit(EventKind::AttemptFailed { op: self.kind, attempt: n, class, timed_out });
 
         let stop = if class == Class::Permanent {
             Some(StopReason::Permanent)
         } else if matches!(failure, LastFailure::TimedOut(TimeoutKind::Total)) {
             Some(StopReason::TotalTimeout)
-        } else if !kind.is_retryable() {
+        } else if !self.kind.is_retryable() {
             Some(StopReason::NotRetryable)
-        } else if attempt >= max_attempts {
+        } else if n >= inner.retry.max_attempts() {
             Some(StopReason::Exhausted)
         } else {
             None
         };
-        if let Some(stop) = stop {
-            gave_up(attempt, stop);
-            return Err(failure.into_failure(attempt, stop));
+        match stop {
+            Some(stop) => Step::Stopped(self.gave_up(failure.into_failure(n, stop))),
+            None => Step::Failed { failure, retry_after, span },
         }
-        // An open breaker ends the call now, before it spends budget or waits.
-        if let Some(rejection) = inner.breaker.as_ref().and_then(|b| b.refusal()) {
-            return reject(rejection, attempt, Some(failure));
-        }
-        if inner.budget.as_ref().is_some_and(|b| !b.try_withdraw()) {
-            events.emit(EventKind::BudgetExhausted);
-            gave_up(attempt, StopReason::BudgetExhausted);
-            return Err(failure.into_failure(attempt, StopReason::BudgetExhausted));
-        }
+    }
 
+    /// Retries after a failed first attempt, until success or a reason to stop.
+    async fn retry_loop<T, E, Fut>(
+        &mut self,
+        mut failure: LastFailure<E>,
+        mut retry_after: Option<Duration>,
+        mut span: tracing::Span,
+    ) -> Result<T, Failure<E>>
+    where
+        F: FnMut(Context) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        let inner = self.inner;
         let backoff = inner.retry.get_backoff();
-        let mut delay = delays
-            .get_or_insert_with(|| Box::new(backoff.delays(inner.next_seed())))
-            .next()
-            .unwrap_or(backoff.cap());
-        if let Some(after) = retry_after {
-            delay = delay.max(after);
-        }
-        let overruns = match deadline {
-            Some(d) => Instant::now() + delay >= d,
-            None => retry_after.is_some_and(|after| after > inner.worst_case),
-        };
-        if overruns {
-            gave_up(attempt, StopReason::DeadlineWouldOverrun);
-            return Err(failure.into_failure(attempt, StopReason::DeadlineWouldOverrun));
-        }
-        span.record("next_delay_ms", delay.as_millis() as u64);
-        events.emit(EventKind::RetryScheduled { op: kind, attempt, delay });
-        last = Some(failure);
+        let mut delays = backoff.delays(inner.next_seed());
+        let mut attempt = 1;
+        loop {
+            // An open breaker ends the call now, before it spends budget or waits.
+            if let Some(rejection) = inner.breaker.as_ref().and_then(|b| b.refusal()) {
+                return Err(self.rejected(rejection, attempt, Some(failure)));
+            }
+            if inner.budget.as_ref().is_some_and(|b| !b.try_withdraw()) {
+                inner.events.emit(EventKind::BudgetExhausted);
+                return Err(self.gave_up(failure.into_failure(attempt, StopReason::BudgetExhausted)));
+            }
+            let mut delay = delays.next().unwrap_or(backoff.cap());
+            if let Some(after) = retry_after {
+                delay = delay.max(after);
+            }
+            let overruns = match self.deadline {
+                Some(d) => Instant::now() + delay >= d,
+                None => retry_after.is_some_and(|after| after > inner.worst_case),
+            };
+            if overruns {
+                return Err(self.gave_up(failure.into_failure(attempt, StopReason::DeadlineWouldOverrun)));
+            }
+            span.record("next_delay_ms", delay.as_millis() as u64);
+            inner.events.emit(EventKind::RetryScheduled { op: self.kind, attempt, delay });
+            if !self.sleep(delay).await {
+                return Err(self.gave_up(Failure::Cancelled { attempts: attempt }));
+            }
 
+            attempt += 1;
+            match self.attempt(attempt).await {
+                Step::Succeeded(value) => return Ok(value),
+                Step::Stopped(Failure::Rejected { rejection, attempts, last_error: None }) => {
+                    let last_error = failure.into_error();
+                    return Err(Failure::Rejected { rejection, attempts, last_error });
+                }
+                Step::Stopped(f) => return Err(f),
+                Step::Failed { failure: f, retry_after: r, span: s } => {
+                    (failure, retry_after, span) = (f, r, s)
+                }
+            }
+        }
+    }
+
+    /// Waits `delay` on the call's timer; false if the caller cancelled first.
+    async fn sleep(&mut self, delay: Duration) -> bool {
         let wake_at = Instant::now() + delay;
-        let sleep = match timer.as_mut() {
+        let timer = match self.timer.as_mut() {
             Some(t) => {
                 t.as_mut().reset(wake_at);
                 t
             }
-            None => timer.insert(Box::pin(tokio::time::sleep_until(wake_at))),
+            None => self.timer.insert(Box::pin(tokio::time::sleep_until(wake_at))),
         };
-        match cancel {
-            None => sleep.await,
-            Some(token) => {
-                tokio::select! {
-                    () = sleep => {}
-                    () = token.cancelled() => {
-                        gave_up(attempt, StopReason::Cancelled);
-                        return Err(Failure::Cancelled { attempts: attempt });
-                    }
-                }
+        match self.cancel {
+            None => {
+                timer.await;
+                true
             }
+            Some(token) => tokio::select! {
+                () = timer => true,
+                () = token.cancelled() => false,
+            },
         }
     }
 }
