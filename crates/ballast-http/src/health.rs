@@ -2,7 +2,7 @@
 //! of a system it cannot work without is open. Liveness never looks at
 //! external systems — restarting the service does not heal a sick gateway.
 
-use ballast::{BreakerState, Policy};
+use ballast::{BreakerState, CircuitBreaker, Policy};
 use serde::{Deserialize, Serialize};
 
 use crate::HttpSystem;
@@ -86,8 +86,11 @@ impl Health {
 
     /// Ready unless a critical system's breaker is open or isolated. A
     /// half-open breaker is ready: its probes are how the system comes back.
+    /// So is an open one whose probe time has come (it moves to half-open on
+    /// its next call), or a service whose traffic waits for readiness would
+    /// never send the probe that closes it.
     pub fn ready(&self) -> bool {
-        self.systems.iter().filter(|w| w.critical).all(|w| !is_down(w.policy.breaker().map(|b| b.state())))
+        self.systems.iter().filter(|w| w.critical).all(|w| !w.policy.breaker().is_some_and(is_down))
     }
 
     /// Always true: liveness must not depend on external systems, or an
@@ -116,6 +119,10 @@ impl Health {
     }
 }
 
-fn is_down(state: Option<BreakerState>) -> bool {
-    matches!(state, Some(BreakerState::Open | BreakerState::Isolated))
+fn is_down(breaker: &CircuitBreaker) -> bool {
+    match breaker.state() {
+        BreakerState::Isolated => true,
+        BreakerState::Open => breaker.next_probe_in().is_some_and(|wait| !wait.is_zero()),
+        BreakerState::Closed | BreakerState::HalfOpen => false,
+    }
 }

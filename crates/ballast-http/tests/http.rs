@@ -353,6 +353,7 @@ async fn the_breaker_opens_under_an_outage_and_only_the_probe_reaches_the_server
 
     *healthy.lock().unwrap() = true;
     tokio::time::sleep(ms(350)).await;
+    assert!(health.ready(), "the probe time has come: ready, so traffic can bring the probe");
     assert_eq!(sber.read(Request::get("orders")).await.unwrap().text(), "ok");
     assert_eq!(server.sent(), 4, "the probe reached the server");
     assert_eq!(sber.breaker_state(), Some(BreakerState::Closed));

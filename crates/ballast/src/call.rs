@@ -20,7 +20,7 @@ use crate::bulkhead::Refused;
 use crate::events::EventKind;
 use crate::outcome::{Rejection, StopReason, TimeoutKind};
 use crate::policy::Inner;
-use crate::timeout::{Attempt, AttemptDeadline, Strategy};
+use crate::timeout::{deadline_after, Attempt, AttemptDeadline, Strategy};
 use crate::{Class, Classify, Context, Failure, IdempotencyKey, OpKind};
 
 /// How a failed attempt ended.
@@ -99,7 +99,7 @@ where
         if let Some(budget) = &call.inner.budget {
             budget.deposit();
         }
-        call.deadline = call.inner.timeout.total_deadline().map(|t| Instant::now() + t);
+        call.deadline = call.inner.timeout.total_deadline().map(|t| deadline_after(Instant::now(), t));
         call.span = tracing::info_span!(
             "ballast.call",
             system = %call.inner.events.system(),
@@ -279,7 +279,7 @@ impl<F> Call<'_, F> {
                 delay = delay.max(after);
             }
             let overruns = match self.deadline {
-                Some(d) => Instant::now() + delay >= d,
+                Some(d) => deadline_after(Instant::now(), delay) >= d,
                 None => retry_after.is_some_and(|after| after > inner.worst_case),
             };
             if overruns {
@@ -308,7 +308,7 @@ impl<F> Call<'_, F> {
 
     /// Waits `delay` on the call's timer; false if the caller cancelled first.
     async fn sleep(&mut self, delay: Duration) -> bool {
-        let wake_at = Instant::now() + delay;
+        let wake_at = deadline_after(Instant::now(), delay);
         let timer = match self.timer.as_mut() {
             Some(t) => {
                 t.as_mut().reset(wake_at);

@@ -18,6 +18,13 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use crate::outcome::TimeoutKind;
 use crate::rules::Violation;
 
+/// The instant `after` past `now`, or about thirty years out if that does not
+/// fit: a huge `Retry-After` or deadline must not overflow the clock.
+pub(crate) fn deadline_after(now: Instant, after: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+    now.checked_add(after).unwrap_or_else(|| now + FAR)
+}
+
 /// What happens to an attempt that outlives its timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Strategy {
@@ -193,7 +200,7 @@ impl<T, F: Future<Output = T>> Future for AttemptDeadline<'_, F> {
         }
         if !*this.armed {
             *this.armed = true;
-            let attempt_end = Instant::now() + *this.limit;
+            let attempt_end = deadline_after(Instant::now(), *this.limit);
             let end = this.total.map_or(attempt_end, |t| t.min(attempt_end));
             match this.timer.as_mut() {
                 Some(timer) => timer.as_mut().reset(end),

@@ -431,3 +431,27 @@ async fn cancelling_a_call_waiting_in_the_bulkhead_queue_returns_at_once() {
     assert_eq!(start.elapsed(), Duration::from_millis(50));
     assert!(matches!(r, Failure::Cancelled { attempts: 0 }), "{r:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_listener_may_snapshot_the_breaker_when_it_opens() {
+    let policy_cell: Arc<std::sync::OnceLock<Policy>> = Arc::default();
+    let snapshots = Arc::new(Mutex::new(Vec::new()));
+    let p = {
+        let (cell, snapshots) = (policy_cell.clone(), snapshots.clone());
+        Policy::builder("gw")
+            .retry(Retry::never())
+            .breaker(Breaker::consecutive(1))
+            .listener(move |e: &Event<'_>| {
+                if let (EventKind::BreakerOpened { .. }, Some(p)) = (e.kind, cell.get()) {
+                    snapshots.lock().unwrap().push(p.breaker().unwrap().snapshot());
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    assert!(policy_cell.set(p.clone()).is_ok());
+    let _ = p.read(|_| async { Err::<(), _>(Down) }).await;
+    let taken = snapshots.lock().unwrap().clone();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].state, BreakerState::Open);
+}

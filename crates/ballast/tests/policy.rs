@@ -399,3 +399,14 @@ async fn fallback_sees_the_failure() {
         .await;
     assert_eq!(kept.unwrap_err().into_error(), Some(GatewayError::Invalid));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_retry_after_or_deadline_is_refused_not_a_panic() {
+    let p = Policy::builder("gw")
+        .retry(Retry::attempts(2).without_budget())
+        .timeout(Timeout::aggressive(secs(1)).total(Duration::MAX))
+        .build()
+        .unwrap();
+    let result: Result<(), _> = p.read(|_| async { Err(GatewayError::Busy(Duration::MAX)) }).await;
+    assert_eq!(result.unwrap_err().stop_reason(), StopReason::DeadlineWouldOverrun);
+}

@@ -23,6 +23,7 @@ use crate::backoff::{Backoff, Delays};
 use crate::events::{Emitter, EventKind};
 use crate::outcome::Rejection;
 use crate::rules::Violation;
+use crate::timeout::deadline_after;
 use crate::Class;
 
 use consecutive::Consecutive;
@@ -413,6 +414,7 @@ impl CircuitBreaker {
         let mut s = self.lock();
         s.since = Instant::now();
         self.state.store(BreakerState::Isolated.as_u8(), Ordering::Release);
+        drop(s);
         self.events.emit(EventKind::BreakerIsolated);
     }
 
@@ -426,7 +428,9 @@ impl CircuitBreaker {
     /// Closes the breaker and forgets every recorded outcome.
     pub fn reset(&self) {
         let mut s = self.lock();
-        self.close(&mut s, Instant::now());
+        let event = self.close(&mut s, Instant::now());
+        drop(s);
+        self.emit(event);
     }
 
     /// The state, to restore after a restart.
@@ -452,10 +456,11 @@ impl CircuitBreaker {
                     .unwrap_or(Duration::ZERO);
                 let mut s = self.lock();
                 s.since = now;
-                s.half_open_at = now + wait;
+                s.half_open_at = deadline_after(now, wait);
                 s.probes_taken = 0;
                 s.probes_ok = 0;
                 self.state.store(BreakerState::Open.as_u8(), Ordering::Release);
+                drop(s);
                 self.events.emit(EventKind::BreakerOpened { half_open_in: wait });
             }
         }
@@ -487,7 +492,8 @@ impl CircuitBreaker {
     #[cold]
     fn admit_slow(&self, now: Instant) -> Result<Admission<'_>, Rejection> {
         let mut s = self.lock();
-        match self.state() {
+        let mut half_opened = false;
+        let admission = match self.state() {
             BreakerState::Closed => Ok(Admission { breaker: self, probe: false, recorded: false }),
             BreakerState::Isolated => Err(Rejection::BreakerIsolated),
             BreakerState::Open if now < s.half_open_at => {
@@ -499,7 +505,7 @@ impl CircuitBreaker {
                     s.probes_taken = 0;
                     s.probes_ok = 0;
                     self.state.store(BreakerState::HalfOpen.as_u8(), Ordering::Release);
-                    self.events.emit(EventKind::BreakerHalfOpened);
+                    half_opened = true;
                 }
                 if s.probes_taken < self.cfg.probes {
                     s.probes_taken += 1;
@@ -509,7 +515,12 @@ impl CircuitBreaker {
                     Err(Rejection::BreakerHalfOpen { retry_in })
                 }
             }
+        };
+        drop(s);
+        if half_opened {
+            self.events.emit(EventKind::BreakerHalfOpened);
         }
+        admission
     }
 
     fn record_probe(&self, failure: bool, now: Instant) {
@@ -517,14 +528,18 @@ impl CircuitBreaker {
         if self.state() != BreakerState::HalfOpen {
             return;
         }
-        if failure {
-            self.open(&mut s, now);
+        let event = if failure {
+            Some(self.open(&mut s, now))
         } else {
             s.probes_ok += 1;
             if s.probes_ok >= self.cfg.probes {
-                self.close(&mut s, now);
+                self.close(&mut s, now)
+            } else {
+                None
             }
-        }
+        };
+        drop(s);
+        self.emit(event);
     }
 
     fn release_probe(&self) {
@@ -538,11 +553,21 @@ impl CircuitBreaker {
     fn open_from_closed(&self, now: Instant) {
         let mut s = self.lock();
         if self.state() == BreakerState::Closed {
-            self.open(&mut s, now);
+            let event = self.open(&mut s, now);
+            drop(s);
+            self.events.emit(event);
         }
     }
 
-    fn open(&self, s: &mut Shared, now: Instant) {
+    /// Events go out after the lock is released, so a listener may call back
+    /// into the breaker (take a snapshot when it opens, say).
+    fn emit(&self, event: Option<EventKind>) {
+        if let Some(event) = event {
+            self.events.emit(event);
+        }
+    }
+
+    fn open(&self, s: &mut Shared, now: Instant) -> EventKind {
         let wait = match self.cfg.half_open_after {
             HalfOpenAfter::Fixed(d) => d,
             HalfOpenAfter::Backoff(b) => {
@@ -551,23 +576,21 @@ impl CircuitBreaker {
             }
         };
         s.since = now;
-        s.half_open_at = now + wait;
+        s.half_open_at = deadline_after(now, wait);
         s.probes_taken = 0;
         s.probes_ok = 0;
         self.state.store(BreakerState::Open.as_u8(), Ordering::Release);
-        self.events.emit(EventKind::BreakerOpened { half_open_in: wait });
+        EventKind::BreakerOpened { half_open_in: wait }
     }
 
-    fn close(&self, s: &mut Shared, now: Instant) {
+    fn close(&self, s: &mut Shared, now: Instant) -> Option<EventKind> {
         self.window.reset();
         s.since = now;
         s.reopen_delays = None;
         s.probes_taken = 0;
         s.probes_ok = 0;
         let was = self.state.swap(BreakerState::Closed.as_u8(), Ordering::AcqRel);
-        if was != BreakerState::Closed.as_u8() {
-            self.events.emit(EventKind::BreakerClosed);
-        }
+        (was != BreakerState::Closed.as_u8()).then_some(EventKind::BreakerClosed)
     }
 
     /// The wait a failing probe would cause: what a rejected caller can expect.
