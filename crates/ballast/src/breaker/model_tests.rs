@@ -1,7 +1,7 @@
 //! Model-based tests: each breaker against a small reference model, fed
 //! random sequences of outcomes and clock advances on a paused clock.
 //!
-//! Cases default to 1,000 per breaker; set `BALLAST_MODEL_CASES` for more.
+//! Cases default to 1,000 per breaker kind; set `BALLAST_MODEL_CASES` for more.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -131,19 +131,23 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
     })
 }
 
-fn breakers() -> impl Strategy<Value = Breaker> {
-    let threshold = prop_oneof![Just(0.2), Just(0.5), Just(0.8), Just(1.0)];
-    prop_oneof![
-        (1u32..6).prop_map(Breaker::consecutive),
-        (threshold.clone(), 1usize..80)
-            .prop_flat_map(|(t, size)| (Just(t), Just(size), 1..=size))
-            .prop_map(|(t, size, min)| Breaker::count(t, size).min_calls(min)),
-        (threshold, 1u64..10_000, 1u64..12).prop_map(|(t, ms, min)| Breaker::sampling(
-            t,
-            Duration::from_millis(ms)
-        )
-        .min_throughput(min)),
-    ]
+fn threshold() -> impl Strategy<Value = f64> {
+    prop_oneof![Just(0.2), Just(0.5), Just(0.8), Just(1.0)]
+}
+
+fn consecutive() -> impl Strategy<Value = Breaker> {
+    (1u32..6).prop_map(Breaker::consecutive)
+}
+
+fn count() -> impl Strategy<Value = Breaker> {
+    (threshold(), 1usize..80)
+        .prop_flat_map(|(t, size)| (Just(t), Just(size), 1..=size))
+        .prop_map(|(t, size, min)| Breaker::count(t, size).min_calls(min))
+}
+
+fn sampling() -> impl Strategy<Value = Breaker> {
+    (threshold(), 1u64..10_000, 1u64..12)
+        .prop_map(|(t, ms, min)| Breaker::sampling(t, Duration::from_millis(ms)).min_throughput(min))
 }
 
 fn run_against_model(cfg: Breaker, wait: Duration, ops: Vec<Op>) -> Result<(), TestCaseError> {
@@ -178,11 +182,24 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
-    fn breakers_follow_the_reference_model(
-        cfg in breakers(),
-        wait_ms in 1u64..10_000,
-        probes in 1u32..4,
-        ops in ops(),
+    fn consecutive_breaker_follows_the_reference_model(
+        cfg in consecutive(), wait_ms in 1u64..10_000, probes in 1u32..4, ops in ops(),
+    ) {
+        let wait = Duration::from_millis(wait_ms);
+        run_against_model(cfg.half_open_after(wait).probes(probes), wait, ops)?;
+    }
+
+    #[test]
+    fn count_breaker_follows_the_reference_model(
+        cfg in count(), wait_ms in 1u64..10_000, probes in 1u32..4, ops in ops(),
+    ) {
+        let wait = Duration::from_millis(wait_ms);
+        run_against_model(cfg.half_open_after(wait).probes(probes), wait, ops)?;
+    }
+
+    #[test]
+    fn sampling_breaker_follows_the_reference_model(
+        cfg in sampling(), wait_ms in 1u64..10_000, probes in 1u32..4, ops in ops(),
     ) {
         let wait = Duration::from_millis(wait_ms);
         run_against_model(cfg.half_open_after(wait).probes(probes), wait, ops)?;
