@@ -31,8 +31,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut human = String::new();
     let mut unusable = false;
     for path in &args.files {
-        let (findings, source) = match Config::load(path) {
-            Ok(config) => (config.lint(), Some(config.source().clone())),
+        // Unknown keys and wrong types are error findings beside the rules'
+        // (exit 1); only an unreadable file or broken TOML is unusable (exit 2).
+        let (findings, source) = match Config::check_file(path) {
+            Ok(checked) => (checked.findings, Some(checked.source)),
             Err(e) => {
                 unusable = true;
                 (e.findings(), e.input().cloned())

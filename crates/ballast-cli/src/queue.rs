@@ -4,6 +4,7 @@
 use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
+use std::str::FromStr as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
@@ -60,7 +61,8 @@ enum Action {
         after: i64,
     },
     /// Put failed tasks back to pending, due now, with a fresh set of
-    /// attempts; exit 1 if there was none.
+    /// attempts; exit 1 if there was none. JSON: `{"retried": COUNT, "ids":
+    /// [ID]}` for one task, `{"retried": COUNT}` with --all-failed.
     #[command(group(clap::ArgGroup::new("which").required(true).args(["id", "all_failed"])))]
     Retry {
         /// The task's id.
@@ -127,13 +129,26 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     let out = runtime.block_on(async {
+        // Read-only commands must not create tables: on a URL naming the wrong
+        // database, migrating would plant an empty queue there and report it.
+        let present = tokio::time::timeout(CONNECT_TIMEOUT, has_queue_table(&url))
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!("cannot reach the queue database at {shown} within {CONNECT_TIMEOUT:?}")
+            })?
+            .with_context(|| format!("cannot open the queue database at {shown}"))?;
+        if !present {
+            bail!(
+                "no {TABLE} table in {shown}: is this the queue's database? \
+                 `ballast serve` or `Queue::migrate()` creates it"
+            );
+        }
         let queue = tokio::time::timeout(CONNECT_TIMEOUT, Queue::connect(&url))
             .await
             .map_err(|_| {
                 anyhow::anyhow!("cannot reach the queue database at {shown} within {CONNECT_TIMEOUT:?}")
             })?
             .with_context(|| format!("cannot open the queue at {shown}"))?;
-        queue.migrate().await.with_context(|| format!("cannot prepare the queue table at {shown}"))?;
         act(&queue, &args.action).await
     })?;
     let mut stdout = std::io::stdout().lock();
@@ -167,6 +182,37 @@ fn queue_url(db: &str) -> anyhow::Result<String> {
     Ok(url)
 }
 
+/// The queue's table, created by `Queue::migrate()`.
+const TABLE: &str = "ballast_tasks";
+
+/// Whether the database at `url` has the queue's table, on a connection of
+/// its own (the queue's API has no read-only way to ask).
+async fn has_queue_table(url: &str) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection as _;
+    if url.starts_with("sqlite:") {
+        // Never create the file: `queue_url` has checked that it exists.
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)?.create_if_missing(false);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
+        let found: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?")
+                .bind(TABLE)
+                .fetch_optional(&mut conn)
+                .await?;
+        conn.close().await?;
+        Ok(found.is_some())
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let mut conn = sqlx::PgConnection::connect(url).await?;
+        // Resolved through search_path, as the queue's own statements are.
+        let found: bool =
+            sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL").bind(TABLE).fetch_one(&mut conn).await?;
+        conn.close().await?;
+        Ok(found)
+    } else {
+        // Queue::connect has already refused any other URL.
+        Ok(true)
+    }
+}
+
 /// The URL without its password, for messages.
 pub(crate) fn redact(url: &str) -> String {
     let Some((_, rest)) = url.split_once("://") else { return url.to_owned() };
@@ -187,13 +233,13 @@ async fn act(queue: &Queue, action: &Action) -> anyhow::Result<Output> {
         Action::Retry { id: Some(id), .. } => {
             if queue.retry(*id).await? {
                 let human = format!("task {id} retried: pending, due now, with a fresh set of attempts\n");
-                Output::done(human, json!({ "retried": [id] }))
+                Output::done(human, json!({ "retried": 1, "ids": [id] }))
             } else {
                 let why = match queue.get(*id).await? {
                     None => format!("no task {id}: nothing to retry"),
                     Some(task) => format!("task {id} is {}, not failed: nothing to retry", task.state),
                 };
-                Output::nothing(why.clone(), json!({ "retried": [], "reason": why }))
+                Output::nothing(why.clone(), json!({ "retried": 0, "ids": [], "reason": why }))
             }
         }
         Action::Retry { kind, .. } => {

@@ -28,13 +28,38 @@ fn lint_exit_codes() {
     let errors = ballast(&["lint", &format!("{FIXTURES}/bad.toml")]);
     assert_eq!(errors.status.code(), Some(1));
 
+    // Unknown keys and wrong types are errors like the rules' (exit 1) ...
     let unknown = ballast(&["lint", &format!("{FIXTURES}/unknown_key.toml")]);
-    assert_eq!(unknown.status.code(), Some(2));
+    assert_eq!(unknown.status.code(), Some(1));
     assert!(stdout(&unknown).contains("unknown_key.toml:3:1"), "{}", stdout(&unknown));
+
+    // ... only a file that is not TOML is unusable (exit 2), still located.
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "[systems.sber.retry]\nmax_attempts = = 3\n").unwrap();
+    let broken = ballast(&["lint", &broken.display().to_string()]);
+    assert_eq!(broken.status.code(), Some(2));
+    assert!(stdout(&broken).contains("broken.toml:2:"), "{}", stdout(&broken));
+    assert!(stdout(&broken).contains("invalid TOML"), "{}", stdout(&broken));
 
     let missing = ballast(&["lint", "no/such/file.toml", "examples/ballast.toml"]);
     assert_eq!(missing.status.code(), Some(2));
     assert!(stdout(&missing).contains("no/such/file.toml"));
+}
+
+#[test]
+fn lint_reports_unknown_keys_and_wrong_types_beside_the_rule_findings() {
+    let out = ballast(&["lint", "--format", "json", &format!("{FIXTURES}/unknown_and_rules.toml")]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let findings: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let findings = findings.as_array().unwrap();
+    let keys: Vec<_> = findings[0].as_object().unwrap().keys().cloned().collect();
+    let mut expected = ["rule", "severity", "file", "line", "column", "message", "help"].map(String::from);
+    expected.sort();
+    assert_eq!(keys, expected);
+    let got: Vec<_> = findings.iter().map(|f| (f["rule"].as_str(), f["line"].as_u64().unwrap())).collect();
+    assert_eq!(got, [(None, 2), (Some("R-RES-RE-4"), 6), (Some("R-RES-RE-3"), 7), (None, 8), (None, 12)]);
+    assert!(findings[3]["help"].as_str().unwrap().contains("did you mean `retry_on`?"));
 }
 
 #[test]
@@ -206,8 +231,9 @@ mod queue {
         let (_dir, db, queue) = prepared().await;
         let run = |args: &[&str]| ballast(&[&["queue", "--db", &db][..], args].concat());
 
-        let retried = run(&["retry", "2"]);
+        let retried = run(&["retry", "2", "--format", "json"]);
         assert_eq!(retried.status.code(), Some(0), "{}", stderr(&retried));
+        assert_eq!(json(&retried), serde_json::json!({ "retried": 1, "ids": [2] }));
         assert_eq!(queue.get(2).await.unwrap().unwrap().state, TaskState::Pending);
         let again = run(&["retry", "2", "--format", "json"]);
         assert_eq!(again.status.code(), Some(1));
@@ -216,14 +242,15 @@ mod queue {
             "{}",
             stderr(&again)
         );
-        assert_eq!(json(&again)["retried"], serde_json::json!([]));
+        assert_eq!(json(&again)["retried"], 0);
+        assert_eq!(json(&again)["ids"], serde_json::json!([]));
         let unknown = run(&["retry", "99"]);
         assert_eq!(unknown.status.code(), Some(1));
         assert!(stderr(&unknown).contains("no task 99"));
 
         assert_eq!(run(&["retry", "--all-failed", "--kind", "charge"]).status.code(), Some(1));
         let all = run(&["retry", "--all-failed", "--format", "json"]);
-        assert_eq!((all.status.code(), json(&all)["retried"].as_u64()), (Some(0), Some(1)));
+        assert_eq!((all.status.code(), json(&all)), (Some(0), serde_json::json!({ "retried": 1 })));
         let none = run(&["retry", "--all-failed"]);
         assert_eq!(none.status.code(), Some(1));
         assert!(stderr(&none).contains("no failed tasks"), "{}", stderr(&none));
@@ -257,6 +284,21 @@ mod queue {
             "{}",
             stderr(&missing)
         );
+        // An existing database without the queue's table is not silently migrated.
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("other.db");
+        std::fs::File::create(&empty).unwrap();
+        let empty = empty.display().to_string();
+        for args in [&["stats"][..], &["list"], &["retry", "--all-failed"]] {
+            let out = ballast(&[&["queue", "--db", &empty][..], args].concat());
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            let message =
+                format!("no ballast_tasks table in sqlite://{empty}: is this the queue's database?");
+            assert!(stderr(&out).contains(&message), "{}", stderr(&out));
+            assert!(stderr(&out).contains("`ballast serve` or `Queue::migrate()` creates it"));
+        }
+        let tables = std::fs::metadata(&empty).unwrap().len();
+        assert_eq!(tables, 0, "nothing was created in {empty}");
         let no_db = ballast(&["queue", "stats"]);
         assert_eq!(no_db.status.code(), Some(2));
         assert!(stderr(&no_db).contains("needs --db"));

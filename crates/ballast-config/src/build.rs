@@ -63,6 +63,16 @@ pub enum ConfigError {
         /// What the HTTP crate refused.
         source: ballast_http::HttpError,
     },
+    /// A `retry_on` name is not an outcome class the HTTP client knows.
+    #[error("[systems.{system}] in {file}: {source}")]
+    RetryOn {
+        /// The system.
+        system: String,
+        /// The file.
+        file: String,
+        /// The name refused.
+        source: ballast_http::UnknownClass,
+    },
     /// The file has no `[queue]` section.
     #[error("{file} has no [queue] section; add one with at least `url`")]
     NoQueue {

@@ -12,6 +12,10 @@ pub struct Config {
     pub(crate) source: Source,
     pub(crate) index: SpanIndex,
     pub(crate) file: File,
+    /// Keys set aside by [`Config::check`] for having the wrong type; rule
+    /// findings about them are left out (their type error says it). Empty
+    /// for every `Config` handed out.
+    pub(crate) dropped: Vec<Vec<String>>,
 }
 
 impl Config {

@@ -51,6 +51,7 @@
 //! | R-RES-RE-1 | note | retry configured while `dedupes_by_key` is not true: writes never retried |
 //! | R-RES-RE-1 | error | `key_ttl` shorter than the longest time a keyed write may be retried, durable queue included |
 //! | R-RES-RE-1 | warning | `dedupes_by_key = true` without `key_ttl` |
+//! | (none) | error | `timeout.connect` or `timeout.read` longer than the attempt timeout |
 //! | (none) | error | unknown keys (with "did you mean"), wrong types, out-of-range values |
 
 mod build;
@@ -76,6 +77,6 @@ pub use duration::{ConfigDuration, DurationError};
 pub use explain::{Durable, DurableStep, Explanation, Step, Timeline};
 pub use finding::Finding;
 pub use lint::has_errors;
-pub use load::LoadError;
+pub use load::{Checked, LoadError};
 pub use rules::{MAX_COUNT_WINDOW, ORDER, RETRY_ON_OPT_IN, RETRY_ON_TRANSIENT};
 pub use source::{Location, Source};

@@ -33,8 +33,11 @@ impl Config {
     }
 
     fn located(&self, problems: Vec<crate::finding::Problem>) -> Vec<Finding> {
-        let mut findings: Vec<Finding> =
-            problems.into_iter().map(|p| p.locate(&self.source, &self.index)).collect();
+        let mut findings: Vec<Finding> = problems
+            .into_iter()
+            .filter(|p| !self.dropped.iter().any(|d| p.path.starts_with(d)))
+            .map(|p| p.locate(&self.source, &self.index))
+            .collect();
         findings.sort_by(|a, b| a.location.cmp(&b.location).then(b.severity.cmp(&a.severity)));
         findings
     }

@@ -78,7 +78,9 @@ impl Config {
         Config::parse(path.display().to_string(), text)
     }
 
-    /// Parses `text`, naming it `name` in messages.
+    /// Parses `text`, naming it `name` in messages. Refused when the text is
+    /// not TOML, has unknown keys or a value of the wrong type; the error
+    /// holds every such problem.
     ///
     /// ```
     /// use ballast_config::Config;
@@ -89,40 +91,139 @@ impl Config {
     /// assert!(finding.help.contains("did you mean `max_attempts`"));
     /// ```
     pub fn parse(name: impl Into<String>, text: impl Into<String>) -> Result<Config, LoadError> {
-        let source = Source::new(name, text);
-        let invalid = |findings| LoadError::Invalid {
-            file: source.name().to_owned(),
-            findings,
-            input: Box::new(source.clone()),
-        };
-        let root = match DeTable::parse(source.text()) {
-            Ok(root) => root,
-            Err(e) => {
-                let finding = spanned(
-                    &source,
-                    None,
-                    Severity::Error,
-                    e.span(),
-                    format!("invalid TOML: {}", e.message().trim_end()),
-                    "fix the syntax here; strings need quotes, e.g. first_delay = \"500ms\"".into(),
-                );
-                return Err(invalid(vec![finding]));
+        let read = read(Source::new(name, text))?;
+        match (read.invalid.is_empty(), read.file) {
+            (true, Some(file)) => {
+                Ok(Config { source: read.source, index: read.index, file, dropped: Vec::new() })
             }
-        };
-        let mut index = SpanIndex::default();
-        index.index_table(&mut Vec::new(), root.get_ref());
-        let mut unknown = Vec::new();
-        if let Schema::Table(keys) = ROOT {
-            check_keys(&source, root.get_ref(), keys, &mut Vec::new(), &mut unknown);
+            (_, _) => Err(LoadError::Invalid {
+                file: read.source.name().to_owned(),
+                findings: read.invalid,
+                input: Box::new(read.source),
+            }),
         }
-        if !unknown.is_empty() {
-            return Err(invalid(unknown));
+    }
+
+    /// Checks the file at `path` as far as it can be checked: what `ballast
+    /// lint` reports. Only a file that cannot be read or is not TOML is an
+    /// error; unknown keys and values of the wrong type become error findings,
+    /// reported together with the rule findings of the rest of the file.
+    pub fn check_file(path: impl AsRef<Path>) -> Result<Checked, LoadError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
+        Config::check(path.display().to_string(), text)
+    }
+
+    /// [`check_file`](Self::check_file) on `text`, naming it `name` in messages.
+    ///
+    /// ```
+    /// use ballast_config::Config;
+    ///
+    /// let checked = Config::check("inline.toml", "[systems.sber.retry]\nmax_atempts = 3\nmax_attempts = 8\n").unwrap();
+    /// let unknown = checked.findings.iter().find(|f| f.rule.is_none()).unwrap();
+    /// assert!(unknown.message.contains("unknown key `max_atempts`"));
+    /// assert!(checked.findings.iter().any(|f| f.rule.map(|r| r.id()) == Some("R-RES-RE-3")));
+    /// assert!(Config::check("inline.toml", "[systems.sber").is_err());
+    /// ```
+    pub fn check(name: impl Into<String>, text: impl Into<String>) -> Result<Checked, LoadError> {
+        let read = read(Source::new(name, text))?;
+        let Partial { source, index, file, invalid, dropped } = read;
+        let mut findings = invalid;
+        if let Some(file) = file {
+            let config = Config { source, index, file, dropped };
+            findings.extend(config.lint());
+            findings.sort_by(|a, b| a.location.cmp(&b.location).then(b.severity.cmp(&a.severity)));
+            return Ok(Checked { source: config.source, findings });
         }
-        let file: File = match serde::Deserialize::deserialize(toml::de::Deserializer::from(root)) {
-            Ok(file) => file,
-            Err(e) => return Err(invalid(vec![type_error(&source, &index, &e)])),
-        };
-        Ok(Config { source, index, file })
+        Ok(Checked { source, findings })
+    }
+}
+
+/// Everything found in one file by [`Config::check`]: unknown keys and wrong
+/// types, then the rules on the rest, in file order.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The file's name and text, for quoting the lines at fault.
+    pub source: Source,
+    /// Every finding, in file order.
+    pub findings: Vec<Finding>,
+}
+
+/// A file read as far as it could be: the model without the keys at fault.
+struct Partial {
+    source: Source,
+    index: SpanIndex,
+    /// `None` when a value of the wrong type could not be set aside.
+    file: Option<File>,
+    /// Unknown keys and values of the wrong type.
+    invalid: Vec<Finding>,
+    /// The key paths of values set aside for having the wrong type.
+    dropped: Vec<Vec<String>>,
+}
+
+/// Parses `source`: only a TOML syntax error is refused outright. Unknown
+/// keys are reported (serde ignores them); a value of the wrong type is
+/// reported and left out, and the rest deserialized again, so every such
+/// problem is found and the remaining keys can still be checked.
+fn read(source: Source) -> Result<Partial, LoadError> {
+    let mut root = match DeTable::parse(source.text()) {
+        Ok(root) => root,
+        Err(e) => {
+            let finding = spanned(
+                &source,
+                None,
+                Severity::Error,
+                e.span(),
+                format!("invalid TOML: {}", e.message().trim_end()),
+                "fix the syntax here; strings need quotes, e.g. first_delay = \"500ms\"".into(),
+            );
+            return Err(LoadError::Invalid {
+                file: source.name().to_owned(),
+                findings: vec![finding],
+                input: Box::new(source),
+            });
+        }
+    };
+    let mut index = SpanIndex::default();
+    index.index_table(&mut Vec::new(), root.get_ref());
+    let mut invalid = Vec::new();
+    if let Schema::Table(keys) = ROOT {
+        check_keys(&source, root.get_ref(), keys, &mut Vec::new(), &mut invalid);
+    }
+    let mut dropped = Vec::new();
+    let file = loop {
+        match serde::Deserialize::deserialize(toml::de::Deserializer::from(root.clone())) {
+            Ok(file) => break Some(file),
+            Err(e) => {
+                invalid.push(type_error(&source, &index, &e));
+                let at = e.span().and_then(|s| index.path_at(&s)).map(<[String]>::to_vec);
+                // Without a key to set aside the rest cannot be read; each
+                // round removes one key, so this ends.
+                match at.and_then(|path| remove(root.get_mut(), &path)) {
+                    Some(path) => dropped.push(path),
+                    None => break None,
+                }
+            }
+        }
+    };
+    Ok(Partial { source, index, file, invalid, dropped })
+}
+
+/// Removes the key at `path` (or the key holding the array element `path`
+/// names) from `table`; the path removed.
+fn remove(table: &mut DeTable<'_>, path: &[String]) -> Option<Vec<String>> {
+    let (key, rest) = path.split_first()?;
+    let nested = match table.get_mut(key.as_str())?.get_mut() {
+        DeValue::Table(inner) if !rest.is_empty() => remove(inner, rest),
+        _ => None,
+    };
+    match nested {
+        Some(mut inner) => {
+            inner.insert(0, key.clone());
+            Some(inner)
+        }
+        None => table.remove(key.as_str()).map(|_| vec![key.clone()]),
     }
 }
 

@@ -26,8 +26,10 @@ pub const ORDER: [&str; 4] = ["retry", "breaker", "bulkhead", "timeout"];
 
 /// Every problem of one system: the core's checks, then this crate's rules.
 pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<Problem> {
-    let crate::build::Translated { builder, problems: mut out, .. } = crate::build::translate(name, sys);
+    let crate::build::Translated { builder, timeout, problems: mut out, .. } =
+        crate::build::translate(name, sys);
     out.extend(core(name, sys, &builder));
+    out.extend(client_timeouts(name, sys, timeout.attempt()));
     out.extend(retry_on(name, sys));
     out.extend(client_retries(name, sys));
     out.extend(order(name, sys));
@@ -62,13 +64,19 @@ pub(crate) fn violation(name: &str, v: Violation) -> Problem {
     Problem::at(v.rule, v.severity, system_path(name, &rest), v.message, v.help)
 }
 
+/// A `retry_on` entry as the checker and the HTTP client both read it:
+/// trimmed and lower-cased, so `" 5XX"` means `"5xx"`.
+pub(crate) fn retry_on_name(entry: &str) -> String {
+    entry.trim().to_ascii_lowercase()
+}
+
 /// R-RES-RE-X2: only transient outcomes are retried, never contract errors.
 fn retry_on(name: &str, sys: &System) -> Vec<Problem> {
     let Some(list) = sys.retry.as_ref().and_then(|r| r.retry_on.as_ref()) else { return Vec::new() };
     let mut out = Vec::new();
     for (i, entry) in list.iter().enumerate() {
         let at = system_path(name, &["retry", "retry_on", &i.to_string()]);
-        let e = entry.trim().to_ascii_lowercase();
+        let e = retry_on_name(entry);
         if RETRY_ON_TRANSIENT.contains(&e.as_str()) || RETRY_ON_OPT_IN.contains(&e.as_str()) {
             continue;
         }
@@ -211,6 +219,38 @@ fn key_outlives_retries(file: &File, name: &str, sys: &System, window: Duration)
 /// The longest time a keyed write may still be retried: see [`DurableSchedule::key_lifetime`].
 pub(crate) fn required_key_ttl(file: &File, window: Duration) -> Duration {
     file.queue.as_ref().map_or(window, |q| DurableSchedule::from_section(q).key_lifetime(window))
+}
+
+/// The HTTP client's connect and read timeouts fit inside the attempt
+/// timeout, as [`ballast_http::HttpSystem`] requires (no rule id): a longer
+/// one could never fire, the attempt timeout would always cut it short.
+fn client_timeouts(name: &str, sys: &System, attempt: Duration) -> Vec<Problem> {
+    let Some(t) = &sys.timeout else { return Vec::new() };
+    // A zero attempt timeout is the core's finding; every client timeout would exceed it.
+    if attempt.is_zero() {
+        return Vec::new();
+    }
+    let attempt_key = if t.attempt.is_some() { "`timeout.attempt`" } else { "the default attempt timeout" };
+    [("connect", t.connect), ("read", t.read)]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?.get())))
+        .filter(|(_, value)| *value > attempt)
+        .map(|(key, value)| {
+            Problem::error(
+                None,
+                system_path(name, &["timeout", key]),
+                format!(
+                    "`timeout.{key}` {} is longer than {attempt_key} {}: the HTTP client refuses it, so `ballast serve` would not start",
+                    display(value),
+                    display(attempt)
+                ),
+                format!(
+                    "lower `{key}` to at most {} (the attempt timeout bounds every client timeout), or raise `attempt`",
+                    display(attempt)
+                ),
+            )
+        })
+        .collect()
 }
 
 /// Plain ranges of the keys the core does not see (no rule id).

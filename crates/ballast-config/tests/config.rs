@@ -46,6 +46,63 @@ fn one_fixture_per_rule_names_the_rule_and_the_value() {
     expect("re1_ttl.toml", "R-RES-RE-1", "error", 7, 11);
     expect("range.toml", "", "error", 3, 13);
     expect("range_limit.toml", "", "error", 2, 9);
+    expect("timeout_client.toml", "", "error", 3, 11);
+    expect("timeout_client.toml", "", "error", 4, 8);
+}
+
+#[test]
+fn client_timeouts_longer_than_the_attempt_are_errors_and_not_built() {
+    let config = Config::load("tests/fixtures/timeout_client.toml").unwrap();
+    let findings = config.lint();
+    let at = |key: &str| findings.iter().find(|f| f.message.starts_with(&format!("`timeout.{key}`")));
+    let connect = at("connect").expect("connect > attempt is an error");
+    assert!(connect.help.contains("at most 2s"), "{}", connect.help);
+    assert!(at("read").is_some(), "read > attempt is an error: {findings:?}");
+    assert!(config.policy("sber").is_err(), "a system with lint errors is not built");
+
+    // The default attempt timeout (5 s) bounds them too; equal is fine.
+    let config = Config::parse("t.toml", "[systems.a.timeout]\nread = \"6s\"\nconnect = \"5s\"\n").unwrap();
+    let found: Vec<_> = config.lint().into_iter().map(|f| f.location.unwrap().line).collect();
+    assert_eq!(found, [2]);
+    let config = Config::parse(
+        "t.toml",
+        "[systems.a]\nbase_url = \"http://127.0.0.1:1\"\n[systems.a.timeout]\nattempt = \"2s\"\nconnect = \"2s\"\nread = \"1s\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.lint(), vec![]);
+    assert!(config.http_system("a").is_ok());
+}
+
+#[test]
+fn zero_timeouts_remain_errors() {
+    for (key, line, column) in [("attempt", 2, 11), ("connect", 3, 11), ("read", 4, 8)] {
+        let text = format!(
+            "[systems.a.timeout]\nattempt = \"{}\"\nconnect = \"{}\"\nread = \"{}\"\n",
+            if key == "attempt" { "0s" } else { "2s" },
+            if key == "connect" { "0s" } else { "1s" },
+            if key == "read" { "0s" } else { "1s" },
+        );
+        let errors: Vec<_> = Config::parse("t.toml", text)
+            .unwrap()
+            .lint()
+            .into_iter()
+            .filter(|f| f.is_error())
+            .map(|f| f.location.map(|l| (l.line, l.column)))
+            .collect();
+        assert_eq!(errors, [Some((line, column))], "zero {key}");
+    }
+}
+
+#[tokio::test]
+async fn retry_on_is_read_as_lint_reads_it() {
+    let config = Config::parse(
+        "t.toml",
+        "[systems.a]\nbase_url = \"http://127.0.0.1:1\"\n[systems.a.retry]\nmax_attempts = 2\nretry_on = [\"5XX\", \" 429 \"]\n",
+    )
+    .unwrap();
+    assert!(config.lint().iter().all(|f| !f.is_error()), "{:?}", config.lint());
+    let system = config.http_system("a").expect("builds");
+    assert_eq!(system.retry_on(), ballast_http::RetryOn::from_names(&["5xx", "429"]).unwrap());
 }
 
 #[test]
@@ -65,6 +122,36 @@ fn unknown_keys_are_refused_with_a_suggestion() {
     let at = found[0].location.unwrap();
     assert_eq!((at.line, at.column), (3, 1));
     assert!(found[0].help.contains("did you mean `retry_on`?"), "{}", found[0].help);
+}
+
+#[test]
+fn check_reports_unknown_keys_and_wrong_types_with_the_rules() {
+    let checked = Config::check_file("tests/fixtures/unknown_and_rules.toml").expect("TOML parses");
+    let got: Vec<_> = checked
+        .findings
+        .iter()
+        .map(|f| {
+            let at = f.location.unwrap();
+            (f.rule.map(|r| r.id()), f.severity.to_string(), at.line, at.column)
+        })
+        .collect();
+    let error = |rule, line, column| (rule, "error".to_owned(), line, column);
+    assert_eq!(
+        got,
+        [
+            error(None, 2, 12),               // critical = "yes"
+            error(Some("R-RES-RE-4"), 6, 15), // the window of 8 attempts
+            error(Some("R-RES-RE-3"), 7, 16), // max_attempts = 8
+            error(None, 8, 1),                // retry-on
+            error(None, 12, 9),               // limit = "eight", not also "limit is missing"
+        ]
+    );
+    assert!(checked.findings[3].help.contains("did you mean `retry_on`?"));
+    // The library still refuses to hand out such a Config.
+    assert_eq!(Config::load("tests/fixtures/unknown_and_rules.toml").unwrap_err().findings().len(), 3);
+    // Broken TOML and unreadable files are the only hard failures.
+    assert!(Config::check("t.toml", "[systems.sber\n").is_err());
+    assert!(Config::check_file("tests/fixtures/no-such-file.toml").is_err());
 }
 
 #[test]
