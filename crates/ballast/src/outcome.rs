@@ -72,7 +72,8 @@ pub enum Rejection {
     },
     /// The breaker is half-open and its probes are all taken.
     BreakerHalfOpen {
-        /// Time until the next probe may be tried, when known.
+        /// The longest wait until the next probe: the probes in flight either
+        /// close the breaker sooner, or fail and open it for this long.
         retry_in: Duration,
     },
     /// The breaker was isolated by hand and stays open until reset.
