@@ -6,6 +6,9 @@
 //! - `success_path`: the stacks of the success-path comparison (the
 //!   operation returns at once), shared by the `success_path` criterion bench
 //!   (ns/call) and the `success_allocs` bin (heap allocations per call).
+//! - `queue_bench`: throughput and latency of the durable queue on SQLite and
+//!   PostgreSQL beside the bare SQL loop, for the `queue_bench` bin.
 
 pub mod amplification;
+pub mod queue_bench;
 pub mod success_path;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::metrics::AttemptCounters;
 use crate::store::{AnyStore, Store};
 
 /// A task id with the token of the claim that holds it. Every statement that
@@ -21,17 +22,30 @@ pub(crate) struct Lease {
 
 /// The tasks a worker is running, with what it needs to renew or abandon them.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Held(Arc<Mutex<HashMap<i64, (Uuid, CancellationToken)>>>);
+pub(crate) struct Held(Arc<Mutex<HashMap<i64, HeldTask>>>);
+
+/// What the worker keeps about a running task.
+#[derive(Debug)]
+struct HeldTask {
+    token: Uuid,
+    cancel: CancellationToken,
+    counters: Arc<AttemptCounters>,
+}
 
 impl Held {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, (Uuid, CancellationToken)>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, HeldTask>> {
         // Only inserts and removes happen under the lock; a panic there leaves
         // the map consistent, so a poisoned lock is still usable.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn insert(&self, lease: Lease, cancel: CancellationToken) {
-        self.map().insert(lease.id, (lease.token, cancel));
+    pub fn insert(&self, lease: Lease, cancel: CancellationToken, counters: Arc<AttemptCounters>) {
+        self.map().insert(lease.id, HeldTask { token: lease.token, cancel, counters });
+    }
+
+    /// The attempt counters of the kind of task `id`, while held.
+    pub fn counters(&self, id: i64) -> Option<Arc<AttemptCounters>> {
+        self.map().get(&id).map(|held| Arc::clone(&held.counters))
     }
 
     pub fn remove(&self, id: i64) {
@@ -43,24 +57,24 @@ impl Held {
     }
 
     pub fn leases(&self) -> Vec<Lease> {
-        self.map().iter().map(|(&id, (token, _))| Lease { id, token: *token }).collect()
+        self.map().iter().map(|(&id, held)| Lease { id, token: held.token }).collect()
     }
 
     pub fn cancel_all(&self) {
-        self.map().values().for_each(|(_, cancel)| cancel.cancel());
+        self.map().values().for_each(|held| held.cancel.cancel());
     }
 
     /// Tells the handlers whose lease could not be renewed to stop.
     fn lost(&self, leases: &[Lease]) {
         let map = self.map();
         for lease in leases {
-            if let Some((token, cancel)) = map.get(&lease.id) {
-                if *token == lease.token {
+            if let Some(held) = map.get(&lease.id) {
+                if held.token == lease.token {
                     tracing::warn!(
                         task_id = lease.id,
                         "lease lost (it expired and another worker claimed the task, or the task was cancelled); this worker's outcome will be ignored"
                     );
-                    cancel.cancel();
+                    held.cancel.cancel();
                 }
             }
         }

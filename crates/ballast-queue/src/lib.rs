@@ -69,6 +69,8 @@ mod error;
 mod handler;
 mod handover;
 mod lease;
+/// The queue's Prometheus metrics: names, labels, and when they are updated.
+pub mod metrics;
 mod queue;
 mod store;
 mod task;

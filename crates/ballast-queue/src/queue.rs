@@ -23,6 +23,8 @@ pub struct Queue {
     pub(crate) store: AnyStore,
     /// Wakes this process's workers when this process enqueues.
     pub(crate) wake: Arc<Notify>,
+    /// The gauges [`Queue::record_metrics`] sets.
+    pub(crate) gauges: Arc<crate::metrics::QueueGauges>,
 }
 
 impl Queue {
@@ -64,7 +66,7 @@ impl Queue {
     }
 
     fn with_store(store: AnyStore) -> Self {
-        Self { store, wake: Arc::new(Notify::new()) }
+        Self { store, wake: Arc::new(Notify::new()), gauges: Arc::default() }
     }
 
     /// The backend this queue stores tasks in.

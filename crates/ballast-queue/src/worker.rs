@@ -22,11 +22,17 @@ use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::handler::{AttemptError, Erased, ErasedHandler, Handler, TaskContext};
 use crate::lease::{self, Held, Lease};
+use crate::metrics::AttemptCounters;
 use crate::store::{AnyStore, ClaimRequest, ClaimedTask, Store};
 use crate::Queue;
 
 /// Polling interval when nothing wakes the worker earlier (R-RES-RE-5).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How long finished tasks may wait for the handlers still running, so that
+/// one round trip completes a whole batch and claims the next (a completed
+/// task's lease is no longer renewed meanwhile: keep this far below a lease).
+const LINGER: Duration = Duration::from_millis(2);
 
 /// Runs handlers for the tasks of the kinds it was given.
 ///
@@ -191,6 +197,7 @@ impl WorkerBuilder {
                 rng: Mutex::new(rng),
                 held: Held::default(),
                 counts: Counts::default(),
+                counters: kinds.iter().map(|kind| (kind.clone(), AttemptCounters::register(kind))).collect(),
             }),
             claim: ClaimRequest { kinds: kinds.into(), owner: owner.into(), limit: 0, lease: self.lease },
             queue: self.queue,
@@ -250,10 +257,29 @@ struct Shared {
     rng: Mutex<SmallRng>,
     held: Held,
     counts: Counts,
+    /// Per kind, registered once.
+    counters: HashMap<String, Arc<AttemptCounters>>,
 }
 
 /// A finished attempt: the task id, and its lease if it succeeded and must be completed.
-type Finished = (i64, Option<Lease>);
+type Finished = (i64, Option<(Lease, Arc<AttemptCounters>)>);
+
+/// Successes not reported yet, with their kind's counters.
+#[derive(Default)]
+struct Done {
+    leases: Vec<Lease>,
+    counters: Vec<Arc<AttemptCounters>>,
+}
+
+impl Done {
+    fn len(&self) -> usize {
+        self.leases.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+}
 
 impl Worker {
     /// Starts configuring a worker for `queue`.
@@ -301,22 +327,37 @@ impl Worker {
         ));
         let (tx, mut rx) = mpsc::unbounded_channel::<Finished>();
         let mut running = JoinSet::new();
-        let mut done: Vec<Lease> = Vec::new();
+        let mut done = Done::default();
         let mut more = true;
         let mut poll = tokio::time::interval_at(Instant::now() + self.poll_interval, self.poll_interval);
         poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
 
+        // When the current round trip may wait for the handlers still running.
+        let mut linger_until: Option<Instant> = None;
         while !shutdown.is_cancelled() {
-            if !done.is_empty() {
-                // Let handlers finishing right now join this round trip.
-                tokio::task::yield_now().await;
-            }
             while let Ok(finished) = rx.try_recv() {
                 self.finished(finished, &mut done);
             }
             while running.try_join_next().is_some() {}
-            let want = if more { self.concurrency.saturating_sub(held.len()).min(self.batch) } else { 0 };
+            let in_flight = held.len();
+            let want = if more { self.concurrency.saturating_sub(in_flight).min(self.batch) } else { 0 };
             if want > 0 || !done.is_empty() {
+                // One round trip completes and claims a whole batch: while
+                // handlers are still running and neither side of the exchange
+                // is full, wait for them, at most LINGER.
+                let full = in_flight == 0 || want >= self.batch || done.len() >= self.batch;
+                if !full {
+                    let deadline = *linger_until.get_or_insert_with(|| Instant::now() + LINGER);
+                    if Instant::now() < deadline {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => {}
+                            Some(finished) = rx.recv() => self.finished(finished, &mut done),
+                            _ = tokio::time::sleep_until(deadline) => {}
+                        }
+                        continue;
+                    }
+                }
+                linger_until = None;
                 match self.exchange(&mut done, want, &mut running, &tx).await {
                     Some(claimed) if want > 0 => more = claimed == want,
                     Some(_) => {}
@@ -358,7 +399,14 @@ impl Worker {
         let abandoned = held.leases();
         if !abandoned.is_empty() {
             match store.release(&abandoned).await {
-                Ok(n) => Counts::bump(&self.shared.counts.released, n),
+                Ok(released) => {
+                    Counts::bump(&self.shared.counts.released, released.len() as u64);
+                    for id in released {
+                        if let Some(counters) = held.counters(id) {
+                            counters.released.increment(1);
+                        }
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "could not release leases at shutdown; they expire on their own")
                 }
@@ -372,9 +420,12 @@ impl Worker {
         self.shared.counts.summary()
     }
 
-    fn finished(&self, (id, success): Finished, done: &mut Vec<Lease>) {
+    fn finished(&self, (id, success): Finished, done: &mut Done) {
         self.shared.held.remove(id);
-        done.extend(success);
+        if let Some((lease, counters)) = success {
+            done.leases.push(lease);
+            done.counters.push(counters);
+        }
     }
 
     /// Reports `done` and claims up to `want` tasks, spawning their handlers.
@@ -382,13 +433,13 @@ impl Worker {
     /// completions are kept for the next try).
     async fn exchange(
         &self,
-        done: &mut Vec<Lease>,
+        done: &mut Done,
         want: usize,
         running: &mut JoinSet<()>,
         tx: &mpsc::UnboundedSender<Finished>,
     ) -> Option<usize> {
         let claim = ClaimRequest { limit: want, ..self.claim.clone() };
-        let exchange = match self.shared.store.complete_and_claim(done, &claim).await {
+        let exchange = match self.shared.store.complete_and_claim(&done.leases, &claim).await {
             Ok(exchange) => exchange,
             Err(e) => {
                 tracing::error!(error = %e, "claiming tasks failed; retrying shortly");
@@ -404,18 +455,28 @@ impl Worker {
                 "completion refused: the lease was lost (expired and re-claimed, or cancelled); the newer attempt's outcome stands"
             );
         }
-        done.clear();
+        if exchange.refused.is_empty() {
+            done.counters.iter().for_each(|c| c.completed.increment(1));
+        } else {
+            for (lease, c) in done.leases.iter().zip(&done.counters) {
+                let counter = if exchange.refused.contains(lease) { &c.lost } else { &c.completed };
+                counter.increment(1);
+            }
+        }
+        done.leases.clear();
+        done.counters.clear();
         let claimed = exchange.claimed.len();
         for task in exchange.claimed {
             let cancel = CancellationToken::new();
-            self.shared.held.insert(task.lease, cancel.clone());
+            let counters = self.shared.counters(&task.kind);
+            self.shared.held.insert(task.lease, cancel.clone(), Arc::clone(&counters));
             let shared = Arc::clone(&self.shared);
             let tx = tx.clone();
             running.spawn(async move {
                 let id = task.lease.id;
                 let success = shared.attempt(task, cancel).await;
                 // The receiver lives until run() returns, after every handler.
-                let _ = tx.send((id, success));
+                let _ = tx.send((id, success.map(|lease| (lease, counters))));
             });
         }
         Some(claimed)
@@ -435,6 +496,15 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
 }
 
 impl Shared {
+    /// The attempt counters of `kind`, registered when the worker was built.
+    fn counters(&self, kind: &str) -> Arc<AttemptCounters> {
+        match self.counters.get(kind) {
+            Some(counters) => Arc::clone(counters),
+            // Claims are filtered on the registered kinds; this is only a fallback.
+            None => AttemptCounters::register(kind),
+        }
+    }
+
     /// Runs one attempt and stores its outcome, except success, which the
     /// caller batches; returns the lease to complete on success.
     async fn attempt(&self, task: ClaimedTask, cancel: CancellationToken) -> Option<Lease> {
@@ -477,6 +547,7 @@ impl Shared {
                 match self.store.reschedule(task.lease, delay, &message).await {
                     Ok(true) => {
                         Counts::bump(&self.counts.rescheduled, 1);
+                        self.counters(&task.kind).retried.increment(1);
                         tracing::info!(task_id = task.lease.id, kind = %task.kind, attempt, ?delay, error = %message, "transient failure; task rescheduled");
                     }
                     Ok(false) => self.lost(&task),
@@ -504,6 +575,7 @@ impl Shared {
         match self.store.fail(task.lease, &error).await {
             Ok(true) => {
                 Counts::bump(&self.counts.failed, 1);
+                self.counters(&task.kind).failed.increment(1);
                 self.alert.task_failed(&FailedTask {
                     id: task.lease.id,
                     kind: task.kind.clone(),
@@ -524,6 +596,7 @@ impl Shared {
 
     fn lost(&self, task: &ClaimedTask) {
         Counts::bump(&self.counts.lost, 1);
+        self.counters(&task.kind).lost.increment(1);
         tracing::warn!(
             task_id = task.lease.id,
             kind = %task.kind,

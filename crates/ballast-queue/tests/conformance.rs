@@ -191,6 +191,20 @@ async fn enqueue_dedupes_by_kind_and_key(h: &Harness) {
     assert_eq!(batch.len(), 3);
     assert!(batch[0].created && batch[1].created && !batch[2].created);
     assert_eq!(batch[2].id, batch[0].id);
+    // In a batch, a key already stored resolves to the stored task, in place.
+    let stored_key = IdempotencyKey::v5("order-1", "charge");
+    let batch = h
+        .queue
+        .enqueue_batch(vec![
+            NewTask::new("job", &job("ok")),
+            NewTask::new("job", &job("other")).key(stored_key),
+            NewTask::new("job", &job("ok")),
+        ])
+        .await
+        .unwrap();
+    assert!(batch[0].created && !batch[1].created && batch[2].created, "{batch:?}");
+    assert_eq!(batch[1].id, first.id);
+    assert!(batch[0].id != batch[2].id && batch[0].id != first.id);
     let stored = h.queue.get(first.id).await.unwrap().unwrap();
     assert_eq!(stored.payload, serde_json::json!({"action": "ok"}), "the first payload stands");
     assert_eq!(stored.max_attempts, 10);

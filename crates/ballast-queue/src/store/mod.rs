@@ -79,8 +79,9 @@ pub(crate) trait Store: Send + Sync {
     async fn fail(&self, lease: Lease, error: &str) -> Result<bool>;
     /// Extends the leases still held; returns the ids extended.
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<i64>>;
-    /// Back to pending, due now, without counting the abandoned attempt.
-    async fn release(&self, leases: &[Lease]) -> Result<u64>;
+    /// Back to pending, due now, without counting the abandoned attempt;
+    /// returns the ids released.
+    async fn release(&self, leases: &[Lease]) -> Result<Vec<i64>>;
     /// Wakes `wake` whenever another process enqueues; `None` if the backend
     /// cannot tell.
     async fn listen(&self, wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>>;
@@ -138,7 +139,7 @@ impl Store for AnyStore {
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<i64>> {
         dispatch!(self, s => s.heartbeat(leases, lease))
     }
-    async fn release(&self, leases: &[Lease]) -> Result<u64> {
+    async fn release(&self, leases: &[Lease]) -> Result<Vec<i64>> {
         dispatch!(self, s => s.release(leases))
     }
     async fn listen(&self, wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>> {

@@ -82,6 +82,29 @@ FROM claimed
 UNION ALL
 SELECT false, id, NULL, NULL, NULL, NULL, NULL, NULL FROM done";
 
+/// Inserts a whole batch in one statement. Each task gets its id from the
+/// identity sequence up front, so every input row is reported, in order, with
+/// whether it was inserted or refused by `ON CONFLICT` (an existing task with
+/// the same kind and key, or an earlier one in the same batch).
+const ENQUEUE_BATCH: &str = "
+WITH input AS MATERIALIZED (
+    SELECT nextval((SELECT pg_get_serial_sequence('ballast_tasks', 'id'))::regclass) AS id, i.*
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[]) WITH ORDINALITY
+        AS i(kind, payload, key, max_attempts, run_at, ord)
+),
+ins AS (
+    INSERT INTO ballast_tasks (id, kind, payload, idempotency_key, max_attempts, run_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT id, kind, payload::jsonb, key, max_attempts,
+           COALESCE(timestamptz 'epoch' + run_at * interval '1 microsecond', now())
+    FROM input ORDER BY ord
+    ON CONFLICT (kind, idempotency_key) DO NOTHING
+    RETURNING id
+)
+SELECT input.id, ins.id IS NOT NULL AS created
+FROM input LEFT JOIN ins ON ins.id = input.id
+ORDER BY input.ord";
+
 #[derive(Debug, Clone)]
 pub(crate) struct PgStore {
     pool: PgPool,
@@ -181,10 +204,55 @@ impl Store for PgStore {
     }
 
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
+        if tasks.len() <= 1 {
+            let mut conn = self.pool.acquire().await?;
+            return match tasks.first() {
+                Some(task) => Ok(vec![enqueue_one(&mut conn, task).await?]),
+                None => Ok(Vec::new()),
+            };
+        }
         let mut tx = self.pool.begin().await?;
+        let rows: Vec<(i64, bool)> = sqlx::query_as(ENQUEUE_BATCH)
+            .bind(tasks.iter().map(|t| t.kind.as_str()).collect::<Vec<_>>())
+            .bind(tasks.iter().map(|t| t.payload.as_str()).collect::<Vec<_>>())
+            .bind(tasks.iter().map(|t| t.key.as_deref()).collect::<Vec<_>>())
+            .bind(tasks.iter().map(|t| t.max_attempts).collect::<Vec<_>>())
+            .bind(tasks.iter().map(|t| t.run_at).collect::<Vec<_>>())
+            .fetch_all(&mut *tx)
+            .await?;
+        if rows.len() != tasks.len() {
+            return Err(sqlx::Error::RowNotFound.into());
+        }
+        // Tasks refused by ON CONFLICT: an earlier task of this batch with the
+        // same (kind, key) if any, else the stored one (looked up in a new
+        // statement, which sees a conflicting task committed meanwhile).
         let mut out = Vec::with_capacity(tasks.len());
-        for task in &tasks {
-            out.push(enqueue_one(&mut tx, task).await?);
+        let mut missing = Vec::new();
+        for (i, (task, &(id, created))) in tasks.iter().zip(&rows).enumerate() {
+            if created {
+                out.push(EnqueueOutcome { id, created });
+                continue;
+            }
+            let earlier = tasks[..i]
+                .iter()
+                .zip(&out)
+                .find(|(t, o)| o.created && t.kind == task.kind && t.key == task.key)
+                .map(|(_, o)| o.id);
+            match earlier {
+                Some(id) => out.push(EnqueueOutcome { id, created: false }),
+                None => {
+                    missing.push(i);
+                    out.push(EnqueueOutcome { id: 0, created: false });
+                }
+            }
+        }
+        for i in missing {
+            out[i].id =
+                sqlx::query_scalar("SELECT id FROM ballast_tasks WHERE kind = $1 AND idempotency_key = $2")
+                    .bind(&tasks[i].kind)
+                    .bind(&tasks[i].key)
+                    .fetch_one(&mut *tx)
+                    .await?;
         }
         tx.commit().await?;
         Ok(out)
@@ -267,23 +335,24 @@ impl Store for PgStore {
         Ok(extended)
     }
 
-    async fn release(&self, leases: &[Lease]) -> Result<u64> {
+    async fn release(&self, leases: &[Lease]) -> Result<Vec<i64>> {
         let (ids, tokens) = split(leases);
-        let done = sqlx::query(
+        let released: Vec<i64> = sqlx::query_scalar(
             "UPDATE ballast_tasks t
              SET state = 'pending', run_at = now(), attempt = GREATEST(t.attempt - 1, 0),
                  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
              FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
-             WHERE t.id = c.id AND t.lease_token = c.token AND t.state = 'running'",
+             WHERE t.id = c.id AND t.lease_token = c.token AND t.state = 'running'
+             RETURNING t.id",
         )
         .bind(&ids)
         .bind(&tokens)
-        .execute(&self.pool)
+        .fetch_all(&self.pool)
         .await?;
-        if done.rows_affected() > 0 {
+        if !released.is_empty() {
             notify(&self.pool).await?;
         }
-        Ok(done.rows_affected())
+        Ok(released)
     }
 
     async fn listen(&self, wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>> {

@@ -31,6 +31,36 @@ fn now() -> i64 {
     micros(SystemTime::now())
 }
 
+/// Completes the leases bound as `?1` (see [`leases_json`]) at time `?2`.
+macro_rules! complete_sql {
+    () => {
+        "UPDATE ballast_tasks
+    SET state = 'completed', lease_owner = NULL, lease_token = NULL,
+        lease_expires_at = NULL, updated_at = ?2, finalized_at = ?2
+    WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(?1))
+      AND (id, hex(lease_token)) IN
+          (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))
+      AND state = 'running'"
+    };
+}
+const COMPLETE: &str = complete_sql!();
+const COMPLETE_RETURNING: &str = concat!(complete_sql!(), " RETURNING id");
+
+/// `[[id, "TOKEN IN UPPER-CASE HEX"], …]`, compared with `hex(lease_token)`.
+fn leases_json(leases: &[Lease]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(2 + leases.len() * 56);
+    out.push('[');
+    for (i, lease) in leases.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "[{},\"{:X}\"]", lease.id, lease.token.simple());
+    }
+    out.push(']');
+    out
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct SqliteStore {
     pool: SqlitePool,
@@ -140,20 +170,21 @@ impl Store for SqliteStore {
         let mut exchange = Exchange::default();
         let now = now();
         let mut tx = self.pool.begin().await?;
-        for lease in completed {
-            let done = sqlx::query(
-                "UPDATE ballast_tasks
-                 SET state = 'completed', lease_owner = NULL, lease_token = NULL,
-                     lease_expires_at = NULL, updated_at = ?3, finalized_at = ?3
-                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
-            )
-            .bind(lease.id)
-            .bind(lease.token)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 0 {
-                exchange.refused.push(*lease);
+        if !completed.is_empty() {
+            // One statement for the whole batch, each row still fenced by its
+            // token. Usually every lease still holds: the count says so, and no
+            // row travels back. Otherwise start over and learn which were refused.
+            let leases = leases_json(completed);
+            let done = sqlx::query(COMPLETE).bind(&leases).bind(now).execute(&mut *tx).await?.rows_affected();
+            if done != completed.len() as u64 {
+                tx.rollback().await?;
+                tx = self.pool.begin().await?;
+                let done: Vec<i64> = sqlx::query_scalar(COMPLETE_RETURNING)
+                    .bind(&leases)
+                    .bind(now)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                exchange.refused = completed.iter().filter(|l| !done.contains(&l.id)).copied().collect();
             }
         }
         if claim.limit > 0 {
@@ -164,13 +195,13 @@ impl Store for SqliteStore {
                      lease_token = randomblob(16), lease_expires_at = ?2, updated_at = ?3
                  WHERE id IN (
                      SELECT id FROM (
-                         SELECT id FROM ballast_tasks
+                         SELECT id FROM ballast_tasks INDEXED BY ballast_tasks_lease
                          WHERE state = 'running' AND lease_expires_at <= ?3
                            AND kind IN (SELECT value FROM json_each(?4))
                          ORDER BY lease_expires_at LIMIT ?5)
                      UNION ALL
                      SELECT id FROM (
-                         SELECT id FROM ballast_tasks
+                         SELECT id FROM ballast_tasks INDEXED BY ballast_tasks_due
                          WHERE state = 'pending' AND run_at <= ?3
                            AND kind IN (SELECT value FROM json_each(?4))
                          ORDER BY run_at LIMIT ?5)
@@ -258,12 +289,12 @@ impl Store for SqliteStore {
         Ok(extended)
     }
 
-    async fn release(&self, leases: &[Lease]) -> Result<u64> {
+    async fn release(&self, leases: &[Lease]) -> Result<Vec<i64>> {
         let now = now();
-        let mut released = 0;
+        let mut released = Vec::with_capacity(leases.len());
         let mut tx = self.pool.begin().await?;
         for held in leases {
-            released += sqlx::query(
+            let done = sqlx::query(
                 "UPDATE ballast_tasks
                  SET state = 'pending', run_at = ?3, attempt = max(attempt - 1, 0), lease_owner = NULL,
                      lease_token = NULL, lease_expires_at = NULL, updated_at = ?3
@@ -273,8 +304,10 @@ impl Store for SqliteStore {
             .bind(held.token)
             .bind(now)
             .execute(&mut *tx)
-            .await?
-            .rows_affected();
+            .await?;
+            if done.rows_affected() == 1 {
+                released.push(held.id);
+            }
         }
         tx.commit().await?;
         Ok(released)
