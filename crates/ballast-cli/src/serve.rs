@@ -40,6 +40,7 @@ pub struct Args {
 struct Endpoints {
     prometheus: PrometheusHandle,
     health: Health,
+    queue: ballast_queue::Queue,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -86,11 +87,12 @@ async fn serve(config: &Config, listen: SocketAddr) -> anyhow::Result<()> {
     let queue = settings.connect().await.with_context(|| format!("cannot open the queue at {shown}"))?;
     queue.migrate().await.with_context(|| format!("cannot prepare the queue table at {shown}"))?;
     let worker = settings
-        .worker(queue)
+        .worker(queue.clone())
         .handler(DELIVERY_KIND, DeliveryHandler::new(systems.iter().cloned()))
         .build()?;
 
-    let endpoints = Endpoints { prometheus: prometheus.clone(), health: Health::from_systems(&systems) };
+    let endpoints =
+        Endpoints { prometheus: prometheus.clone(), health: Health::from_systems(&systems), queue };
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/health/live", get(live))
@@ -156,6 +158,10 @@ async fn upkeep(prometheus: PrometheusHandle, shutdown: CancellationToken) {
 }
 
 async fn metrics(State(endpoints): State<Endpoints>) -> impl IntoResponse {
+    // The queue gauges (tasks per state, lag) come from one query per scrape.
+    if let Err(e) = endpoints.queue.record_metrics().await {
+        tracing::warn!(error = %e, "cannot refresh the queue metrics");
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], endpoints.prometheus.render())
 }
 

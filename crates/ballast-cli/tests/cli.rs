@@ -495,6 +495,9 @@ half_open_after = "1s"
         assert_eq!(gateway.requests_with(&a), 1);
         let ok = r#"ballast_calls_total{system="pay",kind="write",outcome="ok"}"#;
         eventually("the call is counted", || async { sample(&get(&metrics_url).await.1, ok) == 1.0 }).await;
+        let completed = r#"ballast_queue_tasks{kind="ballast.http.delivery",state="completed"}"#;
+        eventually("the queue is counted", || async { sample(&get(&metrics_url).await.1, completed) == 1.0 })
+            .await;
 
         // Two failed deliveries open the critical system's breaker: not ready.
         gateway.up.store(false, Ordering::SeqCst);
