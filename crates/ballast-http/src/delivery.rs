@@ -16,7 +16,7 @@
 //! let pay = Request::post("payments").json(&serde_json::json!({ "amount": 100 }));
 //! match sber.write_or_defer(&key, &queue, pay).await? {
 //!     Handover::Done(response) => println!("paid: {}", response.status()),
-//!     Handover::Deferred(task) => println!("in progress, task {}", task.task_id),
+//!     Handover::Deferred(task_id) => println!("in progress, task {task_id}"),
 //! }
 //!
 //! // In the worker process (or the same one):
@@ -28,7 +28,7 @@
 use std::collections::HashMap;
 
 use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Rejection, StopReason};
-use ballast_queue::{Deferred, Handler, Handover, HandoverError, NewTask, Queue, TaskContext};
+use ballast_queue::{Handler, Handover, HandoverError, NewTask, Queue, TaskContext};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use http::Method;
@@ -203,16 +203,13 @@ impl HttpSystem {
                 tracing::info!(
                     system = %self.name(),
                     task_id = outcome.id,
+                    new_task = outcome.created,
                     key = %key,
+                    attempts = failure.attempts(),
                     cause = %failure,
                     "write deferred to the durable queue with the same idempotency key (R-RES-RE-4)"
                 );
-                Ok(Handover::Deferred(Deferred {
-                    task_id: outcome.id,
-                    created: outcome.created,
-                    attempts: failure.attempts(),
-                    cause: failure.to_string(),
-                }))
+                Ok(Handover::Deferred(outcome.id))
             }
             Err(error) => Err(HandoverError::Enqueue { failure, error }),
         }

@@ -13,26 +13,14 @@ use crate::task::NewTask;
 use crate::Queue;
 
 /// How a [`WriteOrDefer::write_or_defer`] call ended without an error.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Handover<T> {
     /// The write succeeded in memory.
     Done(T),
-    /// The write was handed to the durable queue.
-    Deferred(Deferred),
-}
-
-/// A write handed over to the durable queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Deferred {
-    /// The task that will finish the write.
-    pub task_id: i64,
-    /// `false` if a task with the same kind and key already existed (an
-    /// earlier hand-over of the same user action): no second task was made.
-    pub created: bool,
-    /// Attempts made in memory before handing over.
-    pub attempts: u32,
-    /// Why the in-memory path gave up.
-    pub cause: String,
+    /// The write was handed to the durable queue: the id of the task that
+    /// will finish it. A second hand-over of the same user action (same kind
+    /// and key) returns the same task instead of making another.
+    Deferred(i64),
 }
 
 /// Why [`WriteOrDefer::write_or_defer`] returned neither a value nor a task.
@@ -76,7 +64,7 @@ pub trait WriteOrDefer {
     ///     Ok::<_, std::io::Error>(ctx.attempt())
     /// }).await {
     ///     Ok(Handover::Done(_)) => { /* paid */ }
-    ///     Ok(Handover::Deferred(d)) => { /* tell the user it is in progress: task d.task_id */ }
+    ///     Ok(Handover::Deferred(task_id)) => { /* tell the user it is in progress: task {task_id} */ }
     ///     Err(e) => { /* declined: show the error */ let _ = e; }
     /// }
     /// # }
@@ -124,16 +112,13 @@ impl WriteOrDefer for Policy {
             Ok(outcome) => {
                 tracing::info!(
                     task_id = outcome.id,
+                    new_task = outcome.created,
                     key = %key,
+                    attempts = failure.attempts(),
                     cause = %failure,
                     "write deferred to the durable queue with the same idempotency key (R-RES-RE-4)"
                 );
-                Ok(Handover::Deferred(Deferred {
-                    task_id: outcome.id,
-                    created: outcome.created,
-                    attempts: failure.attempts(),
-                    cause: failure.to_string(),
-                }))
+                Ok(Handover::Deferred(outcome.id))
             }
             Err(error) => Err(HandoverError::Enqueue { failure, error }),
         }
