@@ -23,6 +23,14 @@ use crate::policy::Inner;
 use crate::timeout::{deadline_after, Attempt, AttemptDeadline, Strategy};
 use crate::{Class, Classify, Context, Failure, IdempotencyKey, OpKind};
 
+/// Whether anyone collects tracing spans. Without a subscriber a disabled
+/// span still costs: when a dependency turns on `tracing`'s `log` feature
+/// (sqlx does), creating, recording and dropping it go through the `log`
+/// fallback, which on the success path costs more than the rest of the call.
+fn tracing_is_on() -> bool {
+    tracing::dispatcher::has_been_set()
+}
+
 /// How a failed attempt ended.
 enum LastFailure<E> {
     Error(E, Class),
@@ -100,13 +108,15 @@ where
             budget.deposit();
         }
         call.deadline = call.inner.timeout.total_deadline().map(|t| deadline_after(Instant::now(), t));
-        call.span = tracing::info_span!(
-            "ballast.call",
-            system = %call.inner.events.system(),
-            kind = call.kind.as_str(),
-            attempts = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
+        if tracing_is_on() {
+            call.span = tracing::info_span!(
+                "ballast.call",
+                system = %call.inner.events.system(),
+                kind = call.kind.as_str(),
+                attempts = tracing::field::Empty,
+                outcome = tracing::field::Empty,
+            );
+        }
         // Unpacked before the next await, so the step does not stay in the
         // call's state.
         let (failure, retry_after, span) = match call.attempt(1).await {
@@ -182,14 +192,18 @@ impl<F> Call<'_, F> {
             key: self.key.cloned(),
             cancel: attempt_token.clone().or_else(|| self.cancel.cloned()),
         };
-        let span = tracing::debug_span!(
-            parent: &self.span,
-            "ballast.attempt",
-            attempt = n,
-            outcome = tracing::field::Empty,
-            class = tracing::field::Empty,
-            next_delay_ms = tracing::field::Empty,
-        );
+        let span = if tracing_is_on() {
+            tracing::debug_span!(
+                parent: &self.span,
+                "ballast.attempt",
+                attempt = n,
+                outcome = tracing::field::Empty,
+                class = tracing::field::Empty,
+                next_delay_ms = tracing::field::Empty,
+            )
+        } else {
+            tracing::Span::none()
+        };
         let result = AttemptDeadline::new(
             (self.op)(ctx),
             &inner.timeout,
