@@ -74,7 +74,8 @@ enum Action {
         #[arg(long, requires = "all_failed")]
         kind: Option<String>,
     },
-    /// Cancel a pending or running task; exit 1 if it is already final.
+    /// Cancel a pending or running task; exit 1 if it is already final. JSON:
+    /// `{"cancelled": COUNT, "ids": [ID]}`.
     Cancel {
         /// The task's id.
         id: i64,
@@ -262,13 +263,13 @@ async fn act(queue: &Queue, action: &Action) -> anyhow::Result<Output> {
         }
         Action::Cancel { id } => {
             if queue.cancel(*id).await? {
-                Output::done(format!("task {id} cancelled\n"), json!({ "cancelled": [id] }))
+                Output::done(format!("task {id} cancelled\n"), json!({ "cancelled": 1, "ids": [id] }))
             } else {
                 let why = match queue.get(*id).await? {
                     None => format!("no task {id}: nothing to cancel"),
                     Some(task) => format!("task {id} is already {}: nothing to cancel", task.state),
                 };
-                Output::nothing(why.clone(), json!({ "cancelled": [], "reason": why }))
+                Output::nothing(why.clone(), json!({ "cancelled": 0, "ids": [], "reason": why }))
             }
         }
         Action::Prune { older_than } => {

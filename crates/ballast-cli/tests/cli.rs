@@ -257,8 +257,12 @@ mod queue {
 
         let cancelled = run(&["cancel", "5"]);
         assert_eq!((cancelled.status.code(), stdout(&cancelled).as_str()), (Some(0), "task 5 cancelled\n"));
-        let twice = run(&["cancel", "5"]);
+        let twice = run(&["cancel", "5", "--format", "json"]);
         assert_eq!(twice.status.code(), Some(1));
+        assert_eq!(
+            (json(&twice)["cancelled"].as_u64(), json(&twice)["ids"].as_array().map(Vec::len)),
+            (Some(0), Some(0))
+        );
         assert!(
             stderr(&twice).contains("task 5 is already cancelled: nothing to cancel"),
             "{}",
