@@ -187,32 +187,7 @@ impl HttpSystem {
                 return Err(HandoverError::Failed(failure));
             }
         };
-        let failure = match self.write(key, request).await {
-            Ok(response) => return Ok(Handover::Done(response)),
-            Err(failure) if failure.is_deferrable() => failure,
-            Err(failure) => return Err(HandoverError::Failed(failure)),
-        };
-        let task = match &failure {
-            Failure::Rejected { rejection: Rejection::BreakerOpen { retry_in }, .. } => {
-                task.run_after(*retry_in)
-            }
-            _ => task,
-        };
-        match queue.enqueue(task).await {
-            Ok(outcome) => {
-                tracing::info!(
-                    system = %self.name(),
-                    task_id = outcome.id,
-                    new_task = outcome.created,
-                    key = %key,
-                    attempts = failure.attempts(),
-                    cause = %failure,
-                    "write deferred to the durable queue with the same idempotency key (R-RES-RE-4)"
-                );
-                Ok(Handover::Deferred(outcome.id))
-            }
-            Err(error) => Err(HandoverError::Enqueue { failure, error }),
-        }
+        ballast_queue::hand_over(queue, key, task, self.write(key, request).await).await
     }
 }
 

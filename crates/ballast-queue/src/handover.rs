@@ -97,30 +97,49 @@ impl WriteOrDefer for Policy {
         F: FnMut(Context) -> Fut + Send,
         Fut: Future<Output = Result<T, E>> + Send,
     {
-        let failure = match self.write(key, op).await {
-            Ok(value) => return Ok(Handover::Done(value)),
-            Err(failure) if failure.is_deferrable() => failure,
-            Err(failure) => return Err(HandoverError::Failed(failure)),
-        };
-        let mut task = task.key(key.clone());
-        if task.run_at.is_none() {
-            if let Failure::Rejected { rejection: Rejection::BreakerOpen { retry_in }, .. } = &failure {
-                task = task.run_after(*retry_in);
-            }
+        hand_over(queue, key, task, self.write(key, op).await).await
+    }
+}
+
+/// Hands the outcome of a keyed write over to the durable queue: a success is
+/// [`Handover::Done`]; a failure that a later attempt can fix (transient, or
+/// a rejection) becomes `task`, carrying `key`, and [`Handover::Deferred`];
+/// any other failure is returned. The common step of every `write_or_defer`,
+/// for integrations that run the write themselves (an HTTP system, say).
+///
+/// Unless `task` has its own `run_at`, a task deferred because the breaker is
+/// open is scheduled for the breaker's next probe; otherwise it is due at once.
+pub async fn hand_over<T, E: fmt::Display>(
+    queue: &Queue,
+    key: &IdempotencyKey,
+    task: NewTask,
+    outcome: Result<T, Failure<E>>,
+) -> Result<Handover<T>, HandoverError<E>> {
+    let failure = match outcome {
+        Ok(value) => return Ok(Handover::Done(value)),
+        Err(failure) if failure.is_deferrable() => failure,
+        Err(failure) => return Err(HandoverError::Failed(failure)),
+    };
+    let mut task = task.key(key.clone());
+    if task.run_at.is_none() {
+        if let Failure::Rejected { rejection: Rejection::BreakerOpen { retry_in }, .. } = &failure {
+            task = task.run_after(*retry_in);
         }
-        match queue.enqueue(task).await {
-            Ok(outcome) => {
-                tracing::info!(
-                    task_id = outcome.id,
-                    new_task = outcome.created,
-                    key = %key,
-                    attempts = failure.attempts(),
-                    cause = %failure,
-                    "write deferred to the durable queue with the same idempotency key (R-RES-RE-4)"
-                );
-                Ok(Handover::Deferred(outcome.id))
-            }
-            Err(error) => Err(HandoverError::Enqueue { failure, error }),
+    }
+    let kind = task.kind().to_owned();
+    match queue.enqueue(task).await {
+        Ok(outcome) => {
+            tracing::info!(
+                task_id = outcome.id,
+                kind = %kind,
+                new_task = outcome.created,
+                key = %key,
+                attempts = failure.attempts(),
+                cause = %failure,
+                "write deferred to the durable queue with the same idempotency key (R-RES-RE-4)"
+            );
+            Ok(Handover::Deferred(outcome.id))
         }
+        Err(error) => Err(HandoverError::Enqueue { failure, error }),
     }
 }

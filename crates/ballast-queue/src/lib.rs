@@ -81,7 +81,7 @@ pub use alert::{Alert, FailReason, FailedTask, LogAlert};
 pub use backoff::Backoff;
 pub use error::{Error, Result};
 pub use handler::{Handler, TaskContext};
-pub use handover::{Handover, HandoverError, WriteOrDefer};
+pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
 pub use queue::{Queue, TxConnection};
 pub use store::Backend;
 pub use task::{
