@@ -23,6 +23,25 @@ fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
+/// Starts a call that holds its bulkhead slot until `release` is notified.
+fn hold_a_slot(p: &Policy) -> (Arc<tokio::sync::Notify>, tokio::task::JoinHandle<Result<(), Failure<Down>>>) {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let holder = {
+        let (p, release) = (p.clone(), release.clone());
+        tokio::spawn(async move {
+            p.read(|_| {
+                let release = release.clone();
+                async move {
+                    release.notified().await;
+                    Ok::<_, Down>(())
+                }
+            })
+            .await
+        })
+    };
+    (release, holder)
+}
+
 async fn dead_upstream(p: &Policy, attempts: &AtomicU32) -> Result<(), Failure<Down>> {
     p.read(|_| {
         attempts.fetch_add(1, Ordering::SeqCst);
@@ -209,20 +228,7 @@ async fn a_full_bulkhead_rejects_at_once_and_is_never_retried() {
         .timeout(Timeout::aggressive(secs(5)))
         .build()
         .unwrap();
-    let release = Arc::new(tokio::sync::Notify::new());
-    let holder = {
-        let (p, release) = (p.clone(), release.clone());
-        tokio::spawn(async move {
-            p.read(|_| {
-                let release = release.clone();
-                async move {
-                    release.notified().await;
-                    Ok::<_, Down>(())
-                }
-            })
-            .await
-        })
-    };
+    let (release, holder) = hold_a_slot(&p);
     tokio::task::yield_now().await;
     assert_eq!(p.bulkhead_in_flight(), Some(1));
     let calls = AtomicU32::new(0);
@@ -377,20 +383,7 @@ async fn every_transition_is_an_event() {
     p.read(|_| async { Ok::<_, Down>(()) }).await.unwrap();
     p.breaker().unwrap().isolate();
     p.breaker().unwrap().release();
-    let release = Arc::new(tokio::sync::Notify::new());
-    let holder = {
-        let (p, release) = (p.clone(), release.clone());
-        tokio::spawn(async move {
-            p.read(|_| {
-                let release = release.clone();
-                async move {
-                    release.notified().await;
-                    Ok::<_, Down>(())
-                }
-            })
-            .await
-        })
-    };
+    let (release, holder) = hold_a_slot(&p);
     tokio::task::yield_now().await;
     let _ = p.read(|_| async { Ok::<_, Down>(()) }).await;
     release.notify_one();
