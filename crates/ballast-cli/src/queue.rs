@@ -124,7 +124,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         bail!("`ballast queue` needs --db URL (sqlite://path/to/tasks.db, postgres://…, or a SQLite file)");
     };
     let url = queue_url(db)?;
-    let shown = redact(&url);
+    let shown = ballast::redact_url(&url);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -154,7 +154,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     })?;
     let mut stdout = std::io::stdout().lock();
     match args.format {
-        Format::Human => stdout.write_all(out.human.as_bytes())?,
+        // Kinds and errors come from the table: escape what could drive the terminal.
+        Format::Human => stdout.write_all(ballast_config::report::printable(&out.human).as_bytes())?,
         Format::Json => writeln!(stdout, "{}", serde_json::to_string_pretty(&out.json)?)?,
     }
     Ok(match out.nothing {
@@ -211,16 +212,6 @@ async fn has_queue_table(url: &str) -> Result<bool, sqlx::Error> {
     } else {
         // Queue::connect has already refused any other URL.
         Ok(true)
-    }
-}
-
-/// The URL without its password, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((_, rest)) = url.split_once("://") else { return url.to_owned() };
-    let authority = rest.split('/').next().unwrap_or_default();
-    match authority.rsplit_once('@').and_then(|(userinfo, _)| userinfo.split_once(':')) {
-        Some((user, password)) => url.replacen(&format!("{user}:{password}@"), &format!("{user}:***@"), 1),
-        None => url.to_owned(),
     }
 }
 
@@ -447,12 +438,5 @@ mod tests {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_825_599)), "2000-02-29T11:59:59Z");
         assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(1_735_689_600)), "2025-01-01T00:00:00Z");
-    }
-
-    #[test]
-    fn passwords_stay_out_of_messages() {
-        assert_eq!(redact("postgres://app:s3cret@db:5432/q"), "postgres://app:***@db:5432/q");
-        assert_eq!(redact("postgres://app@db/q"), "postgres://app@db/q");
-        assert_eq!(redact("sqlite://tasks.db"), "sqlite://tasks.db");
     }
 }

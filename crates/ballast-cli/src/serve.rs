@@ -6,41 +6,24 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::{Json, Router};
 use ballast_config::{report, Config};
-use ballast_http::{DeliveryHandler, Health, DELIVERY_KIND};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use ballast_server::Server;
+use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio_util::sync::CancellationToken;
-
-/// How often the Prometheus recorder drains its histograms when nobody scrapes.
-const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// Arguments of `ballast serve`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The configuration file: its systems receive the deliveries, its
-    /// [queue] holds them.
+    /// [queue] holds them, its [serve] says how to listen.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
-    /// Where to serve /metrics and /health (port 0 picks a free port). Loopback
-    /// by default: expose it deliberately.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
-    listen: SocketAddr,
-}
-
-/// What the endpoints read.
-#[derive(Clone)]
-struct Endpoints {
-    prometheus: PrometheusHandle,
-    health: Health,
-    queue: ballast_queue::Queue,
+    /// Where to serve /metrics and /health (port 0 picks a free port);
+    /// overrides [serve] listen. Loopback by default: expose it deliberately.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -76,48 +59,24 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(config: &Config, listen: SocketAddr) -> anyhow::Result<()> {
+async fn serve(config: &Config, listen: Option<SocketAddr>) -> anyhow::Result<()> {
     // Before the systems are built: metric handles taken earlier record nowhere.
     let prometheus =
         PrometheusBuilder::new().install_recorder().context("cannot install the Prometheus recorder")?;
-    ballast_http::metrics::describe();
-    let systems = config.http_systems()?;
-    let settings = config.queue()?;
-    let shown = crate::queue::redact(&settings.url);
-    let queue = settings.connect().await.with_context(|| format!("cannot open the queue at {shown}"))?;
-    queue.migrate().await.with_context(|| format!("cannot prepare the queue table at {shown}"))?;
-    let worker = settings
-        .worker(queue.clone())
-        .handler(DELIVERY_KIND, DeliveryHandler::new(systems.iter().cloned()))
-        .build()?;
-
-    let endpoints =
-        Endpoints { prometheus: prometheus.clone(), health: Health::from_systems(&systems), queue };
-    let app = Router::new()
-        .route("/metrics", get(metrics))
-        .route("/health/live", get(live))
-        .route("/health/ready", get(ready))
-        .with_state(endpoints);
-    let listener =
-        tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
-    let addr = listener.local_addr()?;
+    let server = Server::bind(config, prometheus, listen).await?;
     println!(
-        "ballast serve: listening on http://{addr} (metrics /metrics, health /health/live /health/ready), \
-         {} systems, queue {shown}",
-        systems.len()
+        "ballast serve: listening on http://{} (metrics /metrics, health /health/live /health/ready), \
+         {} systems, queue {}",
+        server.admin_addr(),
+        server.systems(),
+        server.queue_url()
     );
     // Whoever started us may wait for this line before talking to us.
     std::io::stdout().flush()?;
 
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    tokio::spawn(upkeep(prometheus, shutdown.clone()));
-    let worker = tokio::spawn(worker.run(shutdown.clone()));
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned()).await;
-    // The server can only stop early on an I/O error; the worker must still stop cleanly.
-    shutdown.cancel();
-    let summary = worker.await.context("the worker panicked")?;
-    served.context("the HTTP server failed")?;
+    let summary = server.run(shutdown).await?;
     eprintln!(
         "ballast serve: stopped; {} delivered, {} rescheduled, {} failed, {} released to other workers",
         summary.completed, summary.rescheduled, summary.failed, summary.released
@@ -148,32 +107,4 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     let _ = ctrl_c.await;
     tracing::info!("shutting down: finishing or releasing in-flight deliveries");
     shutdown.cancel();
-}
-
-async fn upkeep(prometheus: PrometheusHandle, shutdown: CancellationToken) {
-    let mut every = tokio::time::interval(UPKEEP_EVERY);
-    while shutdown.run_until_cancelled(every.tick()).await.is_some() {
-        prometheus.run_upkeep();
-    }
-}
-
-async fn metrics(State(endpoints): State<Endpoints>) -> impl IntoResponse {
-    // The queue gauges (tasks per state, lag) come from one query per scrape.
-    if let Err(e) = endpoints.queue.record_metrics().await {
-        tracing::warn!(error = %e, "cannot refresh the queue metrics");
-    }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], endpoints.prometheus.render())
-}
-
-/// Always 200 while the process runs: an outage of an external system must
-/// not get this service restarted.
-async fn live() -> &'static str {
-    "live\n"
-}
-
-/// 200 unless a critical system's breaker is open; the body says which.
-async fn ready(State(endpoints): State<Endpoints>) -> impl IntoResponse {
-    let report = endpoints.health.report();
-    let status = if report.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(report))
 }

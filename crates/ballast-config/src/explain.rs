@@ -227,8 +227,9 @@ impl fmt::Display for Explanation {
 
 impl fmt::Display for Timeline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "system `{}`", self.name)?;
-        writeln!(f, "  composition: {}", self.composition)?;
+        // The name is the one string taken verbatim from the file.
+        writeln!(f, "system `{}`", crate::report::printable(&self.name))?;
+        writeln!(f, "  composition: {}", crate::report::printable(&self.composition))?;
         let (e, w, n) = self.findings;
         if e + w + n == 0 {
             writeln!(f, "  lint: clean")?;

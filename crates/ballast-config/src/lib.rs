@@ -70,13 +70,13 @@ pub mod model;
 pub mod report;
 pub mod suggest;
 
-pub use build::{ConfigError, QueueSettings, BACKOFF_KINDS, BREAKER_KINDS, STRATEGIES};
+pub use build::{ConfigError, QueueSettings, ServeSettings, BACKOFF_KINDS, BREAKER_KINDS, STRATEGIES};
 pub use config::Config;
 pub use durable::DurableSchedule;
 pub use duration::{ConfigDuration, DurationError};
 pub use explain::{Durable, DurableStep, Explanation, Step, Timeline};
 pub use finding::Finding;
 pub use lint::has_errors;
-pub use load::{Checked, LoadError};
+pub use load::{Checked, LoadError, MAX_CONFIG_BYTES};
 pub use rules::{MAX_COUNT_WINDOW, ORDER, RETRY_ON_OPT_IN, RETRY_ON_TRANSIENT};
 pub use source::{Location, Source};

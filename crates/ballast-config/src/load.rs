@@ -12,6 +12,11 @@ use crate::model::{File, Schema, ROOT};
 use crate::source::{Source, SpanIndex};
 use crate::suggest::did_you_mean;
 
+/// The largest configuration file read, in bytes (1 MiB). A real file is a
+/// few kilobytes; the cap keeps `ballast lint /dev/zero` or a runaway
+/// generated file from taking the machine's memory.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// Why a file could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -22,6 +27,14 @@ pub enum LoadError {
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// The file is larger than [`MAX_CONFIG_BYTES`]: not a configuration.
+    #[error("{} is larger than {limit} bytes, which no ballast configuration needs; check the path", path.display())]
+    TooLarge {
+        /// The path given.
+        path: PathBuf,
+        /// The limit, [`MAX_CONFIG_BYTES`].
+        limit: u64,
     },
     /// The file is not valid TOML, has unknown keys, or a value of the wrong type.
     #[error("{file} is not a valid ballast configuration: {}", first_message(findings))]
@@ -56,6 +69,17 @@ impl LoadError {
                 message: format!("cannot read the file: {source}"),
                 help: "check the path and its permissions".to_owned(),
             }],
+            LoadError::TooLarge { path, limit } => vec![Finding {
+                rule: None,
+                severity: Severity::Error,
+                file: path.display().to_string(),
+                location: None,
+                span: None,
+                message: format!(
+                    "the file is larger than {limit} bytes, which no ballast configuration needs"
+                ),
+                help: "check the path: a configuration file is a few kilobytes".to_owned(),
+            }],
             LoadError::Invalid { findings, .. } => findings.clone(),
         }
     }
@@ -63,7 +87,7 @@ impl LoadError {
     /// The text that failed to load, when it could be read.
     pub fn input(&self) -> Option<&Source> {
         match self {
-            LoadError::Read { .. } => None,
+            LoadError::Read { .. } | LoadError::TooLarge { .. } => None,
             LoadError::Invalid { input, .. } => Some(input),
         }
     }
@@ -73,9 +97,7 @@ impl Config {
     /// Reads and parses the file at `path`; messages name it as given.
     pub fn load(path: impl AsRef<Path>) -> Result<Config, LoadError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
-        Config::parse(path.display().to_string(), text)
+        Config::parse(path.display().to_string(), read_text(path)?)
     }
 
     /// Parses `text`, naming it `name` in messages. Refused when the text is
@@ -110,9 +132,7 @@ impl Config {
     /// reported together with the rule findings of the rest of the file.
     pub fn check_file(path: impl AsRef<Path>) -> Result<Checked, LoadError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
-        Config::check(path.display().to_string(), text)
+        Config::check(path.display().to_string(), read_text(path)?)
     }
 
     /// [`check_file`](Self::check_file) on `text`, naming it `name` in messages.
@@ -138,6 +158,20 @@ impl Config {
         }
         Ok(Checked { source, findings })
     }
+}
+
+/// The text of the file at `path`, refused past [`MAX_CONFIG_BYTES`] without
+/// reading further (a device such as `/dev/zero` never ends).
+fn read_text(path: &Path) -> Result<String, LoadError> {
+    use std::io::Read as _;
+    let read_error = |source| LoadError::Read { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text).map_err(read_error)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(LoadError::TooLarge { path: path.to_path_buf(), limit: MAX_CONFIG_BYTES });
+    }
+    Ok(text)
 }
 
 /// Everything found in one file by [`Config::check`]: unknown keys and wrong
@@ -309,13 +343,20 @@ fn type_error(source: &Source, index: &SpanIndex, e: &toml::de::Error) -> Findin
 /// What a key's value looks like, for type errors.
 fn expected(key: &str) -> &'static str {
     match key {
-        "poll_interval" | "key_ttl" | "first_delay" | "max_delay" | "duration" | "half_open_after"
-        | "attempt" | "total" | "connect" | "read" => {
-            "write a duration string, e.g. \"500ms\", \"5s\" or \"24h\""
-        }
-        "max_attempts" | "size" | "min_calls" | "min_throughput" | "limit" | "queue" | "retries" => {
-            "write a whole number that is 0 or more, e.g. 3"
-        }
+        "poll_interval"
+        | "key_ttl"
+        | "first_delay"
+        | "max_delay"
+        | "duration"
+        | "half_open_after"
+        | "attempt"
+        | "total"
+        | "connect"
+        | "read"
+        | "header_read_timeout"
+        | "stats_interval" => "write a duration string, e.g. \"500ms\", \"5s\" or \"24h\"",
+        "max_attempts" | "size" | "min_calls" | "min_throughput" | "limit" | "queue" | "retries"
+        | "max_connections" => "write a whole number that is 0 or more, e.g. 3",
         "critical" | "dedupes_by_key" => "write true or false",
         "threshold" | "budget_ratio" => "write a number, e.g. 0.5",
         "retry_on" | "order" => "write a list of strings, e.g. [\"5xx\", \"timeout\"]",

@@ -17,6 +17,8 @@ use crate::duration::ConfigDuration;
 pub struct File {
     /// `[queue]`: the durable task queue that takes over keyed writes.
     pub queue: Option<QueueSection>,
+    /// `[serve]`: how `ballast serve` listens.
+    pub serve: Option<ServeSection>,
     /// `[systems.NAME]`: one entry per external system.
     #[serde(default)]
     pub systems: BTreeMap<String, System>,
@@ -32,6 +34,23 @@ pub struct QueueSection {
     /// `max_attempts`: durable attempts before the task fails and a human is
     /// alerted (default 10).
     pub max_attempts: Option<u64>,
+}
+
+/// `[serve]`: the admin listener of `ballast serve` (`/metrics`, `/health/*`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ServeSection {
+    /// `listen`: the admin listener's address (default `127.0.0.1:9464`);
+    /// `--listen` overrides it.
+    pub listen: Option<String>,
+    /// `max_connections`: connections served at once; more wait to be
+    /// accepted (default 256).
+    pub max_connections: Option<u64>,
+    /// `header_read_timeout`: how long a client may take to send a request's
+    /// headers before the connection is closed (default 5 s).
+    pub header_read_timeout: Option<ConfigDuration>,
+    /// `stats_interval`: how often the queue's counts are refreshed for
+    /// `/metrics` and readiness (default 5 s).
+    pub stats_interval: Option<ConfigDuration>,
 }
 
 /// `[systems.NAME]`: one external system and its policy.
@@ -147,7 +166,15 @@ pub(crate) enum Schema {
 
 use Schema::{Named, Table, Value};
 
-pub(crate) const ROOT: Schema = Table(&[("queue", Table(QUEUE_KEYS)), ("systems", Named(SYSTEM_KEYS))]);
+pub(crate) const ROOT: Schema =
+    Table(&[("queue", Table(QUEUE_KEYS)), ("serve", Table(SERVE_KEYS)), ("systems", Named(SYSTEM_KEYS))]);
+
+const SERVE_KEYS: &[(&str, Schema)] = &[
+    ("listen", Value),
+    ("max_connections", Value),
+    ("header_read_timeout", Value),
+    ("stats_interval", Value),
+];
 
 const QUEUE_KEYS: &[(&str, Schema)] = &[("url", Value), ("poll_interval", Value), ("max_attempts", Value)];
 

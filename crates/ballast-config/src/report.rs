@@ -20,6 +20,10 @@ use crate::source::Source;
 /// ```
 ///
 /// `source` gives the lines to quote; without it only the location is printed.
+///
+/// Control characters from the file (names, values, messages quoting them)
+/// are shown escaped ([`printable`]), so a configuration cannot drive the
+/// terminal that prints its findings.
 pub fn human(findings: &[Finding], source: Option<&Source>) -> String {
     let mut out = String::new();
     for finding in findings {
@@ -29,31 +33,84 @@ pub fn human(findings: &[Finding], source: Option<&Source>) -> String {
     out
 }
 
+/// `text` safe to print on a terminal: every control character but newline
+/// and tab — ESC, BEL, carriage return, DEL, the C1 controls — and every
+/// bidirectional-override character is shown as an escape such as `\u{1b}`.
+///
+/// ```
+/// use ballast_config::report::printable;
+///
+/// assert_eq!(printable("sber\x1b]0;pwned\x07"), "sber\\u{1b}]0;pwned\\u{7}");
+/// assert_eq!(printable("line\n\tindented"), "line\n\tindented");
+/// ```
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            let _ = write!(out, "{}", c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 fn render_one(out: &mut String, f: &Finding, source: Option<&Source>) {
     let rule = f.rule.map(|r| format!("[{r}]")).unwrap_or_default();
-    let _ = writeln!(out, "{}{rule}: {}", f.severity, f.message);
+    let (message, help, file) = (printable(&f.message), printable(&f.help), printable(&f.file));
+    let _ = writeln!(out, "{}{rule}: {message}", f.severity);
     let Some(at) = f.location else {
-        let _ = writeln!(out, " --> {}", f.file);
-        let _ = writeln!(out, "  = help: {}", f.help);
+        let _ = writeln!(out, " --> {file}");
+        let _ = writeln!(out, "  = help: {help}");
         return;
     };
     let gutter = " ".repeat(at.line.to_string().len());
-    let _ = writeln!(out, "{gutter}--> {}:{}:{}", f.file, at.line, at.column);
+    let _ = writeln!(out, "{gutter}--> {file}:{}:{}", at.line, at.column);
     if let Some(source) = source {
         let line = source.line(at.line);
+        let before: String = line.chars().take(at.column - 1).collect();
         let _ = writeln!(out, "{gutter} |");
-        let _ = writeln!(out, "{} | {line}", at.line);
-        // Keep tabs so the caret lines up under tab-indented values.
-        let pad: String =
-            line.chars().take(at.column - 1).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+        let _ = writeln!(out, "{} | {}", at.line, shown(line));
+        // Measured on the text as printed; tabs kept so the caret lines up
+        // under tab-indented values.
+        let pad: String = shown(&before).chars().map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
         let width = f
             .span
             .as_ref()
             .and_then(|s| source.text().get(s.clone()))
-            .map_or(1, |text| text.lines().next().unwrap_or("").chars().count().max(1));
+            .map_or(1, |text| shown(text.lines().next().unwrap_or("")).chars().count().max(1));
         let _ = writeln!(out, "{gutter} | {pad}{}", "^".repeat(width));
     }
-    let _ = writeln!(out, "{gutter} = help: {}", f.help);
+    let _ = writeln!(out, "{gutter} = help: {help}");
+}
+
+/// A line of the file as quoted under a finding: every URL in it with its
+/// secrets masked ([`ballast::redact_url`]) — findings end up in logs, the
+/// file's credentials must not — and control characters escaped.
+fn shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        // The scheme: the letters, digits, `+`, `-` and `.` right before `://`.
+        let scheme_start = rest[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |i| i + 1);
+        let end = rest[at..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`'))
+            .map_or(rest.len(), |i| at + i);
+        out.push_str(&rest[..scheme_start]);
+        out.push_str(&ballast::redact_url(&rest[scheme_start..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    printable(&out).into_owned()
 }
 
 /// One line that counts the findings: `ballast.toml: 1 error, 2 warnings, 0 notes`.

@@ -12,7 +12,7 @@ use ballast::{PolicyBuilder, Rule, Severity, Violation};
 use crate::durable::DurableSchedule;
 use crate::duration::display;
 use crate::finding::{system_path, Problem};
-use crate::model::{File, QueueSection, System};
+use crate::model::{File, QueueSection, ServeSection, System};
 use crate::suggest::did_you_mean;
 
 /// The transient outcomes `retry_on` may name (R-RES-RE-X2).
@@ -28,7 +28,7 @@ pub const ORDER: [&str; 4] = ["retry", "breaker", "bulkhead", "timeout"];
 pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<Problem> {
     let crate::build::Translated { builder, timeout, problems: mut out, .. } =
         crate::build::translate(name, sys);
-    out.extend(core(name, sys, &builder));
+    out.extend(core(name, &builder));
     out.extend(client_timeouts(name, sys, timeout.attempt()));
     out.extend(retry_on(name, sys));
     out.extend(client_retries(name, sys));
@@ -40,22 +40,9 @@ pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<Problem> {
 }
 
 /// The core's own checks (R-RES-RE-3, R-RES-RE-4, R-RES-RE-X3 and every
-/// range it refuses), pointed at the key each is about.
-fn core(name: &str, sys: &System, builder: &PolicyBuilder) -> Vec<Problem> {
-    builder
-        .check()
-        .into_iter()
-        .map(|v| {
-            let mut p = violation(name, v);
-            // The core reports both zero delays under `retry.first_delay`; point at the one that is zero.
-            let retry = sys.retry.as_ref();
-            let first_is_zero = retry.and_then(|r| r.first_delay).is_some_and(|d| d.get().is_zero());
-            if p.path.ends_with(&["retry".into(), "first_delay".into()]) && !first_is_zero {
-                p.path = system_path(name, &["retry", "max_delay"]);
-            }
-            p
-        })
-        .collect()
+/// range it refuses), each at the key the core names.
+fn core(name: &str, builder: &PolicyBuilder) -> Vec<Problem> {
+    builder.check().into_iter().map(|v| violation(name, v)).collect()
 }
 
 /// A core [`Violation`] about system `name`, at the key its `setting` names.
@@ -279,12 +266,17 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
         }
     }
     if let Some(url) = &sys.base_url {
-        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() <= "https://".len() {
+        // The parser `ballast serve` builds the client with: lint and serve agree.
+        if let Err(e) = ballast_http::parse_base_url(url) {
+            let reason = match e {
+                ballast_http::HttpError::InvalidBaseUrl { reason, .. } => reason,
+                other => other.to_string(),
+            };
             out.push(Problem::error(
                 None,
                 system_path(name, &["base_url"]),
-                format!("base_url \"{url}\" is not an http:// or https:// URL"),
-                "write the full URL, e.g. \"https://api.example.com\"",
+                format!("base_url \"{}\" is not a usable base URL: {reason}", ballast::redact_url(url)),
+                "write an absolute http:// or https:// URL without query or fragment, e.g. \"https://api.example.com/v1\"",
             ));
         }
     }
@@ -318,7 +310,7 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
             .push(Problem::error(
                 None,
                 at("url"),
-                format!("queue url \"{url}\" is neither sqlite: nor postgres://"),
+                format!("queue url \"{}\" is neither sqlite: nor postgres://", ballast::redact_url(url)),
                 "use e.g. \"sqlite://ballast.db\" or \"postgres://user@host/db\"",
             )),
         Some(_) => {}
@@ -345,6 +337,47 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
             "use 10, the guide's value (R-RES-RE-5)",
         )),
         _ => {}
+    }
+    out
+}
+
+/// The `[serve]` section's values.
+pub(crate) fn serve(s: &ServeSection) -> Vec<Problem> {
+    let at = |key: &str| vec!["serve".to_owned(), key.to_owned()];
+    let mut out = Vec::new();
+    if let Some(listen) = &s.listen {
+        if listen.parse::<std::net::SocketAddr>().is_err() {
+            out.push(Problem::error(
+                None,
+                at("listen"),
+                format!("listen \"{listen}\" is not an address and port"),
+                "write an IP address and a port, e.g. \"127.0.0.1:9464\" (port 0 picks a free one)",
+            ));
+        }
+    }
+    if s.max_connections.is_some_and(|n| n == 0 || n > 1_000_000) {
+        out.push(Problem::error(
+            None,
+            at("max_connections"),
+            "`max_connections` is outside 1..=1000000".into(),
+            "use a few hundred, e.g. 256: enough for scrapers and operators, few enough to keep descriptors for the worker",
+        ));
+    }
+    if s.header_read_timeout.is_some_and(|d| d.get().is_zero()) {
+        out.push(Problem::error(
+            None,
+            at("header_read_timeout"),
+            "`header_read_timeout` is zero: no request could ever be read".into(),
+            "use a few seconds, e.g. \"5s\"",
+        ));
+    }
+    if s.stats_interval.is_some_and(|d| d.get() < Duration::from_secs(1)) {
+        out.push(Problem::error(
+            None,
+            at("stats_interval"),
+            "`stats_interval` is under 1 s: counting the queue that often loads its database".into(),
+            "use a few seconds, e.g. \"5s\"",
+        ));
     }
     out
 }

@@ -38,6 +38,9 @@ fn one_fixture_per_rule_names_the_rule_and_the_value() {
     expect("re4_warning.toml", "R-RES-RE-4", "warning", 2, 15);
     expect("x3_backoff.toml", "R-RES-RE-X3", "error", 3, 11);
     expect("x3_zero.toml", "R-RES-RE-X3", "error", 3, 15);
+    expect("x3_floor.toml", "R-RES-RE-X3", "error", 3, 15);
+    expect("x3_floor.toml", "R-RES-RE-X3", "error", 4, 13);
+    expect("x3_floor.toml", "R-RES-RE-X3", "error", 8, 13);
     expect("x2.toml", "R-RES-RE-X2", "error", 3, 20);
     expect("x4.toml", "R-RES-RE-X4", "error", 5, 11);
     expect("cb1.toml", "R-RES-CB-1", "error", 2, 9);
@@ -48,6 +51,19 @@ fn one_fixture_per_rule_names_the_rule_and_the_value() {
     expect("range_limit.toml", "", "error", 2, 9);
     expect("timeout_client.toml", "", "error", 3, 11);
     expect("timeout_client.toml", "", "error", 4, 8);
+}
+
+#[test]
+fn a_delay_under_the_floor_or_a_cap_without_room_to_grow_is_refused_under_x3() {
+    let got = findings("x3_floor.toml");
+    let x3 = |line| got.iter().filter(|f| f.0 == "R-RES-RE-X3" && f.2 == line).count();
+    // sms: first_delay 1 ms is under the floor (line 3), and max_delay 1 ms
+    // leaves no room to grow (line 4): both reported at once.
+    assert_eq!((x3(3), x3(4)), (1, 1), "{got:?}");
+    // mail: max_delay = first_delay would be a constant delay (line 8).
+    assert_eq!(x3(8), 1, "{got:?}");
+    let config = Config::load("tests/fixtures/x3_floor.toml").unwrap();
+    assert!(config.policy("sms").is_err() && config.policy("mail").is_err());
 }
 
 #[test]
@@ -298,4 +314,78 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn lint_and_the_http_client_agree_on_base_urls() {
+    for (url, usable) in [
+        ("http://x", true),
+        ("https://api.example.com/v1/", true),
+        ("http://[::1]:8080", true),
+        ("http://[::1", false),
+        ("http://host:99999", false),
+        ("http://a b", false),
+        ("https://h/?q=1", false),
+        ("https://h/#top", false),
+        ("ftp://h", false),
+        ("localhost:8080", false),
+    ] {
+        let config = Config::parse("t.toml", format!("[systems.a]\nbase_url = \"{url}\"\n")).unwrap();
+        let findings = config.lint();
+        assert_eq!(!ballast_config::has_errors(&findings), usable, "{url}: {findings:?}");
+        assert_eq!(config.http_system("a").is_ok(), usable, "{url}");
+    }
+}
+
+#[test]
+fn secrets_in_urls_stay_out_of_findings() {
+    let config = Config::parse(
+        "t.toml",
+        "[queue]\nurl = \"mysql://app:s3cret@db/q?password=s3cret\"\n[systems.a]\nbase_url = \"ftp://app:s3cret@h/?token=s3cret\"\n",
+    )
+    .unwrap();
+    let findings = config.lint();
+    assert_eq!(findings.len(), 2, "{findings:?}");
+    for f in &findings {
+        assert!(!f.message.contains("s3cret") && !f.help.contains("s3cret"), "{f:?}");
+    }
+    let refused = config.http_system("a").unwrap_err().to_string();
+    assert!(!refused.contains("s3cret"), "{refused}");
+    // Findings end up in logs (`ballast serve` prints them): the quoted lines too.
+    let human = report::human(&findings, Some(config.source()));
+    assert!(!human.contains("s3cret"), "{human}");
+    assert!(human.contains("url = \"mysql://app:***@db/q?password=***\""), "{human}");
+}
+
+#[test]
+fn control_characters_from_the_file_are_escaped_in_human_output() {
+    // Raw controls (invalid TOML, quoted back in the source line), a key named
+    // with escapes, and a system named with escapes.
+    let raw =
+        Config::check("t.toml", "# \u{1b}]0;pwned\u{7}\n[systems.a.retry]\nmax_attempts = 8\n").unwrap_err();
+    let key = Config::check("t.toml", "[systems.a.retry]\n\"x\\u001b[2J\" = 1\n").unwrap();
+    let named =
+        Config::parse("t.toml", "[systems.\"a\\u001b[31m\\u0007\".retry]\nmax_attempts = 8\n").unwrap();
+    let outputs = [
+        report::human(&raw.findings(), raw.input()),
+        report::human(&key.findings, Some(&key.source)),
+        report::human(&named.lint(), Some(named.source())),
+        named.explain(None).unwrap().to_string(),
+    ];
+    for out in outputs {
+        assert!(!out.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{out:?}");
+        assert!(out.contains("\\u{1b}"), "the escape is shown, not dropped: {out}");
+    }
+}
+
+#[test]
+fn a_file_larger_than_any_configuration_is_refused_without_reading_it_all() {
+    let err = Config::check_file("/dev/zero").unwrap_err();
+    assert!(matches!(err, ballast_config::LoadError::TooLarge { .. }), "{err}");
+    assert!(err.to_string().contains("larger than"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.toml");
+    let value = "x".repeat(ballast_config::MAX_CONFIG_BYTES as usize);
+    std::fs::write(&big, format!("[queue]\nurl = \"{value}\"\n")).unwrap();
+    assert!(matches!(Config::load(&big), Err(ballast_config::LoadError::TooLarge { .. })));
 }

@@ -57,7 +57,7 @@ pub enum HttpError {
     /// The system's base URL is unusable.
     #[error("invalid base URL {url:?}: {reason}; use an absolute http:// or https:// URL")]
     InvalidBaseUrl {
-        /// The URL given.
+        /// The URL given, its secrets masked ([`ballast::redact_url`]).
         url: String,
         /// What is wrong with it.
         reason: String,
@@ -117,8 +117,27 @@ impl HttpError {
         }
     }
 
+    /// A transport failure; the URL reqwest quotes in its message has its
+    /// secrets masked.
+    pub(crate) fn transport(kind: TransportKind, class: Class, source: reqwest::Error) -> Self {
+        HttpError::Transport { kind, class, source: without_secrets(source) }
+    }
+
     pub(crate) fn invalid(reason: impl std::fmt::Display) -> Self {
         HttpError::InvalidRequest { reason: reason.to_string() }
+    }
+}
+
+/// `error` quoting its URL with the secrets masked ([`ballast::redact_url`]).
+fn without_secrets(error: reqwest::Error) -> reqwest::Error {
+    let Some(url) = error.url() else { return error };
+    let shown = ballast::redact_url(url.as_str());
+    if shown == url.as_str() {
+        return error;
+    }
+    match reqwest::Url::parse(&shown) {
+        Ok(url) => error.with_url(url),
+        Err(_) => error.without_url(),
     }
 }
 

@@ -68,4 +68,4 @@ pub use health::{Health, HealthReport, SystemHealth};
 pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
 pub use request::{OnceRequest, Request, StreamingRequest};
 pub use response::Response;
-pub use system::{HttpSystem, HttpSystemBuilder};
+pub use system::{parse_base_url, HttpSystem, HttpSystemBuilder};

@@ -28,7 +28,7 @@ use metrics::{Counter, Gauge, Histogram, Unit};
 const KINDS: [OpKind; 3] = [OpKind::Read, OpKind::Write, OpKind::WriteOnce];
 const CALL_OUTCOMES: [&str; 5] = ["ok", "permanent", "transient", "rejected", "cancelled"];
 const ATTEMPT_OUTCOMES: [&str; 4] = ["ok", "transient", "permanent", "timeout"];
-const REASONS: [StopReason; 8] = [
+const REASONS: [StopReason; 9] = [
     StopReason::Permanent,
     StopReason::Exhausted,
     StopReason::NotRetryable,
@@ -37,6 +37,7 @@ const REASONS: [StopReason; 8] = [
     StopReason::TotalTimeout,
     StopReason::Rejected,
     StopReason::Cancelled,
+    StopReason::Nested,
 ];
 const STATES: [BreakerState; 4] =
     [BreakerState::Closed, BreakerState::HalfOpen, BreakerState::Open, BreakerState::Isolated];
@@ -175,6 +176,7 @@ fn reason_index(reason: StopReason) -> (usize, usize) {
         StopReason::TotalTimeout => (5, TRANSIENT),
         StopReason::Rejected => (6, 3),
         StopReason::Cancelled => (7, 4),
+        StopReason::Nested => (8, TRANSIENT),
     }
 }
 

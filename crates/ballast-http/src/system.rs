@@ -85,7 +85,7 @@ impl HttpSystemBuilder {
     /// Builds the system and its client, with the client's own retries and
     /// redirects off (R-RES-RE-X4).
     pub fn build(self) -> Result<HttpSystem, HttpError> {
-        let base = parse_base(&self.base_url)?;
+        let base = parse_base_url(&self.base_url)?;
         let policy = match self.policy {
             Some(p) => p,
             None => Policy::builder(self.name.clone()).build()?,
@@ -119,8 +119,19 @@ impl HttpSystemBuilder {
     }
 }
 
-fn parse_base(url: &str) -> Result<Url, HttpError> {
-    let invalid = |reason: String| HttpError::InvalidBaseUrl { url: url.to_owned(), reason };
+/// Parses a system's base URL exactly as [`HttpSystemBuilder::build`] does:
+/// an absolute `http://` or `https://` URL that can be a base, without query
+/// or fragment. `ballast lint` uses it too, so a URL that lints clean is one
+/// `ballast serve` accepts.
+///
+/// ```
+/// assert!(ballast_http::parse_base_url("http://x").is_ok());
+/// for bad in ["http://[::1", "http://host:99999", "http://a b", "https://h/?q=1", "ftp://h", "h.example"] {
+///     assert!(ballast_http::parse_base_url(bad).is_err(), "{bad}");
+/// }
+/// ```
+pub fn parse_base_url(url: &str) -> Result<Url, HttpError> {
+    let invalid = |reason: String| HttpError::InvalidBaseUrl { url: ballast::redact_url(url), reason };
     let base = Url::parse(url).map_err(|e| invalid(e.to_string()))?;
     if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
         return Err(invalid(format!("scheme {:?} is not http or https", base.scheme())));
@@ -313,7 +324,7 @@ impl HttpSystem {
         let retry_on = self.retry_on();
         let transport = |source: reqwest::Error| {
             let kind = TransportKind::of(&source);
-            HttpError::Transport { kind, class: retry_on.transport_class(kind), source }
+            HttpError::transport(kind, retry_on.transport_class(kind), source)
         };
         async move {
             let response = request.send().await.map_err(transport)?;

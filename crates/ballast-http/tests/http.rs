@@ -156,7 +156,7 @@ async fn reply(socket: &mut TcpStream, status: u16, headers: &[(&str, String)], 
 
 fn policy(name: &str) -> PolicyBuilder {
     Policy::builder(name)
-        .retry(Retry::attempts(3).backoff(Backoff::exponential(ms(20)).max_delay(ms(40))).without_budget())
+        .retry(Retry::attempts(3).backoff(Backoff::exponential(ms(100)).max_delay(ms(200))).without_budget())
         .timeout(Timeout::aggressive(ms(400)))
         .seed(7)
 }
@@ -373,6 +373,24 @@ async fn a_refused_connection_is_transient_and_retried() {
         matches!(failure.error(), Some(HttpError::Transport { kind: TransportKind::Connect, .. })),
         "{failure:?}"
     );
+}
+
+#[tokio::test]
+async fn credentials_and_query_values_stay_out_of_error_messages() {
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let down = HttpSystem::builder("down", &format!("http://app:s3cret@{closed}/api/"))
+        .policy(Policy::builder("down").retry(Retry::never()).build().unwrap())
+        .build()
+        .unwrap();
+    let failure = down.read(Request::get("x").query(&[("token", "s3cret")])).await.unwrap_err();
+    let shown = format!("{failure} / {failure:?}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    // reqwest moves the credentials into a header; the query is masked.
+    assert!(shown.contains("/api/x?token=***"), "still says where: {shown}");
+
+    let refused = HttpSystem::builder("a", "ftp://app:s3cret@h/").build().unwrap_err();
+    let shown = format!("{refused} / {refused:?}");
+    assert!(!shown.contains("s3cret"), "{shown}");
 }
 
 #[tokio::test]

@@ -42,6 +42,14 @@ impl KindStats {
         }
     }
 
+    /// Adds `other`'s counts to these, keeping the longer lag.
+    pub(crate) fn absorb(&mut self, other: &KindStats) {
+        for state in TaskState::ALL {
+            self.add(state, i64::try_from(other.count(state)).unwrap_or(i64::MAX));
+        }
+        self.oldest_due_age = self.oldest_due_age.max(other.oldest_due_age);
+    }
+
     /// Tasks of this kind in `state`.
     pub fn count(&self, state: TaskState) -> u64 {
         match state {

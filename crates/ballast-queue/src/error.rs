@@ -7,7 +7,7 @@ pub enum Error {
     /// The connection URL names no supported backend.
     #[error("unsupported database URL {url:?}: use sqlite://path/to/file.db or postgres://user@host/db")]
     UnsupportedUrl {
-        /// The URL as given.
+        /// The URL as given, its secrets masked ([`ballast::redact_url`]).
         url: String,
     },
     /// The database refused or failed a statement.
@@ -20,6 +20,14 @@ pub enum Error {
         kind: String,
         /// Why serialization failed.
         source: serde_json::Error,
+    },
+    /// A task kind that is not a short identifier (see [`check_kind`](crate::check_kind)).
+    #[error("invalid task kind {kind:?}: {reason}; use 1 to 128 characters from A-Z a-z 0-9 . _ - : /")]
+    InvalidKind {
+        /// The kind given (cut at 128 characters).
+        kind: String,
+        /// What is wrong with it.
+        reason: &'static str,
     },
     /// A task was built with `max_attempts` out of range.
     #[error("max_attempts must be between 1 and {max} (got {got}); R-RES-RE-5 suggests 10")]

@@ -71,6 +71,7 @@ mod handover;
 mod lease;
 /// The queue's Prometheus metrics: names, labels, and when they are updated.
 pub mod metrics;
+mod monitor;
 mod queue;
 mod store;
 mod task;
@@ -82,10 +83,11 @@ pub use backoff::Backoff;
 pub use error::{Error, Result};
 pub use handler::{Handler, TaskContext};
 pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
+pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
 pub use queue::{Queue, TxConnection};
 pub use store::Backend;
 pub use task::{
-    EnqueueOutcome, ErrorRecord, NewTask, TaskInfo, TaskState, UnknownState, DEFAULT_MAX_ATTEMPTS,
-    ERROR_HISTORY,
+    check_kind, EnqueueOutcome, ErrorRecord, NewTask, TaskInfo, TaskState, UnknownState,
+    DEFAULT_MAX_ATTEMPTS, ERROR_HISTORY, MAX_KIND_LEN,
 };
 pub use worker::{RunSummary, Worker, WorkerBuilder, DEFAULT_POLL_INTERVAL};

@@ -39,7 +39,7 @@ impl Queue {
             let pool = PgPoolOptions::new().max_connections(10).connect(url).await?;
             Ok(Self::from_postgres(pool))
         } else {
-            Err(Error::UnsupportedUrl { url: url.to_owned() })
+            Err(Error::UnsupportedUrl { url: ballast::redact_url(url) })
         }
     }
 

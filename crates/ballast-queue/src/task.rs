@@ -10,6 +10,33 @@ use crate::error::{Error, Result};
 /// Attempts a task gets unless told otherwise (R-RES-RE-5: "after 10 failures").
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 
+/// The longest task kind, in bytes.
+pub const MAX_KIND_LEN: usize = 128;
+
+/// Checks a task kind: 1 to [`MAX_KIND_LEN`] characters from `A–Z a–z 0–9`
+/// and `. _ - : /`. A kind names a handler, a metric label and a column of
+/// every admin view, so it is a short identifier, never data.
+///
+/// ```
+/// use ballast_queue::check_kind;
+///
+/// assert!(check_kind("ballast.http.delivery").is_ok());
+/// assert!(check_kind("").is_err());
+/// assert!(check_kind("send sms").is_err());
+/// ```
+pub fn check_kind(kind: &str) -> Result<()> {
+    let reason = if kind.is_empty() {
+        "it is empty"
+    } else if kind.len() > MAX_KIND_LEN {
+        "it is longer than 128 bytes"
+    } else if !kind.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-:/".contains(&b)) {
+        "it has characters other than A-Z a-z 0-9 . _ - : /"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidKind { kind: kind.chars().take(MAX_KIND_LEN).collect(), reason })
+}
+
 /// A task to enqueue: its kind, JSON payload and options.
 ///
 /// ```
@@ -74,6 +101,7 @@ impl NewTask {
     }
 
     pub(crate) fn validate(self) -> Result<ValidTask> {
+        check_kind(&self.kind)?;
         let max = i32::MAX as u32;
         if self.max_attempts == 0 || self.max_attempts > max {
             return Err(Error::InvalidMaxAttempts { got: self.max_attempts, max });
@@ -249,6 +277,18 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
         assert_eq!(from_micros(micros(t)), t);
         assert_eq!(from_micros(-5), UNIX_EPOCH - Duration::from_micros(5));
+    }
+
+    #[test]
+    fn kinds_are_short_identifiers() {
+        for good in ["a", "send-sms", "ballast.http.delivery", "billing:charge/v2", &"k".repeat(MAX_KIND_LEN)]
+        {
+            assert!(NewTask::new(good, &1).validate().is_ok(), "{good}");
+        }
+        for bad in ["", " ", "send sms", "kind\u{1b}[2J", "ключ", &"k".repeat(MAX_KIND_LEN + 1)] {
+            let err = NewTask::new(bad, &1).validate().unwrap_err();
+            assert!(matches!(err, Error::InvalidKind { .. }), "{bad:?}: {err}");
+        }
     }
 
     #[test]

@@ -169,6 +169,9 @@ impl WorkerBuilder {
         if self.handlers.is_empty() {
             return Err(Error::Config("no handlers: register one with .handler(kind, handler)".into()));
         }
+        for kind in self.handlers.keys() {
+            crate::task::check_kind(kind)?;
+        }
         if self.concurrency == 0 || self.batch == 0 {
             return Err(Error::Config("concurrency and batch must be at least 1".into()));
         }

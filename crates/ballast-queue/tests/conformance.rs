@@ -582,7 +582,7 @@ async fn worker_configuration_is_checked(h: &Harness) {
 
 fn policy() -> ballast::Policy {
     ballast::Policy::builder("gateway")
-        .retry(ballast::Retry::attempts(2).backoff(ballast::Backoff::exponential(Duration::from_millis(5))))
+        .retry(ballast::Retry::attempts(2).backoff(ballast::Backoff::exponential(Duration::from_millis(100))))
         .breaker(ballast::Breaker::consecutive(2).half_open_after(Duration::from_secs(600)))
         .build()
         .expect("valid policy")

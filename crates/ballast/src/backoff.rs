@@ -19,6 +19,22 @@ const P_FACTOR: f64 = 4.0;
 /// Past this exponent `2^t` stops mattering: every delay is at the cap.
 const MAX_EXPONENT: f64 = 60.0;
 
+/// The shortest median first delay a backoff may have (R-RES-RE-X3).
+///
+/// Why 100 ms: the blips in-memory retry is for — a dropped connection, a
+/// fail-over, a pause of the other side — last tens to hundreds of
+/// milliseconds, so an earlier retry lands in the same blip; and jitter that
+/// spreads clients over less than a typical round trip does not spread them
+/// at all. It is also where the common SDKs start (AWS SDKs: 100 ms,
+/// cockatiel: 128 ms); the guide's own value is 500 ms.
+pub const MIN_FIRST_DELAY: Duration = Duration::from_millis(100);
+
+/// `max_delay` must be at least this many times the first delay
+/// (R-RES-RE-X3): a cap at the first delay turns the backoff into a constant
+/// delay, and under twice the first delay the waits can neither grow nor be
+/// spread by jitter.
+pub const MIN_GROWTH: u32 = 2;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Shape {
     DecorrelatedJitter,
@@ -38,6 +54,11 @@ enum Shape {
 /// on each median doubles, so the median of wait `n` is ≈ `median_first · 2ⁿ`.
 /// The default median first delay is 500 ms, so a default policy waits
 /// roughly 500 ms → 1 s → 2 s.
+///
+/// Two limits keep a backoff from degrading into hammering or a constant
+/// delay, checked when a policy is built and by `ballast lint`
+/// (R-RES-RE-X3): the median first delay is at least [`MIN_FIRST_DELAY`]
+/// (100 ms), and `max_delay` at least [`MIN_GROWTH`] (2) × the first delay.
 ///
 /// ```
 /// use std::time::Duration;
@@ -127,21 +148,49 @@ impl Backoff {
         DelayBounds { min: Duration::ZERO, median: self.clamp(m * exp2(n_f)), max: self.clamp(max) }
     }
 
-    pub(crate) fn check(&self, setting: &'static str, out: &mut Vec<Violation>) {
-        if self.median_first.is_zero() {
+    /// Adds a finding for every way this backoff would retry too early or at
+    /// a constant pace (R-RES-RE-X3): a first delay under
+    /// [`MIN_FIRST_DELAY`], or a `max_delay` under [`MIN_GROWTH`] × the first
+    /// delay. `first` and `max` name the two settings in the findings.
+    pub(crate) fn check(&self, first: &'static str, max: &'static str, out: &mut Vec<Violation>) {
+        let (m, cap) = (self.median_first, self.max_delay);
+        if m.is_zero() {
             out.push(Violation::error(
                 Some(Rule::ReX3),
-                setting,
+                first,
                 "the first delay is zero: retrying without backoff hammers a sick system".into(),
-                "use a median first delay such as 500 ms",
+                "use a median first delay such as 500 ms (the guide's value)",
+            ));
+        } else if m < MIN_FIRST_DELAY {
+            out.push(Violation::error(
+                Some(Rule::ReX3),
+                first,
+                format!(
+                    "the first delay {m:?} is under the {MIN_FIRST_DELAY:?} floor: the retries land in the \
+                     same blip and their jitter is too narrow to spread the clients apart"
+                ),
+                "use a median first delay of at least 100 ms; the guide's is 500 ms",
             ));
         }
-        if self.max_delay.is_zero() {
+        if cap.is_zero() {
             out.push(Violation::error(
                 Some(Rule::ReX3),
-                setting,
+                max,
                 "max_delay is zero: every retry would be immediate".into(),
                 "cap the delay at a few seconds, e.g. 2 s",
+            ));
+        } else if !m.is_zero() && cap < m.saturating_mul(MIN_GROWTH) {
+            out.push(Violation::error(
+                Some(Rule::ReX3),
+                max,
+                format!(
+                    "max_delay {cap:?} is under {MIN_GROWTH} × the first delay {m:?}: the waits cannot grow \
+                     or spread, so the backoff degrades to a constant delay"
+                ),
+                format!(
+                    "set max_delay to at least {:?} ({MIN_GROWTH} × the first delay); 4 × or more is typical",
+                    m.saturating_mul(MIN_GROWTH)
+                ),
             ));
         }
     }
@@ -225,15 +274,46 @@ mod tests {
         assert_ne!(a, d);
     }
 
+    fn findings(b: Backoff) -> Vec<Violation> {
+        let mut out = Vec::new();
+        b.check("retry.first_delay", "retry.max_delay", &mut out);
+        out
+    }
+
     #[test]
     fn zero_first_delay_or_cap_is_refused_with_x3() {
-        let mut out = Vec::new();
-        Backoff::exponential(Duration::ZERO).check("retry.first_delay", &mut out);
-        Backoff::exponential(Duration::from_millis(1))
-            .max_delay(Duration::ZERO)
-            .check("retry.max_delay", &mut out);
-        assert_eq!(out.len(), 2);
-        assert!(out.iter().all(|v| v.rule == Some(Rule::ReX3)));
+        let zero_first = findings(Backoff::exponential(Duration::ZERO));
+        assert_eq!(zero_first.len(), 1);
+        assert_eq!(zero_first[0].setting, "retry.first_delay");
+        let zero_cap = findings(Backoff::exponential(Duration::from_millis(500)).max_delay(Duration::ZERO));
+        assert_eq!(zero_cap.len(), 1);
+        assert_eq!(zero_cap[0].setting, "retry.max_delay");
+        assert!(zero_first.iter().chain(&zero_cap).all(|v| v.rule == Some(Rule::ReX3)));
+    }
+
+    #[test]
+    fn a_first_delay_under_the_floor_is_refused_with_x3() {
+        for tiny in
+            [Duration::from_nanos(1), Duration::from_millis(1), MIN_FIRST_DELAY - Duration::from_nanos(1)]
+        {
+            let out = findings(Backoff::exponential(tiny).max_delay(Duration::from_secs(2)));
+            assert_eq!(out.len(), 1, "{tiny:?}: {out:?}");
+            assert_eq!((out[0].rule, out[0].setting), (Some(Rule::ReX3), "retry.first_delay"));
+            assert!(out[0].message.contains("floor"), "{}", out[0].message);
+        }
+        assert!(findings(Backoff::exponential(MIN_FIRST_DELAY).max_delay(Duration::from_secs(2))).is_empty());
+    }
+
+    #[test]
+    fn a_cap_that_leaves_no_room_to_grow_is_a_constant_delay_and_refused() {
+        let half = Duration::from_millis(500);
+        for cap in [Duration::from_nanos(1), half, half * 2 - Duration::from_nanos(1)] {
+            let out = findings(Backoff::exponential(half).max_delay(cap));
+            assert_eq!(out.len(), 1, "{cap:?}: {out:?}");
+            assert_eq!((out[0].rule, out[0].setting), (Some(Rule::ReX3), "retry.max_delay"));
+        }
+        assert!(findings(Backoff::exponential(half).max_delay(half * 2)).is_empty());
+        assert!(findings(Backoff::exponential_full_jitter(half).max_delay(half * 2)).is_empty());
     }
 
     proptest! {

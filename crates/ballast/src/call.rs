@@ -18,10 +18,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bulkhead::Refused;
 use crate::events::EventKind;
+use crate::nesting;
 use crate::outcome::{Rejection, StopReason, TimeoutKind};
 use crate::policy::Inner;
 use crate::timeout::{deadline_after, Attempt, AttemptDeadline, Strategy};
-use crate::{Class, Classify, Context, Failure, IdempotencyKey, OpKind};
+use crate::{Class, Classify, Context, Failure, IdempotencyKey, OpKind, Rule};
 
 /// Whether anyone collects tracing spans. Without a subscriber a disabled
 /// span still costs: when a dependency turns on `tracing`'s `log` feature
@@ -84,6 +85,9 @@ struct Call<'a, F> {
     /// One timer per call, armed only when something has to wait.
     timer: Option<Pin<Box<Sleep>>>,
     span: tracing::Span,
+    /// Set when the call runs inside another policy's attempt: the rule its
+    /// retries would break, so it makes one attempt (see `nesting`).
+    nested: Option<Rule>,
 }
 
 pub(crate) fn run<'a, T, E, F, Fut>(
@@ -99,13 +103,25 @@ where
     E: Classify + 'a,
     T: 'a,
 {
-    let mut call =
-        Call { inner, kind, key, cancel, op, deadline: None, timer: None, span: tracing::Span::none() };
+    let mut call = Call {
+        inner,
+        kind,
+        key,
+        cancel,
+        op,
+        deadline: None,
+        timer: None,
+        span: tracing::Span::none(),
+        nested: None,
+    };
     // An async block rather than an async fn: it uses `call` in place, where
     // an async fn would keep a second copy of its arguments in its state.
     async move {
         if let Some(budget) = &call.inner.budget {
             budget.deposit();
+        }
+        if let Some(rule) = nesting::outer() {
+            call.refuse_nested_retry(rule);
         }
         call.deadline = call.inner.timeout.total_deadline().map(|t| deadline_after(Instant::now(), t));
         if tracing_is_on() {
@@ -129,6 +145,25 @@ where
 }
 
 impl<F> Call<'_, F> {
+    /// This call runs inside another policy's attempt: if it would retry,
+    /// it makes one attempt instead and says which rule retrying would break.
+    #[cold]
+    fn refuse_nested_retry(&mut self, rule: Rule) {
+        if !self.kind.is_retryable() || self.inner.retry.max_attempts() <= 1 {
+            return;
+        }
+        self.nested = Some(rule);
+        self.inner.events.emit(EventKind::NestedRetryRefused { op: self.kind, rule });
+        self.inner.warn_nested(rule);
+    }
+
+    /// The rule a retrying call started by this call's operation would break.
+    fn mark(&self) -> Rule {
+        let retries =
+            self.nested.is_none() && self.kind.is_retryable() && self.inner.retry.max_attempts() > 1;
+        self.nested.unwrap_or_else(|| nesting::rule_for(retries, self.inner.breaker.is_some()))
+    }
+
     fn gave_up<E>(&self, failure: Failure<E>) -> Failure<E> {
         let (attempts, reason) = (failure.attempts(), failure.stop_reason());
         self.span.record("attempts", attempts).record("outcome", reason.as_str());
@@ -204,6 +239,7 @@ impl<F> Call<'_, F> {
         } else {
             tracing::Span::none()
         };
+        let mark = self.mark();
         let result = AttemptDeadline::new(
             (self.op)(ctx),
             &inner.timeout,
@@ -213,6 +249,7 @@ impl<F> Call<'_, F> {
             &span,
             &mut self.timer,
         )
+        .nested(mark)
         .await;
         drop(slot);
 
@@ -252,6 +289,8 @@ impl<F> Call<'_, F> {
             Some(StopReason::TotalTimeout)
         } else if !self.kind.is_retryable() {
             Some(StopReason::NotRetryable)
+        } else if self.nested.is_some() {
+            Some(StopReason::Nested)
         } else if n >= inner.retry.max_attempts() {
             Some(StopReason::Exhausted)
         } else {

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Class, OpKind, StopReason};
+use crate::{Class, OpKind, Rule, StopReason};
 
 /// Something that happened in a policy of one external system.
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +78,16 @@ pub enum EventKind {
     BulkheadRejected,
     /// The retry budget was empty, so a retry was not made.
     BudgetExhausted,
+    /// A retrying call started inside another policy's attempt, so it makes
+    /// one attempt: retrying there would break `rule` (see
+    /// [`StopReason::Nested`]).
+    NestedRetryRefused {
+        /// The operation's kind.
+        op: OpKind,
+        /// R-RES-RE-X4 (inside an outer retry), R-RES-CB-1 (inside an outer
+        /// breaker) or R-RES-RE-2 (inside an outer bulkhead or timeout).
+        rule: Rule,
+    },
 }
 
 impl EventKind {
@@ -95,6 +105,7 @@ impl EventKind {
             EventKind::BreakerIsolated => "breaker_isolated",
             EventKind::BulkheadRejected => "bulkhead_rejected",
             EventKind::BudgetExhausted => "budget_exhausted",
+            EventKind::NestedRetryRefused { .. } => "nested_retry_refused",
         }
     }
 }
@@ -123,6 +134,9 @@ impl fmt::Display for Event<'_> {
             EventKind::BreakerIsolated => f.write_str("breaker isolated"),
             EventKind::BulkheadRejected => f.write_str("bulkhead rejected a call"),
             EventKind::BudgetExhausted => f.write_str("retry budget exhausted"),
+            EventKind::NestedRetryRefused { op, rule } => {
+                write!(f, "{op} runs inside another policy's attempt: one attempt, no retries ({rule})")
+            }
         }
     }
 }

@@ -27,6 +27,10 @@ pub enum StopReason {
     Rejected,
     /// The caller cancelled the call.
     Cancelled,
+    /// The call ran inside another policy's attempt, so it made one attempt:
+    /// retrying there would put retry inside the outer breaker (R-RES-CB-1)
+    /// or inside the outer retry (R-RES-RE-X4). The outer policy retries.
+    Nested,
 }
 
 impl StopReason {
@@ -41,6 +45,7 @@ impl StopReason {
             StopReason::TotalTimeout => "total_timeout",
             StopReason::Rejected => "rejected",
             StopReason::Cancelled => "cancelled",
+            StopReason::Nested => "nested",
         }
     }
 }
@@ -56,6 +61,9 @@ impl fmt::Display for StopReason {
             StopReason::TotalTimeout => "total deadline passed",
             StopReason::Rejected => "rejected: system unavailable",
             StopReason::Cancelled => "cancelled",
+            StopReason::Nested => {
+                "runs inside another policy's attempt, which does the retrying (R-RES-RE-X4, R-RES-CB-1)"
+            }
         })
     }
 }

@@ -2,7 +2,7 @@
 //! retry → circuit breaker → bulkhead → timeout (R-RES-RE-2, R-RES-CB-1).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -153,6 +153,7 @@ impl PolicyBuilder {
                 worst_case,
                 seed,
                 calls: AtomicU64::new(0),
+                nested_warned: AtomicBool::new(false),
             }),
         })
     }
@@ -178,9 +179,25 @@ pub(crate) struct Inner {
     warnings: Vec<Violation>,
     seed: u64,
     calls: AtomicU64,
+    nested_warned: AtomicBool,
 }
 
 impl Inner {
+    /// Logs, once per policy, that a retrying call ran inside another
+    /// policy's attempt; the event says it every time.
+    pub(crate) fn warn_nested(&self, rule: Rule) {
+        if !self.nested_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                system = %self.events.system(),
+                rule = rule.id(),
+                "a retrying call of this policy runs inside another policy's attempt; it makes one \
+                 attempt and the outer policy does the retrying ({rule}: {}). Call the two systems one \
+                 after the other instead of one inside the other",
+                rule.summary(),
+            );
+        }
+    }
+
     /// A distinct, reproducible jitter seed per call.
     pub(crate) fn next_seed(&self) -> u64 {
         let n = self.calls.fetch_add(1, Ordering::Relaxed);

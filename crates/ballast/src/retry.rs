@@ -102,7 +102,7 @@ impl Retry {
                 "use 3 (typical) to 5 attempts and hand longer outages to the durable task queue",
             ));
         }
-        self.backoff.check("retry.first_delay", out);
+        self.backoff.check("retry.first_delay", "retry.max_delay", out);
         if let Some(budget) = &self.budget {
             budget.check(out);
         }

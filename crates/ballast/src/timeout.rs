@@ -15,8 +15,9 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use crate::nesting::Mark;
 use crate::outcome::TimeoutKind;
-use crate::rules::Violation;
+use crate::rules::{Rule, Violation};
 
 /// The instant `after` past `now`, or about thirty years out if that does not
 /// fit: a huge `Retry-After` or deadline must not overflow the clock.
@@ -154,6 +155,8 @@ pin_project! {
         caller: Option<CancellationToken>,
         attempt_token: Option<CancellationToken>,
         phase: Phase,
+        // What a retrying call started by the operation would break.
+        nested: Rule,
     }
 }
 
@@ -179,7 +182,14 @@ impl<'s, F> AttemptDeadline<'s, F> {
             caller,
             attempt_token,
             phase: Phase::Running,
+            nested: Rule::Re2,
         }
+    }
+
+    /// The rule a retrying call started inside this attempt would break.
+    pub(crate) fn nested(mut self, rule: Rule) -> Self {
+        self.nested = rule;
+        self
     }
 }
 
@@ -189,7 +199,7 @@ impl<T, F: Future<Output = T>> Future for AttemptDeadline<'_, F> {
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let _entered = this.span.enter();
-        if let Poll::Ready(v) = this.fut.as_mut().poll(cx) {
+        if let Poll::Ready(v) = poll_marked(this.fut.as_mut(), cx, *this.nested) {
             return Poll::Ready(match *this.phase {
                 Phase::Running => Attempt::Done(v),
                 Phase::Draining(stop) => Attempt::Drained(v, stop),
@@ -229,9 +239,17 @@ impl<T, F: Future<Output = T>> Future for AttemptDeadline<'_, F> {
             (Strategy::Cooperative, Some(token)) => {
                 token.cancel();
                 *this.phase = Phase::Draining(stop);
-                this.fut.poll(cx).map(|v| Attempt::Drained(v, stop))
+                poll_marked(this.fut, cx, *this.nested).map(|v| Attempt::Drained(v, stop))
             }
             _ => Poll::Ready(stop.map_or(Attempt::Cancelled, Attempt::TimedOut)),
         }
     }
+}
+
+/// Polls an attempt's operation with the thread marked as inside an attempt,
+/// so a retrying call it makes runs once (see the `nesting` module).
+#[inline]
+fn poll_marked<F: Future>(fut: Pin<&mut F>, cx: &mut TaskContext<'_>, nested: Rule) -> Poll<F::Output> {
+    let _mark = Mark::enter(nested);
+    fut.poll(cx)
 }

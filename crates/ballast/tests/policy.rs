@@ -328,7 +328,7 @@ async fn cooperative_timeout_signals_the_attempt_and_awaits_it() {
 #[tokio::test(start_paused = true)]
 async fn cancellation_during_a_backoff_sleep_returns_at_once() {
     let p = Policy::builder("gw")
-        .retry(Retry::attempts(3).backoff(Backoff::exponential(secs(2)).max_delay(secs(3))).without_budget())
+        .retry(Retry::attempts(3).backoff(Backoff::exponential(secs(2)).max_delay(secs(4))).without_budget())
         .build()
         .unwrap();
     let token = CancellationToken::new();

@@ -246,7 +246,7 @@ impl Breaker {
                 "half_open_after is zero: an open breaker would never hold back any call".into(),
                 "wait before probing, e.g. 30 s",
             )),
-            HalfOpenAfter::Backoff(b) => b.check("breaker.half_open_after", out),
+            HalfOpenAfter::Backoff(b) => b.check("breaker.half_open_after", "breaker.half_open_after", out),
             HalfOpenAfter::Fixed(_) => {}
         }
         if self.probes == 0 {

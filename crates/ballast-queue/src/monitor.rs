@@ -1,0 +1,176 @@
+//! The queue's counts, kept fresh in the background, so that a metrics
+//! scrape, a readiness probe or a dashboard page reads memory and never the
+//! database.
+//!
+//! Counting the table is a scan over it: done per scrape, on the worker's own
+//! pool, it slows the deliveries it reports on, and a database that stopped
+//! answering makes every scrape hang for the pool's whole acquire timeout.
+//! A [`QueueMonitor`] runs one refresh at a time on a queue connection of its
+//! own, bounds each by a timeout, and keeps the last counts together with
+//! whether the last refresh reached the database.
+
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, SystemTime};
+
+use ::metrics::Gauge;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::KindStats;
+use crate::metrics::REACHABLE;
+use crate::Queue;
+
+/// The queue as the monitor last saw it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueSnapshot {
+    /// Counts per kind from the last refresh that succeeded (empty before one did).
+    pub stats: Vec<KindStats>,
+    /// When those counts were read.
+    pub taken_at: Option<SystemTime>,
+    /// Whether the last refresh reached the database.
+    pub reachable: bool,
+    /// Why the last refresh failed, while it does.
+    pub error: Option<String>,
+    /// When the last refresh ended, successful or not.
+    pub checked_at: Option<SystemTime>,
+}
+
+/// Configures a [`QueueMonitor`]; see [`QueueMonitor::builder`].
+#[derive(Debug)]
+pub struct QueueMonitorBuilder {
+    queue: Queue,
+    every: Duration,
+    timeout: Duration,
+}
+
+impl QueueMonitorBuilder {
+    /// Time between refreshes (default 5 s).
+    pub fn every(mut self, every: Duration) -> Self {
+        self.every = every;
+        self
+    }
+
+    /// How long one refresh may take before the database counts as
+    /// unreachable (default 5 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Starts refreshing at once, until `shutdown` is cancelled. Also records
+    /// the queue gauges (`ballast_queue_tasks`, `ballast_queue_lag_seconds`)
+    /// and `ballast_queue_reachable` after each refresh.
+    pub fn spawn(self, shutdown: CancellationToken) -> QueueMonitor {
+        let shared = Arc::new(Shared {
+            snapshot: RwLock::new(Arc::new(QueueSnapshot::default())),
+            nudged: Notify::new(),
+            reachable: ::metrics::gauge!(REACHABLE),
+        });
+        let monitor = QueueMonitor { shared: Arc::clone(&shared) };
+        let every = self.every.max(Duration::from_millis(10));
+        tokio::spawn(refresh_loop(self.queue, shared, every, self.timeout, shutdown));
+        monitor
+    }
+}
+
+struct Shared {
+    snapshot: RwLock<Arc<QueueSnapshot>>,
+    nudged: Notify,
+    reachable: Gauge,
+}
+
+/// Counts of the queue refreshed in the background; cheap to clone, and
+/// every clone sees the same snapshot.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), ballast_queue::Error> {
+/// use std::time::Duration;
+/// use ballast_queue::{Queue, QueueMonitor};
+/// use tokio_util::sync::CancellationToken;
+///
+/// // A connection of its own, so counting never waits behind the workers.
+/// let counts = Queue::connect("postgres://app@db/app").await?;
+/// let monitor = QueueMonitor::builder(counts).every(Duration::from_secs(5)).spawn(CancellationToken::new());
+/// let snapshot = monitor.snapshot();
+/// println!("reachable: {}, kinds: {}", snapshot.reachable, snapshot.stats.len());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct QueueMonitor {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for QueueMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueMonitor").field("snapshot", &self.snapshot()).finish()
+    }
+}
+
+impl QueueMonitor {
+    /// Starts configuring a monitor that counts through `queue` — best a
+    /// queue connected for it alone, so its scan never takes a connection a
+    /// worker is waiting for.
+    pub fn builder(queue: Queue) -> QueueMonitorBuilder {
+        QueueMonitorBuilder { queue, every: Duration::from_secs(5), timeout: Duration::from_secs(5) }
+    }
+
+    /// The latest snapshot. Never touches the database.
+    pub fn snapshot(&self) -> Arc<QueueSnapshot> {
+        Arc::clone(&self.shared.snapshot.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Asks for a refresh now rather than at the next interval (after an
+    /// operator retried or cancelled tasks, say). Returns at once.
+    pub fn refresh_soon(&self) {
+        self.shared.nudged.notify_one();
+    }
+}
+
+async fn refresh_loop(
+    queue: Queue,
+    shared: Arc<Shared>,
+    every: Duration,
+    timeout: Duration,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let outcome = tokio::select! {
+            () = shutdown.cancelled() => return,
+            outcome = tokio::time::timeout(timeout, queue.stats()) => outcome,
+        };
+        let previous = Arc::clone(&shared.snapshot.read().unwrap_or_else(PoisonError::into_inner));
+        let now = SystemTime::now();
+        let next = match outcome {
+            Ok(Ok(stats)) => {
+                queue.gauges.record(&stats);
+                QueueSnapshot {
+                    stats,
+                    taken_at: Some(now),
+                    reachable: true,
+                    error: None,
+                    checked_at: Some(now),
+                }
+            }
+            Ok(Err(e)) => unreachable(&previous, e.to_string(), now),
+            Err(_) => unreachable(&previous, format!("no answer within {timeout:?}"), now),
+        };
+        if next.reachable != previous.reachable || previous.checked_at.is_none() {
+            match &next.error {
+                None => tracing::info!("queue database reachable"),
+                Some(e) => tracing::warn!(error = %e, "queue database unreachable; readiness reports it"),
+            }
+        }
+        shared.reachable.set(if next.reachable { 1.0 } else { 0.0 });
+        *shared.snapshot.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+            () = shared.nudged.notified() => {}
+        }
+    }
+}
+
+/// The last counts, marked as stale: the database did not answer.
+fn unreachable(previous: &QueueSnapshot, error: String, now: SystemTime) -> QueueSnapshot {
+    QueueSnapshot { reachable: false, error: Some(error), checked_at: Some(now), ..previous.clone() }
+}

@@ -1,0 +1,107 @@
+//! The admin listener's routes: Prometheus metrics, liveness and readiness.
+//!
+//! Nothing here touches the database: the queue's counts and reachability
+//! come from a [`QueueMonitor`] snapshot refreshed in the background, so a
+//! scrape answers at once even while the database hangs, and twenty
+//! scrapers at once cost the deliveries nothing.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use ballast_http::{Health, SystemHealth};
+use ballast_queue::QueueMonitor;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Serialize;
+
+/// What the admin routes read.
+#[derive(Clone)]
+pub struct Admin {
+    prometheus: PrometheusHandle,
+    health: Health,
+    monitor: QueueMonitor,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").field("health", &self.health).field("monitor", &self.monitor).finish()
+    }
+}
+
+/// The body of `/health/ready`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Readiness {
+    /// No critical system's breaker is open and the queue database answers.
+    pub ready: bool,
+    /// Each external system's breaker.
+    pub systems: Vec<SystemHealth>,
+    /// The queue database, as the monitor last saw it.
+    pub queue: QueueHealth,
+}
+
+/// The queue part of [`Readiness`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueHealth {
+    /// Whether the last refresh of the queue's counts reached the database.
+    pub reachable: bool,
+    /// Why it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Seconds since the Unix epoch of that refresh.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checked_at: Option<f64>,
+}
+
+impl Admin {
+    /// Routes reading `prometheus` (already installed as the recorder),
+    /// `health` (the systems' breakers) and `monitor` (the queue).
+    pub fn new(prometheus: PrometheusHandle, health: Health, monitor: QueueMonitor) -> Self {
+        Self { prometheus, health, monitor }
+    }
+
+    /// `/metrics`, `/health/live` and `/health/ready`.
+    pub fn router(self) -> Router {
+        Router::new()
+            .route("/metrics", get(metrics))
+            .route("/health/live", get(live))
+            .route("/health/ready", get(ready))
+            .with_state(self)
+    }
+
+    /// The readiness report, as `/health/ready` serves it.
+    pub fn readiness(&self) -> Readiness {
+        let systems = self.health.report();
+        let snapshot = self.monitor.snapshot();
+        let queue = QueueHealth {
+            reachable: snapshot.reachable,
+            error: snapshot.error.clone(),
+            checked_at: snapshot.checked_at.map(seconds),
+        };
+        Readiness { ready: systems.ready && queue.reachable, systems: systems.systems, queue }
+    }
+}
+
+fn seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], admin.prometheus.render())
+}
+
+/// Always 200 while the process runs: an outage of an external system or of
+/// the database must not get this service restarted.
+async fn live() -> &'static str {
+    "live\n"
+}
+
+/// 200 when ready, 503 while a critical system's breaker is open or the
+/// queue database does not answer; the body says which.
+async fn ready(State(admin): State<Admin>) -> impl IntoResponse {
+    let report = admin.readiness();
+    let status = if report.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(report))
+}

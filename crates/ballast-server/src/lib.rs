@@ -1,0 +1,195 @@
+//! # ballast-server — what `ballast serve` runs
+//!
+//! One loaded [`Config`] becomes a running service: the durable worker that
+//! delivers deferred writes to the configured systems, and an admin listener
+//! with Prometheus metrics (`/metrics`), liveness (`/health/live`) and
+//! readiness (`/health/ready`). The `ballast` binary only parses its
+//! arguments and calls this crate, so tests and embedding services can run
+//! the same thing without a process.
+//!
+//! The admin listener is hardened against floods ([`listener`]): a header
+//! read timeout and a cap on connections, so slow or half-sent requests
+//! cannot use up the descriptors the worker needs. Queue counts come from a
+//! background snapshot ([`ballast_queue::QueueMonitor`]) on a connection of
+//! its own: a scrape never touches the database, and readiness reports an
+//! unreachable queue database.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use ballast_config::Config;
+//! use metrics_exporter_prometheus::PrometheusBuilder;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let config = Config::load("ballast.toml")?;
+//! let prometheus = PrometheusBuilder::new().install_recorder()?;
+//! let server = ballast_server::Server::bind(&config, prometheus, None).await?;
+//! println!("admin on http://{}", server.admin_addr());
+//! let summary = server.run(CancellationToken::new()).await?;
+//! println!("{} delivered", summary.completed);
+//! # Ok(()) }
+//! ```
+
+pub mod admin;
+pub mod listener;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ballast_config::{Config, ConfigError};
+use ballast_http::{DeliveryHandler, Health, DELIVERY_KIND};
+use ballast_queue::{QueueMonitor, RunSummary, Worker};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use admin::Admin;
+pub use listener::Limits;
+
+/// How often the Prometheus recorder drains its histograms when nobody scrapes.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Why `ballast serve` could not start or stopped early.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The configuration cannot be turned into running systems or settings.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The queue database could not be opened or prepared.
+    #[error("cannot {what} the queue at {url}: {source}")]
+    Queue {
+        /// What was being done: "open" or "prepare".
+        what: &'static str,
+        /// The queue's URL, its secrets masked.
+        url: String,
+        /// Why.
+        source: ballast_queue::Error,
+    },
+    /// The worker's settings were refused.
+    #[error("cannot build the delivery worker: {0}")]
+    Worker(#[source] ballast_queue::Error),
+    /// The admin address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The worker task panicked.
+    #[error("the delivery worker panicked")]
+    WorkerPanicked,
+}
+
+/// A service built from a configuration, its admin address bound, not yet running.
+#[derive(Debug)]
+pub struct Server {
+    worker: Worker,
+    admin: Admin,
+    listener: TcpListener,
+    limits: Limits,
+    systems: usize,
+    queue_url: String,
+    prometheus: PrometheusHandle,
+    /// Stops the background tasks started by `bind` (the queue monitor).
+    background: CancellationToken,
+}
+
+impl Server {
+    /// Builds every system of `config`, opens and migrates its queue, starts
+    /// the queue monitor on a connection of its own and binds the admin
+    /// listener (`listen`, else `[serve] listen`). `prometheus` must already be
+    /// installed as the global recorder: metric handles taken before that
+    /// record nowhere.
+    pub async fn bind(
+        config: &Config,
+        prometheus: PrometheusHandle,
+        listen: Option<SocketAddr>,
+    ) -> Result<Server, ServeError> {
+        raise_descriptor_limit();
+        ballast_http::metrics::describe();
+        let settings = config.serve()?;
+        let systems = config.http_systems()?;
+        let queue_settings = config.queue()?;
+        let queue_url = ballast::redact_url(&queue_settings.url);
+        let queue_error = |what| {
+            let url = queue_url.clone();
+            move |source| ServeError::Queue { what, url, source }
+        };
+        let queue = queue_settings.connect().await.map_err(queue_error("open"))?;
+        queue.migrate().await.map_err(queue_error("prepare"))?;
+        // Counting runs on a pool of its own so it never waits for, or
+        // delays, a connection the worker needs.
+        let counts = queue_settings.connect().await.map_err(queue_error("open"))?;
+        let background = CancellationToken::new();
+        let monitor = QueueMonitor::builder(counts)
+            .every(settings.stats_interval)
+            .timeout(settings.stats_interval)
+            .spawn(background.clone());
+        let worker = queue_settings
+            .worker(queue)
+            .handler(DELIVERY_KIND, DeliveryHandler::new(systems.iter().cloned()))
+            .build()
+            .map_err(ServeError::Worker)?;
+        let addr = listen.unwrap_or(settings.listen);
+        let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
+        let limits = Limits {
+            max_connections: settings.max_connections,
+            header_read_timeout: settings.header_read_timeout,
+        };
+        let admin = Admin::new(prometheus.clone(), Health::from_systems(&systems), monitor);
+        Ok(Server {
+            worker,
+            admin,
+            listener,
+            limits,
+            systems: systems.len(),
+            queue_url,
+            prometheus,
+            background,
+        })
+    }
+
+    /// The admin listener's address (the port chosen, when bound to port 0).
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// How many external systems receive deliveries.
+    pub fn systems(&self) -> usize {
+        self.systems
+    }
+
+    /// The queue's URL, its secrets masked.
+    pub fn queue_url(&self) -> &str {
+        &self.queue_url
+    }
+
+    /// Runs the worker and the admin listener until `shutdown` is
+    /// cancelled; then the worker finishes or releases its in-flight
+    /// deliveries and the listener lets its requests finish.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<RunSummary, ServeError> {
+        let Server { worker, admin, listener, limits, prometheus, background, .. } = self;
+        let _stop_background = background.drop_guard();
+        tokio::spawn(upkeep(prometheus, shutdown.clone()));
+        let worker = tokio::spawn(worker.run(shutdown.clone()));
+        listener::serve(listener, admin.router(), limits, shutdown).await;
+        worker.await.map_err(|_| ServeError::WorkerPanicked)
+    }
+}
+
+async fn upkeep(prometheus: PrometheusHandle, shutdown: CancellationToken) {
+    let mut every = tokio::time::interval(UPKEEP_EVERY);
+    while shutdown.run_until_cancelled(every.tick()).await.is_some() {
+        prometheus.run_upkeep();
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, so the worker's
+/// connections have room beside the listeners' capped ones.
+fn raise_descriptor_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(e) => tracing::debug!(error = %e, "cannot raise the open-file limit"),
+    }
+}
