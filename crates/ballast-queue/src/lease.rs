@@ -85,15 +85,16 @@ impl Held {
     }
 
     /// Whether the handler of `lease` may start: yes while the lease cannot
-    /// have run out. Otherwise the task is forgotten (its lease lapses and any
-    /// worker may claim it) and the answer is how late it is.
+    /// have run out and the handler was not told to stop already. Otherwise
+    /// the task is forgotten (its lease lapses and any worker may claim it)
+    /// and the answer is how late it is.
     pub fn start(&self, lease: Lease) -> Result<(), Duration> {
         let mut tasks = self.tasks();
         let now = Instant::now();
         match tasks.get(&lease) {
-            Some(task) if now < task.deadline => Ok(()),
+            Some(task) if now < task.deadline && !task.cancel.is_cancelled() => Ok(()),
             Some(task) => {
-                let late = now - task.deadline;
+                let late = now.saturating_duration_since(task.deadline);
                 tasks.remove(&lease);
                 Err(late)
             }
@@ -270,6 +271,10 @@ mod tests {
         assert_eq!(held.start(late), Err(Duration::from_secs(2)));
         assert_eq!(held.leases(), vec![on_time], "the late task is no longer held");
         assert_eq!(held.start(late), Err(Duration::ZERO));
+        // Told to stop (the watchdog fired before a renewal came back): never started.
+        let told = lease(3);
+        hold(&held, told, Instant::now() + LEASE).cancel();
+        assert_eq!(held.start(told), Err(Duration::ZERO));
     }
 
     #[tokio::test(start_paused = true)]
