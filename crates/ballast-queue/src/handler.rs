@@ -13,6 +13,13 @@ use tokio_util::sync::CancellationToken;
 /// in-memory policies use: a transient error reschedules the task with
 /// backoff, a permanent one fails it at once (R-RES-RE-X2).
 ///
+/// A handler must watch [`TaskContext::cancellation`] and stop at its next
+/// safe point (before each request it sends) once it fires: the worker fires
+/// it when the shutdown grace period is over, and as soon as the task's lease
+/// may have run out, when another worker may be running the task. Return an
+/// error then (a transient one reschedules the task if the lease still
+/// holds). A request already sent is covered by the idempotency key.
+///
 /// ```
 /// use ballast::{Classification, Classify};
 /// use ballast_queue::{Handler, TaskContext};
@@ -35,6 +42,9 @@ use tokio_util::sync::CancellationToken;
 ///     type Payload = u64;
 ///     type Error = GatewayDown;
 ///     async fn handle(&self, task: TaskContext, cents: u64) -> Result<(), GatewayDown> {
+///         if task.cancellation().is_cancelled() {
+///             return Err(GatewayDown);
+///         }
 ///         // Send `task.key()` as the Idempotency-Key so a repeat is harmless.
 ///         let _ = (task.key(), cents);
 ///         Ok(())
@@ -94,8 +104,10 @@ impl TaskContext {
         self.key.as_ref()
     }
 
-    /// Cancelled when the worker's shutdown grace period ends or the lease is
-    /// lost; a long handler should stop at the next safe point.
+    /// Cancelled when this attempt should stop: the worker's shutdown grace
+    /// period ended, or the lease may have run out (it could not be renewed
+    /// in time, or another worker claimed the task). Watch it and stop at the
+    /// next safe point; see [`Handler`].
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancel
     }

@@ -1,10 +1,14 @@
-//! Leases: the claim a worker holds on a running task, and the heartbeat that
-//! keeps it while a long handler runs.
+//! Leases: the claim a worker holds on a running task, the heartbeat that
+//! keeps it while a long handler runs, and the watchdog that tells a handler
+//! to stop once its lease may have run out. What this guarantees is
+//! documented on [`Worker`](crate::Worker).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -20,69 +24,173 @@ pub(crate) struct Lease {
     pub token: Uuid,
 }
 
-/// The tasks a worker is running, with what it needs to renew or abandon them.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Held(Arc<Mutex<HashMap<i64, HeldTask>>>);
+/// The instant, on this process's monotonic clock, by which a lease asked for
+/// (claimed or renewed) at `asked` may have run out in the database.
+///
+/// The database starts counting when it runs the statement, after `asked`, so
+/// `asked + lease` is never late. It counts on its own clock, though
+/// (PostgreSQL's `now()`, or on SQLite each writer's wall clock): the margin
+/// of 1/500 of the lease (2 ms per second) covers clocks whose rates differ
+/// by up to 2,000 ppm, twice the most two clocks disciplined by NTP can
+/// (500 ppm each way).
+pub(crate) fn deadline(asked: Instant, lease: Duration) -> Instant {
+    asked + lease - lease / 500
+}
 
-/// What the worker keeps about a running task.
+/// The tasks a worker holds, with what it needs to renew or abandon them.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Held {
+    tasks: Arc<Mutex<HashMap<Lease, HeldTask>>>,
+    /// Wakes the watchdog when a task is added (its deadline may be the earliest).
+    added: Arc<Notify>,
+}
+
+/// What the worker keeps about a task it holds.
 #[derive(Debug)]
 struct HeldTask {
-    token: Uuid,
     cancel: CancellationToken,
     counters: Arc<AttemptCounters>,
+    /// See [`deadline`]; moved on by each renewal.
+    deadline: Instant,
+    phase: Phase,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The handler is about to start, or running.
+    Running,
+    /// The handler returned and the worker is storing its outcome (reschedule
+    /// or fail): a renewal racing that statement finds the lease gone.
+    Finishing,
+    /// A renewal found the lease taken: the handler was told to stop.
+    Lost,
 }
 
 impl Held {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, HeldTask>> {
-        // Only inserts and removes happen under the lock; a panic there leaves
-        // the map consistent, so a poisoned lock is still usable.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<Lease, HeldTask>> {
+        // Nothing panics under the lock; a poisoned lock is still consistent.
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn insert(&self, lease: Lease, cancel: CancellationToken, counters: Arc<AttemptCounters>) {
-        self.map().insert(lease.id, HeldTask { token: lease.token, cancel, counters });
+    /// Holds `lease` until `deadline` unless renewed.
+    pub fn insert(
+        &self,
+        lease: Lease,
+        cancel: CancellationToken,
+        counters: Arc<AttemptCounters>,
+        deadline: Instant,
+    ) {
+        self.tasks().insert(lease, HeldTask { cancel, counters, deadline, phase: Phase::Running });
+        self.added.notify_one();
     }
 
-    /// The attempt counters of the kind of task `id`, while held.
+    /// Whether the handler of `lease` may start: yes while the lease cannot
+    /// have run out and the handler was not told to stop already. Otherwise
+    /// the task is forgotten (its lease lapses and any worker may claim it)
+    /// and the answer is how late it is.
+    pub fn start(&self, lease: Lease) -> Result<(), Duration> {
+        let mut tasks = self.tasks();
+        let now = Instant::now();
+        match tasks.get(&lease) {
+            Some(task) if now < task.deadline && !task.cancel.is_cancelled() => Ok(()),
+            Some(task) => {
+                let late = now.saturating_duration_since(task.deadline);
+                tasks.remove(&lease);
+                Err(late)
+            }
+            None => Err(Duration::ZERO),
+        }
+    }
+
+    /// The handler returned: its outcome is about to be stored.
+    pub fn finishing(&self, lease: Lease) {
+        if let Some(task) = self.tasks().get_mut(&lease) {
+            task.phase = Phase::Finishing;
+        }
+    }
+
+    /// The attempt counters of the kind of the held task `id`.
     pub fn counters(&self, id: i64) -> Option<Arc<AttemptCounters>> {
-        self.map().get(&id).map(|held| Arc::clone(&held.counters))
+        self.tasks().iter().find(|(lease, _)| lease.id == id).map(|(_, task)| Arc::clone(&task.counters))
     }
 
-    pub fn remove(&self, id: i64) {
-        self.map().remove(&id);
+    pub fn remove(&self, lease: Lease) {
+        self.tasks().remove(&lease);
     }
 
     pub fn len(&self) -> usize {
-        self.map().len()
+        self.tasks().len()
     }
 
+    /// Every held lease, to release at shutdown.
     pub fn leases(&self) -> Vec<Lease> {
-        self.map().iter().map(|(&id, held)| Lease { id, token: held.token }).collect()
+        self.tasks().keys().copied().collect()
+    }
+
+    /// The leases worth renewing: all but those already found taken.
+    fn renewable(&self) -> Vec<Lease> {
+        self.tasks().iter().filter(|(_, task)| task.phase != Phase::Lost).map(|(lease, _)| *lease).collect()
     }
 
     pub fn cancel_all(&self) {
-        self.map().values().for_each(|held| held.cancel.cancel());
+        self.tasks().values().for_each(|task| task.cancel.cancel());
     }
 
-    /// Tells the handlers whose lease could not be renewed to stop.
-    fn lost(&self, leases: &[Lease]) {
-        let map = self.map();
-        for lease in leases {
-            if let Some(held) = map.get(&lease.id) {
-                if held.token == lease.token {
+    /// Applies a heartbeat round asked for at `asked` over `round`: moves the
+    /// deadlines of the leases `extended`, and says what happened to the others.
+    fn renewed(&self, asked: Instant, lease: Duration, round: &[Lease], extended: &[Lease]) {
+        let mut tasks = self.tasks();
+        for held in round {
+            // Absent: the handler succeeded and the run loop took the task to complete it.
+            let Some(task) = tasks.get_mut(held) else { continue };
+            if extended.contains(held) {
+                task.deadline = task.deadline.max(deadline(asked, lease));
+                continue;
+            }
+            match task.phase {
+                Phase::Running => {
                     tracing::warn!(
-                        task_id = lease.id,
-                        "lease lost (it expired and another worker claimed the task, or the task was cancelled); this worker's outcome will be ignored"
+                        task_id = held.id,
+                        "lease lost (it expired and another worker claimed the task, or the task was cancelled): telling the handler to stop; this worker's outcome will be ignored"
                     );
-                    held.cancel.cancel();
+                    task.cancel.cancel();
+                    task.phase = Phase::Lost;
                 }
+                Phase::Finishing => tracing::debug!(
+                    task_id = held.id,
+                    "lease not renewed: the attempt's outcome stored by this worker meanwhile (rescheduled or failed) released it"
+                ),
+                Phase::Lost => {}
             }
         }
     }
+
+    /// Tells every running handler whose deadline has passed to stop; returns
+    /// the next deadline to watch.
+    fn cancel_overdue(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        for (lease, task) in self.tasks().iter() {
+            if task.phase != Phase::Running || task.cancel.is_cancelled() {
+                continue;
+            }
+            if task.deadline <= now {
+                tracing::warn!(
+                    task_id = lease.id,
+                    late = ?now - task.deadline,
+                    "lease not renewed in time (the database is unreachable or slow, or this process was paused): telling the handler to stop, another worker may claim the task"
+                );
+                task.cancel.cancel();
+            } else {
+                next = Some(next.map_or(task.deadline, |at| at.min(task.deadline)));
+            }
+        }
+        next
+    }
 }
 
-/// Renews every held lease a third of the lease duration before it runs out,
-/// until `stop` is cancelled.
+/// Renews every held lease every third of the lease duration, until `stop`
+/// is cancelled.
 pub(crate) async fn heartbeat(store: AnyStore, held: Held, lease: Duration, stop: CancellationToken) {
     let period = lease / 3;
     loop {
@@ -90,16 +198,124 @@ pub(crate) async fn heartbeat(store: AnyStore, held: Held, lease: Duration, stop
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(period) => {}
         }
-        let leases = held.leases();
-        if leases.is_empty() {
+        let round = held.renewable();
+        if round.is_empty() {
             continue;
         }
-        match store.heartbeat(&leases, lease).await {
-            Ok(extended) => {
-                let lost: Vec<Lease> = leases.into_iter().filter(|l| !extended.contains(&l.id)).collect();
-                held.lost(&lost);
+        renew(&store, &held, &round, lease).await;
+    }
+}
+
+/// One heartbeat round over `round`, the held set as it was when the round began.
+pub(crate) async fn renew(store: &AnyStore, held: &Held, round: &[Lease], lease: Duration) {
+    let asked = Instant::now();
+    match store.heartbeat(round, lease).await {
+        Ok(extended) => held.renewed(asked, lease, round, &extended),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "lease heartbeat failed; will try again (handlers whose lease runs out meanwhile are told to stop)"
+        ),
+    }
+}
+
+/// Tells a handler to stop as soon as its lease may have run out without a
+/// renewal, whatever the heartbeat is waiting for; until `stop` is cancelled.
+pub(crate) async fn watchdog(held: Held, stop: CancellationToken) {
+    loop {
+        let next = held.cancel_overdue();
+        let overdue = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
             }
-            Err(e) => tracing::warn!(error = %e, "lease heartbeat failed; will try again"),
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = held.added.notified() => {}
+            _ = overdue => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    fn lease(id: i64) -> Lease {
+        Lease { id, token: Uuid::now_v7() }
+    }
+
+    fn hold(held: &Held, lease: Lease, deadline: Instant) -> CancellationToken {
+        let cancel = CancellationToken::new();
+        held.insert(lease, cancel.clone(), AttemptCounters::register("test"), deadline);
+        cancel
+    }
+
+    #[test]
+    fn the_local_deadline_comes_before_the_database_s() {
+        let asked = Instant::now();
+        assert_eq!(deadline(asked, LEASE), asked + LEASE - Duration::from_millis(60));
+        assert_eq!(deadline(asked, Duration::from_secs(1)), asked + Duration::from_millis(998));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_starts_only_before_its_deadline() {
+        let held = Held::default();
+        let (on_time, late) = (lease(1), lease(2));
+        hold(&held, on_time, Instant::now() + LEASE);
+        hold(&held, late, Instant::now() + Duration::from_secs(1));
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(held.start(on_time), Ok(()));
+        assert_eq!(held.start(late), Err(Duration::from_secs(2)));
+        assert_eq!(held.leases(), vec![on_time], "the late task is no longer held");
+        assert_eq!(held.start(late), Err(Duration::ZERO));
+        // Told to stop (the watchdog fired before a renewal came back): never started.
+        let told = lease(3);
+        hold(&held, told, Instant::now() + LEASE).cancel();
+        assert_eq!(held.start(told), Err(Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_watchdog_cancels_at_the_deadline_unless_renewed() {
+        let held = Held::default();
+        let stop = CancellationToken::new();
+        let watchdog = tokio::spawn(watchdog(held.clone(), stop.clone()));
+        let start = Instant::now();
+        let (renewed, stale) = (lease(1), lease(2));
+        let keeps = hold(&held, renewed, deadline(start, LEASE));
+        let loses = hold(&held, stale, deadline(start, LEASE));
+        tokio::time::sleep(LEASE / 3).await;
+        held.renewed(Instant::now(), LEASE, &[renewed, stale], &[renewed, stale]);
+        // The stale lease's renewals stop getting through (the database is down).
+        let due = deadline(start + LEASE / 3, LEASE);
+        tokio::time::sleep_until(due - Duration::from_millis(1)).await;
+        assert!(!loses.is_cancelled(), "cancelled before its deadline");
+        held.renewed(Instant::now(), LEASE, &[renewed], &[renewed]);
+        tokio::time::timeout(LEASE, loses.cancelled()).await.expect("never cancelled");
+        assert_eq!(Instant::now(), due, "cancelled at its deadline");
+        assert!(!keeps.is_cancelled(), "renewed, so not cancelled");
+        // Added later, with an earlier deadline than any held: watched too.
+        let due = Instant::now() + Duration::from_millis(5);
+        let soon = hold(&held, lease(3), due);
+        tokio::time::timeout(LEASE, soon.cancelled()).await.expect("never cancelled");
+        assert_eq!(Instant::now(), due);
+        stop.cancel();
+        watchdog.await.unwrap();
+    }
+
+    #[test]
+    fn a_lease_found_taken_cancels_the_handler_once_and_is_not_renewed_again() {
+        let held = Held::default();
+        let (lost, finishing) = (lease(1), lease(2));
+        let now = Instant::now();
+        let cancel = hold(&held, lost, now + LEASE);
+        let finished = hold(&held, finishing, now + LEASE);
+        held.finishing(finishing);
+        held.renewed(now, LEASE, &[lost, finishing], &[]);
+        assert!(cancel.is_cancelled());
+        assert!(!finished.is_cancelled(), "its handler already returned");
+        assert_eq!(held.renewable(), vec![finishing]);
     }
 }

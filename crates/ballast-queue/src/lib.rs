@@ -9,7 +9,9 @@
 //! - **Fenced leases**: a claim gives each task a fresh lease token, and every
 //!   statement that completes, fails, reschedules or renews an attempt names
 //!   that token. A worker whose lease expired and was taken over changes
-//!   nothing: the newer attempt's outcome stands.
+//!   nothing: the newer attempt's outcome stands. A worker paused past its
+//!   lease starts no handler for the tasks it no longer holds, and tells the
+//!   running ones to stop ([`Worker`] says exactly what is guaranteed).
 //! - **Deduplication**: a task enqueued with an [`IdempotencyKey`](ballast::IdempotencyKey)
 //!   exists once per `(kind, key)`, and the handler receives the key.
 //! - **Outcomes**: success completes the task; a transient error reschedules

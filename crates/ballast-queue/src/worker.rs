@@ -39,6 +39,38 @@ const LINGER: Duration = Duration::from_millis(2);
 /// Several workers, in one process or many, can share a queue: each claims
 /// with its own lease, and a task whose lease expires (its worker died) is
 /// claimed again by any of them.
+///
+/// # What a lease guarantees
+///
+/// - **Fencing protects the table.** Every statement that completes, fails,
+///   reschedules, renews or releases an attempt names the attempt's lease
+///   token: once the lease has run out and another worker has claimed the
+///   task (or an operator cancelled it), nothing this worker writes changes
+///   the task, and the newer attempt's outcome stands.
+/// - **The idempotency key protects the upstream.** A task can still run more
+///   than once: its worker may die or stall after calling the upstream and
+///   before recording the outcome. Send [`TaskContext::key`] with every call
+///   so the upstream applies it once.
+/// - **A resumed worker does not start work it no longer holds.** The worker
+///   counts each lease on its own monotonic clock from the moment it asked
+///   for the claim or the renewal (the database counts from later), less a
+///   margin of 1/500 of the lease for clocks running at different rates.
+///   Right before a handler starts, a task whose lease may have run out by
+///   that count is dropped instead: its handler never runs, its lease lapses,
+///   and any worker may claim it. This covers a process stopped past its
+///   lease (SIGSTOP, a debugger, a paused VM), a claim answered late, and a
+///   runtime too busy to start the handler in time.
+/// - **A handler already running when its lease is lost is told to stop**
+///   through its cancellation token ([`TaskContext::cancellation`]), as soon
+///   as the lease may have run out without a renewal (the database is
+///   unreachable or slow, the process was paused) or a renewal finds the
+///   task taken. This is best effort: the handler may already have sent its
+///   request, which is why the key exists.
+///
+/// Not covered by the local count: a step of the wall clock the database
+/// measures with (on SQLite, each process's), and time the host spends
+/// suspended, which the monotonic clock does not count on Linux. Fencing and
+/// the key hold regardless.
 pub struct Worker {
     shared: Arc<Shared>,
     queue: Queue,
@@ -122,7 +154,9 @@ impl WorkerBuilder {
 
     /// How long a claim holds a task without a heartbeat (default 30 s). The
     /// worker renews it every third of that while the handler runs; if the
-    /// worker dies, the task is claimable again once the lease runs out.
+    /// worker dies, the task is claimable again once the lease runs out. A
+    /// handler whose lease could not be renewed in time is told to stop (see
+    /// [`Worker`]).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -264,8 +298,14 @@ struct Shared {
     counters: HashMap<String, Arc<AttemptCounters>>,
 }
 
-/// A finished attempt: the task id, and its lease if it succeeded and must be completed.
-type Finished = (i64, Option<(Lease, Arc<AttemptCounters>)>);
+/// What a spawned attempt tells the run loop when it is over.
+enum Finished {
+    /// The handler succeeded: the task is completed with the next exchange.
+    Succeeded(Lease, Arc<AttemptCounters>),
+    /// Nothing left to do: the outcome was stored (or refused), or the
+    /// handler never started because the lease may have run out.
+    Settled(Lease),
+}
 
 /// Successes not reported yet, with their kind's counters.
 #[derive(Default)]
@@ -328,6 +368,7 @@ impl Worker {
             self.claim.lease,
             stop_heartbeat.clone(),
         ));
+        let watchdog = tokio::spawn(lease::watchdog(held.clone(), stop_heartbeat.clone()));
         let (tx, mut rx) = mpsc::unbounded_channel::<Finished>();
         let mut running = JoinSet::new();
         let mut done = Done::default();
@@ -417,17 +458,21 @@ impl Worker {
         }
         stop_heartbeat.cancel();
         let _ = heartbeat.await;
+        let _ = watchdog.await;
         if let Some(listener) = listener {
             listener.abort();
         }
         self.shared.counts.summary()
     }
 
-    fn finished(&self, (id, success): Finished, done: &mut Done) {
-        self.shared.held.remove(id);
-        if let Some((lease, counters)) = success {
-            done.leases.push(lease);
-            done.counters.push(counters);
+    fn finished(&self, finished: Finished, done: &mut Done) {
+        match finished {
+            Finished::Succeeded(lease, counters) => {
+                self.shared.held.remove(lease);
+                done.leases.push(lease);
+                done.counters.push(counters);
+            }
+            Finished::Settled(lease) => self.shared.held.remove(lease),
         }
     }
 
@@ -442,6 +487,7 @@ impl Worker {
         tx: &mpsc::UnboundedSender<Finished>,
     ) -> Option<usize> {
         let claim = ClaimRequest { limit: want, ..self.claim.clone() };
+        let asked = Instant::now();
         let exchange = match self.shared.store.complete_and_claim(&done.leases, &claim).await {
             Ok(exchange) => exchange,
             Err(e) => {
@@ -469,17 +515,31 @@ impl Worker {
         done.leases.clear();
         done.counters.clear();
         let claimed = exchange.claimed.len();
+        let deadline = lease::deadline(asked, self.claim.lease);
+        if claimed > 0 && Instant::now() >= deadline {
+            let ids: Vec<i64> = exchange.claimed.iter().map(|task| task.lease.id).collect();
+            tracing::warn!(
+                task_ids = ?ids,
+                answered_after = ?asked.elapsed(),
+                lease = ?self.claim.lease,
+                "claim answered after its lease may have run out (the database was slow, or this process was paused): not starting these tasks; their leases lapse and any worker may claim them"
+            );
+            return Some(claimed);
+        }
         for task in exchange.claimed {
             let cancel = CancellationToken::new();
             let counters = self.shared.counters(&task.kind);
-            self.shared.held.insert(task.lease, cancel.clone(), Arc::clone(&counters));
+            self.shared.held.insert(task.lease, cancel.clone(), Arc::clone(&counters), deadline);
             let shared = Arc::clone(&self.shared);
             let tx = tx.clone();
             running.spawn(async move {
-                let id = task.lease.id;
-                let success = shared.attempt(task, cancel).await;
+                let lease = task.lease;
+                let finished = match shared.attempt(task, cancel).await {
+                    Some(lease) => Finished::Succeeded(lease, counters),
+                    None => Finished::Settled(lease),
+                };
                 // The receiver lives until run() returns, after every handler.
-                let _ = tx.send((id, success.map(|lease| (lease, counters))));
+                let _ = tx.send(finished);
             });
         }
         Some(claimed)
@@ -511,6 +571,17 @@ impl Shared {
     /// Runs one attempt and stores its outcome, except success, which the
     /// caller batches; returns the lease to complete on success.
     async fn attempt(&self, task: ClaimedTask, cancel: CancellationToken) -> Option<Lease> {
+        // Checked here, as late as possible before the handler: spawning can
+        // be delayed, and the process paused, past the lease.
+        if let Err(late) = self.held.start(task.lease) {
+            tracing::warn!(
+                task_id = task.lease.id,
+                kind = %task.kind,
+                ?late,
+                "lease may have run out before the handler started (this process was paused or overloaded): not starting it; any worker may claim the task"
+            );
+            return None;
+        }
         let (attempt, max) = (count(task.attempt), count(task.max_attempts));
         if attempt > max {
             let error =
@@ -547,6 +618,7 @@ impl Shared {
                     self.backoff.delay(attempt, &mut *rng)
                 };
                 let delay = class.retry_after.map_or(delay, |after| after.max(delay));
+                self.held.finishing(task.lease);
                 match self.store.reschedule(task.lease, delay, &message).await {
                     Ok(true) => {
                         Counts::bump(&self.counts.rescheduled, 1);
@@ -575,6 +647,7 @@ impl Shared {
 
     /// Marks the task failed and alerts; always returns `None` (nothing to complete).
     async fn fail(&self, task: &ClaimedTask, reason: FailReason, error: String) -> Option<Lease> {
+        self.held.finishing(task.lease);
         match self.store.fail(task.lease, &error).await {
             Ok(true) => {
                 Counts::bump(&self.counts.failed, 1);
@@ -605,5 +678,118 @@ impl Shared {
             kind = %task.kind,
             "outcome refused: the lease was lost (expired and re-claimed, or cancelled); the newer attempt's outcome stands"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use ballast::{Classification, Classify};
+    use tracing_subscriber::fmt::MakeWriter;
+
+    use super::*;
+    use crate::NewTask;
+
+    #[derive(Debug)]
+    struct Declined(Classification);
+
+    impl fmt::Display for Declined {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("declined")
+        }
+    }
+
+    impl Classify for Declined {
+        fn classify(&self) -> Classification {
+            self.0
+        }
+    }
+
+    /// Fails every attempt, transiently or for good.
+    struct Failing(Classification);
+
+    impl Handler for Failing {
+        type Payload = u64;
+        type Error = Declined;
+
+        async fn handle(&self, _: TaskContext, _: u64) -> std::result::Result<(), Declined> {
+            Err(Declined(self.0))
+        }
+    }
+
+    /// Everything logged at debug level and above while the test runs.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl MakeWriter<'_> for Logs {
+        type Writer = Logs;
+
+        fn make_writer(&self) -> Logs {
+            self.clone()
+        }
+    }
+
+    impl Logs {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    /// A heartbeat round that began before the handlers returned reaches the
+    /// database after the worker stored their outcomes (rescheduled, failed):
+    /// the leases it finds gone were given up by this worker, not lost.
+    #[tokio::test]
+    async fn heartbeat_racing_the_task_s_own_outcome_reports_no_lost_lease() {
+        let logs = Logs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .finish();
+        let _logging = tracing::subscriber::set_default(subscriber);
+
+        let dir = tempfile::tempdir().unwrap();
+        let queue =
+            Queue::connect(&format!("sqlite://{}", dir.path().join("queue.db").display())).await.unwrap();
+        queue.migrate().await.unwrap();
+        queue.enqueue(NewTask::new("flaky", &1)).await.unwrap();
+        queue.enqueue(NewTask::new("broken", &2)).await.unwrap();
+        let worker = Worker::builder(queue)
+            .handler("flaky", Failing(Classification::transient()))
+            .handler("broken", Failing(Classification::permanent()))
+            .build()
+            .unwrap();
+        let shared = &worker.shared;
+        let claim = ClaimRequest { limit: 2, ..worker.claim.clone() };
+        let claimed = shared.store.complete_and_claim(&[], &claim).await.unwrap().claimed;
+        assert_eq!(claimed.len(), 2);
+        let deadline = lease::deadline(Instant::now(), worker.claim.lease);
+        for task in &claimed {
+            shared.held.insert(task.lease, CancellationToken::new(), shared.counters(&task.kind), deadline);
+        }
+
+        let round = shared.held.leases();
+        for task in claimed {
+            assert_eq!(shared.attempt(task, CancellationToken::new()).await, None);
+        }
+        lease::renew(&shared.store, &shared.held, &round, worker.claim.lease).await;
+
+        let summary = shared.counts.summary();
+        assert_eq!((summary.rescheduled, summary.failed, summary.lost), (1, 1, 0));
+        let logs = logs.text();
+        assert!(!logs.contains("lease lost"), "a lease given up by this worker reported lost:\n{logs}");
+        assert_eq!(logs.matches("outcome stored").count(), 2, "the heartbeat says what happened:\n{logs}");
     }
 }

@@ -404,6 +404,81 @@ async fn heartbeat_keeps_a_long_handler_s_lease(h: &Harness) {
     assert_eq!(h.queue.get(id).await.unwrap().unwrap().attempt, 1);
 }
 
+/// Waits on its cancellation token, to see when the worker tells it to stop.
+#[derive(Clone, Default)]
+struct Patient {
+    started: Arc<AtomicUsize>,
+    told_to_stop: Arc<AtomicUsize>,
+}
+
+impl Handler for Patient {
+    type Payload = u64;
+    type Error = TestError;
+
+    async fn handle(&self, task: TaskContext, _: u64) -> Result<(), TestError> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        tokio::select! {
+            _ = task.cancellation().cancelled() => {
+                self.told_to_stop.fetch_add(1, Ordering::SeqCst);
+                Err(TestError::Transient)
+            }
+            _ = tokio::time::sleep(Duration::from_secs(120)) => Ok(()),
+        }
+    }
+}
+
+async fn poll_until(what: &str, within: Duration, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The database stops taking the worker's writes: no renewal gets through,
+/// so once the lease may have run out the handler must be told to stop,
+/// without waiting for the database to answer.
+async fn handler_is_told_to_stop_when_its_lease_cannot_be_renewed(h: &Harness) {
+    let handler = Patient::default();
+    h.queue.enqueue(NewTask::new("patient", &0)).await.unwrap();
+    let w = start(
+        Worker::builder(h.queue.clone())
+            .handler("patient", handler.clone())
+            .lease(Duration::from_secs(1))
+            .poll_interval(Duration::from_millis(50)),
+    );
+    poll_until("handler started", SOON, || handler.started.load(Ordering::SeqCst) == 1).await;
+    let lock = h.lock_writes().await;
+    poll_until("handler told to stop while its lease could not be renewed", Duration::from_secs(20), || {
+        handler.told_to_stop.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    lock.release().await;
+    w.stop().await;
+}
+
+/// A claim answered only after its lease ran out (the database was slow,
+/// or the process paused): the worker no longer holds those tasks, so it
+/// must not start their handlers; the task runs under a later claim.
+async fn claim_answered_after_its_lease_starts_no_handler(h: &Harness) {
+    let handler = Scripted::default();
+    let id = enqueue(&h.queue, "ok").await;
+    let lease = Duration::from_millis(500);
+    let lock = h.lock_writes().await;
+    let w = start(worker(&h.queue, handler.clone()).lease(lease));
+    h.wait_for_blocked_write().await;
+    tokio::time::sleep(lease * 2).await;
+    lock.release().await;
+    let task = wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Completed).await;
+    w.stop().await;
+    let attempts: Vec<u32> = handler.calls().iter().map(|c| c.attempt).collect();
+    assert!(
+        attempts.len() == 1 && attempts[0] >= 2,
+        "handler attempts {attempts:?}: attempt 1 was claimed after its lease had run out and must not run"
+    );
+    assert_eq!(task.attempt, attempts[0]);
+}
+
 async fn cancelled_task_is_fenced_too(h: &Harness) {
     let handler = Scripted::default();
     let alerts = Alerts::default();
@@ -687,6 +762,8 @@ conformance!(
     lost_lease_cannot_overwrite_the_newer_attempt,
     heartbeat_keeps_a_long_handler_s_lease,
     cancelled_task_is_fenced_too,
+    handler_is_told_to_stop_when_its_lease_cannot_be_renewed,
+    claim_answered_after_its_lease_starts_no_handler,
     shutdown_finishes_in_flight_then_releases_the_rest,
     admin_stats_list_retry_cancel_prune,
     error_history_is_bounded,

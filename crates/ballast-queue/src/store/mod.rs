@@ -77,8 +77,8 @@ pub(crate) trait Store: Send + Sync {
     async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool>;
     /// To failed, recording `error`.
     async fn fail(&self, lease: Lease, error: &str) -> Result<bool>;
-    /// Extends the leases still held; returns the ids extended.
-    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<i64>>;
+    /// Extends the leases still held; returns those extended.
+    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>>;
     /// Back to pending, due now, without counting the abandoned attempt;
     /// returns the ids released.
     async fn release(&self, leases: &[Lease]) -> Result<Vec<i64>>;
@@ -136,7 +136,7 @@ impl Store for AnyStore {
     async fn fail(&self, lease: Lease, error: &str) -> Result<bool> {
         dispatch!(self, s => s.fail(lease, error))
     }
-    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<i64>> {
+    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
         dispatch!(self, s => s.heartbeat(leases, lease))
     }
     async fn release(&self, leases: &[Lease]) -> Result<Vec<i64>> {

@@ -318,21 +318,21 @@ impl Store for PgStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<i64>> {
+    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
         let (ids, tokens) = split(leases);
-        let extended = sqlx::query_scalar(
+        let extended: Vec<(i64, Uuid)> = sqlx::query_as(
             "UPDATE ballast_tasks t
              SET lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
              FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
              WHERE t.id = c.id AND t.lease_token = c.token AND t.state = 'running'
-             RETURNING t.id",
+             RETURNING t.id, t.lease_token",
         )
         .bind(&ids)
         .bind(&tokens)
         .bind(duration_micros(lease))
         .fetch_all(&self.pool)
         .await?;
-        Ok(extended)
+        Ok(extended.into_iter().map(|(id, token)| Lease { id, token }).collect())
     }
 
     async fn release(&self, leases: &[Lease]) -> Result<Vec<i64>> {

@@ -266,7 +266,7 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<i64>> {
+    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
         let now = now();
         let mut extended = Vec::with_capacity(leases.len());
         let mut tx = self.pool.begin().await?;
@@ -282,7 +282,7 @@ impl Store for SqliteStore {
             .execute(&mut *tx)
             .await?;
             if done.rows_affected() == 1 {
-                extended.push(held.id);
+                extended.push(*held);
             }
         }
         tx.commit().await?;

@@ -1,4 +1,4 @@
-//! What the conformance suite and the crash test share: a fresh database per
+//! What the conformance suite and the chaos test share: a fresh database per
 //! test on either backend.
 
 // Each test binary compiles this module and uses a different part of it.
@@ -10,8 +10,10 @@ use std::time::Duration;
 use ballast_queue::{Queue, TaskInfo};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
+use sqlx::{Connection, Postgres, Transaction};
 
 /// The environment variable that enables the PostgreSQL runs.
 pub const PG_ENV: &str = "BALLAST_TEST_PG";
@@ -118,12 +120,68 @@ impl Harness {
         }
     }
 
+    /// Keeps every other connection from writing to the queue's table until
+    /// released (claims, renewals and outcomes wait; reads go on), as a
+    /// database that stopped answering would.
+    pub async fn lock_writes(&self) -> WriteLock {
+        match &self.db {
+            Db::Sqlite { options, .. } => {
+                let mut conn = SqliteConnection::connect_with(options).await.expect("open sqlite");
+                sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut conn).await.expect("take the write lock");
+                WriteLock::Sqlite(conn)
+            }
+            Db::Pg { pool, .. } => {
+                let mut tx = pool.begin().await.expect("begin");
+                sqlx::raw_sql("LOCK TABLE ballast_tasks IN EXCLUSIVE MODE")
+                    .execute(&mut *tx)
+                    .await
+                    .expect("lock the table");
+                WriteLock::Pg(tx)
+            }
+        }
+    }
+
+    /// Returns once a write to the queue's table waits on a [`WriteLock`].
+    /// PostgreSQL shows its waiters; SQLite does not, so there this gives a
+    /// worker started just before ample time to have sent its claim.
+    pub async fn wait_for_blocked_write(&self) {
+        match self.db {
+            Db::Sqlite { .. } => tokio::time::sleep(Duration::from_secs(1)).await,
+            Db::Pg { .. } => {
+                let waiting =
+                    "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'ballast_tasks'::regclass";
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+                while self.scalar(waiting).await == 0 {
+                    assert!(tokio::time::Instant::now() < deadline, "no write ever waited on the lock");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+
     /// Drops the PostgreSQL schema; the SQLite file goes with its temp dir.
     pub async fn cleanup(self) {
         if let Db::Pg { pool, schema, url, .. } = self.db {
             pool.close().await;
             let admin = PgPool::connect(&url).await.expect("connect");
             sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await.expect("drop schema");
+        }
+    }
+}
+
+/// See [`Harness::lock_writes`].
+pub enum WriteLock {
+    Sqlite(SqliteConnection),
+    Pg(Transaction<'static, Postgres>),
+}
+
+impl WriteLock {
+    pub async fn release(self) {
+        match self {
+            WriteLock::Sqlite(mut conn) => {
+                sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.expect("release the write lock");
+            }
+            WriteLock::Pg(tx) => tx.rollback().await.expect("release the table lock"),
         }
     }
 }
