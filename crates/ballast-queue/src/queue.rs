@@ -4,7 +4,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
@@ -37,6 +37,44 @@ impl Queue {
             Self::connect_sqlite(options).await
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let pool = PgPoolOptions::new().max_connections(10).connect(url).await?;
+            Ok(Self::from_postgres(pool))
+        } else {
+            Err(Error::UnsupportedUrl { url: url.to_owned() })
+        }
+    }
+
+    /// Connects to an existing queue for looking into it ([`stats`](Self::stats),
+    /// [`list`](Self::list), [`get`](Self::get)) without changing its
+    /// database: every write through this queue fails.
+    ///
+    /// A SQLite file is opened read-only, as found: its journal mode stays
+    /// what it is, a file the process may only read is fine, and a missing file
+    /// is [`Error::NoDatabase`], never created. PostgreSQL sessions run with
+    /// `default_transaction_read_only = on`. URLs are those of
+    /// [`connect`](Self::connect).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), ballast_queue::Error> {
+    /// let queue = ballast_queue::Queue::connect_read_only("sqlite://tasks.db").await?;
+    /// for kind in queue.stats().await? {
+    ///     println!("{}: {} pending", kind.kind, kind.pending);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_read_only(url: &str) -> Result<Self> {
+        if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)?
+                .read_only(true)
+                .create_if_missing(false)
+                .busy_timeout(Duration::from_secs(5));
+            let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options.clone()).await;
+            pool.map(Self::from_sqlite).map_err(|e| match options.get_filename() {
+                path if !path.exists() => Error::NoDatabase { path: path.to_owned() },
+                _ => e.into(),
+            })
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(url)?.options([("default_transaction_read_only", "on")]);
+            let pool = PgPoolOptions::new().max_connections(2).connect_with(options).await?;
             Ok(Self::from_postgres(pool))
         } else {
             Err(Error::UnsupportedUrl { url: url.to_owned() })
