@@ -68,9 +68,13 @@ impl Queue {
                 .create_if_missing(false)
                 .busy_timeout(Duration::from_secs(5));
             let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options.clone()).await;
-            pool.map(Self::from_sqlite).map_err(|e| match options.get_filename() {
-                path if !path.exists() => Error::NoDatabase { path: path.to_owned() },
-                _ => e.into(),
+            pool.map(Self::from_sqlite).map_err(|e| {
+                let path = options.get_filename();
+                if path.exists() {
+                    e.into()
+                } else {
+                    Error::NoDatabase { path: path.to_owned() }
+                }
             })
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)?.options([("default_transaction_read_only", "on")]);
