@@ -31,6 +31,16 @@ impl Queue {
     /// Connects to `sqlite://path/to/file.db` (created if missing; WAL,
     /// `synchronous = NORMAL`, 5 s busy timeout) or `postgres://…` /
     /// `postgresql://…`.
+    ///
+    /// PostgreSQL speaks TLS (rustls) where the server offers it; the URL's
+    /// `sslmode` says how much to demand, as with libpq. Managed services want
+    /// `sslmode=require`, or better
+    /// `postgres://app@db.example.com/queue?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem`:
+    /// the server's certificate must then chain to that CA (or to a public
+    /// one) and name the URL's host, else connecting fails with `invalid peer
+    /// certificate: UnknownIssuer` or `certificate not valid for name …`.
+    /// There is no default CA file (libpq's `~/.postgresql/root.crt`): name it.
+    /// `verify-ca` checks the name too, as `verify-full` does.
     pub async fn connect(url: &str) -> Result<Self> {
         if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
