@@ -93,6 +93,13 @@ enum Action {
     },
 }
 
+impl Action {
+    /// Whether the action only reads the queue.
+    fn reads_only(&self) -> bool {
+        matches!(self, Action::Stats | Action::List { .. })
+    }
+}
+
 fn parse_state(s: &str) -> Result<TaskState, String> {
     s.parse().map_err(|e: ballast_queue::UnknownState| e.to_string())
 }
@@ -144,7 +151,16 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                  `ballast serve` or `Queue::migrate()` creates it"
             );
         }
-        let queue = tokio::time::timeout(CONNECT_TIMEOUT, Queue::connect(&url))
+        // Looking must not change the database: no journal-mode switch on a
+        // SQLite file, and it works on a file the operator may only read.
+        let connect = async {
+            if args.action.reads_only() {
+                Queue::connect_read_only(&url).await
+            } else {
+                Queue::connect(&url).await
+            }
+        };
+        let queue = tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
             .map_err(|_| {
                 anyhow::anyhow!("cannot reach the queue database at {shown} within {CONNECT_TIMEOUT:?}")
@@ -192,8 +208,8 @@ const TABLE: &str = "ballast_tasks";
 async fn has_queue_table(url: &str) -> Result<bool, sqlx::Error> {
     use sqlx::Connection as _;
     if url.starts_with("sqlite:") {
-        // Never create the file: `queue_url` has checked that it exists.
-        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)?.create_if_missing(false);
+        // Never create or change the file: `queue_url` has checked that it exists.
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)?.read_only(true);
         let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
         let found: Option<i32> =
             sqlx::query_scalar("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?")

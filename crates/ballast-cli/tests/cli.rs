@@ -226,6 +226,87 @@ mod queue {
         );
     }
 
+    /// A queue file in SQLite's rollback-journal mode, as a copy taken for
+    /// inspection may be, with two `sms` tasks: one pending, one failed.
+    async fn delete_mode_queue(dir: &std::path::Path) -> String {
+        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+        let path = dir.join("tasks.db");
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Delete);
+        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
+        let queue = Queue::from_sqlite(pool.clone());
+        queue.migrate().await.unwrap();
+        queue.enqueue(NewTask::new("sms", "ok")).await.unwrap();
+        queue.enqueue(NewTask::new("sms", "fail")).await.unwrap();
+        sqlx::query("UPDATE ballast_tasks SET state = 'failed', finalized_at = 1 WHERE id = 2")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        path.display().to_string()
+    }
+
+    /// The journal mode recorded in the file, read without changing it.
+    async fn journal_mode(path: &str) -> String {
+        use sqlx::{ConnectOptions as _, Connection as _};
+        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path).read_only(true);
+        let mut conn = options.connect().await.unwrap();
+        let mode = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+        mode
+    }
+
+    /// The `stats` and `list` runs of the two tests below, checked.
+    fn look(run: impl Fn(&[&str]) -> Output) {
+        let stats = run(&["stats", "--format", "json"]);
+        assert_eq!(stats.status.code(), Some(0), "{}", stderr(&stats));
+        let sms = &json(&stats)[0];
+        assert_eq!((sms["pending"].as_u64(), sms["failed"].as_u64()), (Some(1), Some(1)), "{sms}");
+        let list = run(&["list", "--state", "failed"]);
+        assert_eq!(list.status.code(), Some(0), "{}", stderr(&list));
+        assert!(stdout(&list).lines().nth(1).unwrap().starts_with(" 2  sms   failed"), "{}", stdout(&list));
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn stats_and_list_leave_the_database_file_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = delete_mode_queue(dir.path()).await;
+        let before = std::fs::read(&db).unwrap();
+
+        look(|args| ballast(&[&["queue", "--db", &db][..], args].concat()));
+
+        assert_eq!(journal_mode(&db).await, "delete", "the journal mode is the file's, not the reader's");
+        assert!(std::fs::read(&db).unwrap() == before, "the file changed by being read");
+    }
+
+    /// An operator who may read the service's queue but not write it.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn stats_and_list_read_a_file_the_user_cannot_write() {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        use std::os::unix::process::CommandExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let db = delete_mode_queue(dir.path()).await;
+        if std::fs::metadata(&db).unwrap().uid() != 0 {
+            eprintln!("skipped: only root can run the binary as another user");
+            return;
+        }
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+        const NOBODY: u32 = 65_534;
+
+        look(|args| {
+            Command::new(env!("CARGO_BIN_EXE_ballast"))
+                .args([&["queue", "--db", &db][..], args].concat())
+                .uid(NOBODY)
+                .gid(NOBODY)
+                .output()
+                .expect("the binary runs")
+        });
+        assert_eq!(journal_mode(&db).await, "delete");
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn retry_cancel_and_prune_act_or_say_why_not() {
         let (_dir, db, queue) = prepared().await;

@@ -10,6 +10,12 @@ pub enum Error {
         /// The URL as given, its secrets masked ([`ballast::redact_url`]).
         url: String,
     },
+    /// A read-only open named a SQLite file that does not exist.
+    #[error("no SQLite database at {path:?}: a read-only queue never creates one; check the URL")]
+    NoDatabase {
+        /// The file the URL names.
+        path: std::path::PathBuf,
+    },
     /// The database refused or failed a statement.
     #[error("database error: {0}; check that the database is reachable and that Queue::migrate() has run")]
     Database(#[from] sqlx::Error),

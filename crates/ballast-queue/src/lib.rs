@@ -4,7 +4,8 @@
 //! R-RES-RE-5).
 //!
 //! - **Backends**: embedded SQLite (the default, `sqlite://file.db`) and
-//!   PostgreSQL (`postgres://…`) for many workers on many hosts, with the same
+//!   PostgreSQL (`postgres://…`, over TLS with `?sslmode=verify-full&sslrootcert=ca.pem`,
+//!   see [`Queue::connect`]) for many workers on many hosts, with the same
 //!   semantics. The table, its states and indexes are described in [`schema`].
 //! - **Fenced leases**: a claim gives each task a fresh lease token, and every
 //!   statement that completes, fails, reschedules or renews an attempt names

@@ -4,7 +4,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
@@ -31,6 +31,16 @@ impl Queue {
     /// Connects to `sqlite://path/to/file.db` (created if missing; WAL,
     /// `synchronous = NORMAL`, 5 s busy timeout) or `postgres://…` /
     /// `postgresql://…`.
+    ///
+    /// PostgreSQL speaks TLS (rustls) where the server offers it; the URL's
+    /// `sslmode` says how much to demand, as with libpq. Managed services want
+    /// `sslmode=require`, or better
+    /// `postgres://app@db.example.com/queue?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem`:
+    /// the server's certificate must then chain to that CA (or to a public
+    /// one) and name the URL's host, else connecting fails with `invalid peer
+    /// certificate: UnknownIssuer` or `certificate not valid for name …`.
+    /// There is no default CA file (libpq's `~/.postgresql/root.crt`): name it.
+    /// `verify-ca` checks the name too, as `verify-full` does.
     pub async fn connect(url: &str) -> Result<Self> {
         if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
@@ -40,6 +50,48 @@ impl Queue {
             Ok(Self::from_postgres(pool))
         } else {
             Err(Error::UnsupportedUrl { url: ballast::redact_url(url) })
+        }
+    }
+
+    /// Connects to an existing queue for looking into it ([`stats`](Self::stats),
+    /// [`list`](Self::list), [`get`](Self::get)) without changing its
+    /// database: every write through this queue fails.
+    ///
+    /// A SQLite file is opened read-only, as found: its journal mode stays
+    /// what it is, a file the process may only read is fine, and a missing file
+    /// is [`Error::NoDatabase`], never created. PostgreSQL sessions run with
+    /// `default_transaction_read_only = on`. URLs are those of
+    /// [`connect`](Self::connect).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), ballast_queue::Error> {
+    /// let queue = ballast_queue::Queue::connect_read_only("sqlite://tasks.db").await?;
+    /// for kind in queue.stats().await? {
+    ///     println!("{}: {} pending", kind.kind, kind.pending);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_read_only(url: &str) -> Result<Self> {
+        if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)?
+                .read_only(true)
+                .create_if_missing(false)
+                .busy_timeout(Duration::from_secs(5));
+            let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options.clone()).await;
+            pool.map(Self::from_sqlite).map_err(|e| {
+                let path = options.get_filename();
+                if path.exists() {
+                    e.into()
+                } else {
+                    Error::NoDatabase { path: path.to_owned() }
+                }
+            })
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(url)?.options([("default_transaction_read_only", "on")]);
+            let pool = PgPoolOptions::new().max_connections(2).connect_with(options).await?;
+            Ok(Self::from_postgres(pool))
+        } else {
+            Err(Error::UnsupportedUrl { url: url.to_owned() })
         }
     }
 
