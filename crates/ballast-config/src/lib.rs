@@ -43,7 +43,7 @@
 //! |---|---|---|
 //! | R-RES-RE-3 | error | `retry.max_attempts` > 5 or 0 |
 //! | R-RES-RE-4 | error / warning | worst-case in-memory window > 30 s / > 5 s |
-//! | R-RES-RE-X3 | error | `backoff` other than the two exponential kinds; `first_delay` or `max_delay` zero |
+//! | R-RES-RE-X3 | error | `backoff` other than the two exponential kinds; `first_delay` under 100 ms; `max_delay` under 2 × `first_delay` |
 //! | R-RES-RE-X2 | error | `retry_on` with "4xx", "all", "any", "*" or a 4xx status other than "408", "429", "409-in-flight" |
 //! | R-RES-RE-X4 | error | `client.retries` > 0 |
 //! | R-RES-CB-1 | error | `order` puts the breaker before (outside) retry |
@@ -52,7 +52,9 @@
 //! | R-RES-RE-1 | error | `key_ttl` shorter than the longest time a keyed write may be retried, durable queue included |
 //! | R-RES-RE-1 | warning | `dedupes_by_key = true` without `key_ttl` |
 //! | (none) | error | `timeout.connect` or `timeout.read` longer than the attempt timeout |
-//! | (none) | error | unknown keys (with "did you mean"), wrong types, out-of-range values |
+//! | (none) | error | `base_url` that `ballast serve` cannot use (parsed by the HTTP client's own parser) |
+//! | (none) | error | `[serve]` values out of range (`listen` not an address, `max_connections` 0, zero timeouts) |
+//! | (none) | error | unknown keys (with "did you mean"), wrong types, out-of-range values; a file over 1 MiB |
 
 mod build;
 mod config;

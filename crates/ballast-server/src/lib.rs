@@ -118,9 +118,11 @@ impl Server {
         };
         let queue = queue_settings.connect().await.map_err(queue_error("open"))?;
         queue.migrate().await.map_err(queue_error("prepare"))?;
-        // Counting runs on a pool of its own so it never waits for, or
-        // delays, a connection the worker needs.
-        let counts = queue_settings.connect().await.map_err(queue_error("open"))?;
+        // Counting runs read-only on a pool of its own, so it never waits
+        // for, or delays, a connection the worker needs.
+        let counts = ballast_queue::Queue::connect_read_only(&queue_settings.url)
+            .await
+            .map_err(queue_error("open"))?;
         let background = CancellationToken::new();
         let monitor = QueueMonitor::builder(counts)
             .every(settings.stats_interval)

@@ -223,6 +223,12 @@ fn splitmix(mut z: u64) -> u64 {
 /// Cloning is cheap and clones share state (breaker, bulkhead, budget): make
 /// one policy per external system and share it.
 ///
+/// Call two systems one after the other, not one inside the other: a
+/// retrying call made inside another policy's attempt makes exactly one
+/// attempt and stops with [`StopReason::Nested`](crate::StopReason::Nested),
+/// because retrying there would put retry inside the outer breaker
+/// (R-RES-CB-1) or inside the outer retry (R-RES-RE-X4).
+///
 /// ```
 /// use std::time::Duration;
 /// use ballast::{Backoff, Breaker, Bulkhead, IdempotencyKey, Policy, Retry, Timeout};
