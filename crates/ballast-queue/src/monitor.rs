@@ -9,11 +9,11 @@
 //! own, bounds each by a timeout, and keeps the last counts together with
 //! whether the last refresh reached the database.
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ::metrics::Gauge;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::KindStats;
@@ -62,7 +62,7 @@ impl QueueMonitorBuilder {
     /// and `ballast_queue_reachable` after each refresh.
     pub fn spawn(self, shutdown: CancellationToken) -> QueueMonitor {
         let shared = Arc::new(Shared {
-            snapshot: RwLock::new(Arc::new(QueueSnapshot::default())),
+            snapshot: watch::Sender::new(Arc::new(QueueSnapshot::default())),
             nudged: Notify::new(),
             reachable: ::metrics::gauge!(REACHABLE),
         });
@@ -74,7 +74,7 @@ impl QueueMonitorBuilder {
 }
 
 struct Shared {
-    snapshot: RwLock<Arc<QueueSnapshot>>,
+    snapshot: watch::Sender<Arc<QueueSnapshot>>,
     nudged: Notify,
     reachable: Gauge,
 }
@@ -116,7 +116,16 @@ impl QueueMonitor {
 
     /// The latest snapshot. Never touches the database.
     pub fn snapshot(&self) -> Arc<QueueSnapshot> {
-        Arc::clone(&self.shared.snapshot.read().unwrap_or_else(PoisonError::into_inner))
+        Arc::clone(&self.shared.snapshot.borrow())
+    }
+
+    /// Waits until the first refresh has ended, successful or not (at most
+    /// the monitor's timeout after it started), and returns its snapshot.
+    pub async fn first_refresh(&self) -> Arc<QueueSnapshot> {
+        let mut seen = self.shared.snapshot.subscribe();
+        // An error means the refresh task stopped (shutdown) before its first refresh.
+        let first = seen.wait_for(|s| s.checked_at.is_some()).await.map(|s| Arc::clone(&s));
+        first.unwrap_or_else(|_| self.snapshot())
     }
 
     /// Asks for a refresh now rather than at the next interval (after an
@@ -138,7 +147,7 @@ async fn refresh_loop(
             () = shutdown.cancelled() => return,
             outcome = tokio::time::timeout(timeout, queue.stats()) => outcome,
         };
-        let previous = Arc::clone(&shared.snapshot.read().unwrap_or_else(PoisonError::into_inner));
+        let previous = Arc::clone(&shared.snapshot.borrow());
         let now = SystemTime::now();
         let next = match outcome {
             Ok(Ok(stats)) => {
@@ -161,7 +170,7 @@ async fn refresh_loop(
             }
         }
         shared.reachable.set(if next.reachable { 1.0 } else { 0.0 });
-        *shared.snapshot.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+        shared.snapshot.send_replace(Arc::new(next));
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(every) => {}

@@ -128,6 +128,8 @@ impl Server {
             .every(settings.stats_interval)
             .timeout(settings.stats_interval)
             .spawn(background.clone());
+        // Readiness reflects the database from the first request on.
+        monitor.first_refresh().await;
         let worker = queue_settings
             .worker(queue)
             .handler(DELIVERY_KIND, DeliveryHandler::new(systems.iter().cloned()))
