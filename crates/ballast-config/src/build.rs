@@ -91,7 +91,7 @@ pub struct QueueSettings {
     /// Durable attempts before failed + alert; use it for every task enqueued.
     pub max_attempts: u32,
     /// The backoff between durable attempts.
-    pub backoff: ballast_queue::Backoff,
+    pub backoff: ballast_queue::DurableBackoff,
 }
 
 /// How `ballast serve` listens, from `[serve]` (defaults without it).

@@ -9,7 +9,7 @@ use crate::model::QueueSection;
 /// The durable retry schedule of a `[queue]` section.
 ///
 /// After durable attempt `n` fails, `ballast-queue` waits its
-/// [`Backoff::nominal`](ballast_queue::Backoff::nominal)`(n)` — `2^n s`, capped
+/// [`Backoff::nominal`](ballast_queue::DurableBackoff::nominal)`(n)` — `2^n s`, capped
 /// at 1 h — jittered into the upper half, `[nominal / 2, nominal]`. A due
 /// task is picked up within one `poll_interval`.
 ///
@@ -30,7 +30,7 @@ pub struct DurableSchedule {
     /// How late a due task may be picked up.
     pub poll_interval: Duration,
     /// The queue's backoff.
-    pub backoff: ballast_queue::Backoff,
+    pub backoff: ballast_queue::DurableBackoff,
 }
 
 impl DurableSchedule {
@@ -41,7 +41,7 @@ impl DurableSchedule {
                 .max_attempts
                 .map_or(ballast_queue::DEFAULT_MAX_ATTEMPTS, |n| u32::try_from(n).unwrap_or(u32::MAX)),
             poll_interval: queue.poll_interval.map_or(ballast_queue::DEFAULT_POLL_INTERVAL, |d| d.get()),
-            backoff: ballast_queue::Backoff::default(),
+            backoff: ballast_queue::DurableBackoff::default(),
         }
     }
 

@@ -16,7 +16,7 @@
 //! - **Deduplication**: a task enqueued with an [`IdempotencyKey`](ballast::IdempotencyKey)
 //!   exists once per `(kind, key)`, and the handler receives the key.
 //! - **Outcomes**: success completes the task; a transient error reschedules
-//!   it after `2^n s` with jitter ([`Backoff`]); a permanent error, a panic, a
+//!   it after `2^n s` with jitter ([`DurableBackoff`]); a permanent error, a panic, a
 //!   payload of the wrong type or the last failed attempt marks it failed and
 //!   fires the [`Alert`].
 //!
@@ -67,7 +67,7 @@ pub mod schema {
     #![doc = include_str!("../SCHEMA.md")]
 }
 mod alert;
-mod backoff;
+mod durable_backoff;
 mod error;
 mod handler;
 mod handover;
@@ -82,7 +82,7 @@ mod worker;
 
 pub use admin::{KindStats, ListFilter};
 pub use alert::{Alert, FailReason, FailedTask, LogAlert};
-pub use backoff::Backoff;
+pub use durable_backoff::DurableBackoff;
 pub use error::{Error, Result};
 pub use handler::{Handler, TaskContext};
 pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};

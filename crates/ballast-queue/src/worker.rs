@@ -18,7 +18,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::alert::{Alert, FailReason, FailedTask, LogAlert};
-use crate::backoff::Backoff;
+use crate::durable_backoff::DurableBackoff;
 use crate::error::{Error, Result};
 use crate::handler::{AttemptError, Erased, ErasedHandler, Handler, TaskContext};
 use crate::lease::{self, Held, Lease};
@@ -105,7 +105,7 @@ pub struct WorkerBuilder {
     poll_interval: Duration,
     lease: Duration,
     grace: Duration,
-    backoff: Backoff,
+    backoff: DurableBackoff,
     alert: Arc<dyn Alert>,
     owner: Option<String>,
     seed: Option<u64>,
@@ -170,7 +170,7 @@ impl WorkerBuilder {
     }
 
     /// Delay between attempts after a transient error (default 2^n s, ≤ 1 h).
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
+    pub fn backoff(mut self, backoff: DurableBackoff) -> Self {
         self.backoff = backoff;
         self
     }
@@ -290,7 +290,7 @@ struct Shared {
     store: AnyStore,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
     alert: Arc<dyn Alert>,
-    backoff: Backoff,
+    backoff: DurableBackoff,
     rng: Mutex<SmallRng>,
     held: Held,
     counts: Counts,
@@ -336,7 +336,7 @@ impl Worker {
             poll_interval: DEFAULT_POLL_INTERVAL,
             lease: Duration::from_secs(30),
             grace: Duration::from_secs(30),
-            backoff: Backoff::default(),
+            backoff: DurableBackoff::default(),
             alert: Arc::new(LogAlert),
             owner: None,
             seed: None,

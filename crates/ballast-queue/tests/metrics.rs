@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use ballast::{Classification, Classify};
-use ballast_queue::{Backoff, Handler, NewTask, TaskContext, TaskState, Worker};
+use ballast_queue::{DurableBackoff, Handler, NewTask, TaskContext, TaskState, Worker};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use support::{wait_for, Harness};
 use tokio_util::sync::CancellationToken;
@@ -76,7 +76,7 @@ async fn attempts_tasks_and_lag_are_recorded() {
     let worker = Worker::builder(queue.clone())
         .handler("job", Scripted)
         .poll_interval(Duration::from_millis(20))
-        .backoff(Backoff::exponential(Duration::from_millis(10)))
+        .backoff(DurableBackoff::exponential(Duration::from_millis(10)))
         .shutdown_grace(Duration::from_millis(100))
         .build()
         .expect("worker");

@@ -1,3 +1,8 @@
+//! The durable queue's schedule between a task's attempts: `2ⁿ s`, jittered
+//! into the upper half, capped — the guide's durable retry (R-RES-RE-5).
+//! Not to be confused with [`ballast::Backoff`], the in-memory policy's
+//! decorrelated jitter between the attempts of one call.
+
 use std::time::Duration;
 
 use rand::Rng;
@@ -12,28 +17,28 @@ use rand::Rng;
 ///
 /// ```
 /// use std::time::Duration;
-/// use ballast_queue::Backoff;
+/// use ballast_queue::DurableBackoff;
 /// use rand::SeedableRng;
 ///
-/// let backoff = Backoff::default();
+/// let backoff = DurableBackoff::default();
 /// let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
 /// let delay = backoff.delay(3, &mut rng);
 /// assert!(delay >= Duration::from_secs(4) && delay <= Duration::from_secs(8));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
+pub struct DurableBackoff {
     base: Duration,
     max_delay: Duration,
 }
 
-impl Default for Backoff {
+impl Default for DurableBackoff {
     /// 2^n seconds, capped at one hour.
     fn default() -> Self {
         Self { base: Duration::from_secs(1), max_delay: Duration::from_secs(3600) }
     }
 }
 
-impl Backoff {
+impl DurableBackoff {
     /// A backoff of `base · 2^n`, capped at one hour.
     pub fn exponential(base: Duration) -> Self {
         Self { base, ..Self::default() }
@@ -66,7 +71,7 @@ mod tests {
 
     #[test]
     fn doubles_per_attempt_then_caps() {
-        let b = Backoff::default();
+        let b = DurableBackoff::default();
         assert_eq!(b.nominal(1), Duration::from_secs(2));
         assert_eq!(b.nominal(5), Duration::from_secs(32));
         assert_eq!(b.nominal(12), Duration::from_secs(3600));
@@ -75,7 +80,7 @@ mod tests {
 
     #[test]
     fn jitter_stays_in_the_upper_half_and_varies() {
-        let b = Backoff::default().max_delay(Duration::from_secs(60));
+        let b = DurableBackoff::default().max_delay(Duration::from_secs(60));
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         for attempt in 0..20 {
             let n = b.nominal(attempt);
