@@ -2,14 +2,12 @@
 //! the durable queue and act on its tasks through `ballast-queue`'s admin API.
 
 use std::io::Write as _;
-use std::path::Path;
 use std::process::ExitCode;
-use std::str::FromStr as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
 use ballast_config::duration;
-use ballast_queue::{KindStats, ListFilter, Queue, TaskInfo, TaskState};
+use ballast_queue::{Backend, KindStats, ListFilter, Queue, TaskInfo, TaskState, TABLE};
 use serde_json::{json, Value};
 
 /// How long to wait for the database before calling it unreachable.
@@ -130,42 +128,48 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let Some(db) = args.db.as_deref() else {
         bail!("`ballast queue` needs --db URL (sqlite://path/to/tasks.db, postgres://…, or a SQLite file)");
     };
-    let url = queue_url(db)?;
+    let url = queue_url(db);
     let shown = ballast::redact_url(&url);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     let out = runtime.block_on(async {
-        // Read-only commands must not create tables: on a URL naming the wrong
-        // database, migrating would plant an empty queue there and report it.
-        let present = tokio::time::timeout(CONNECT_TIMEOUT, has_queue_table(&url))
+        let unreachable =
+            |_| anyhow::anyhow!("cannot reach the queue database at {shown} within {CONNECT_TIMEOUT:?}");
+        // Looking must not change the database: opened read-only, no table is
+        // created (on a URL naming the wrong database, migrating would plant
+        // an empty queue there and report it), no journal-mode switch on a
+        // SQLite file, and a file the operator may only read is fine.
+        let reader = tokio::time::timeout(CONNECT_TIMEOUT, Queue::connect_read_only(&url))
             .await
-            .map_err(|_| {
-                anyhow::anyhow!("cannot reach the queue database at {shown} within {CONNECT_TIMEOUT:?}")
-            })?
-            .with_context(|| format!("cannot open the queue database at {shown}"))?;
-        if !present {
+            .map_err(unreachable)?
+            .map_err(|e| match e {
+                ballast_queue::Error::NoDatabase { path } => anyhow::anyhow!(
+                    "no queue database at {path:?}: check --db (the service creates it on its first start)"
+                ),
+                other => {
+                    anyhow::Error::new(other).context(format!("cannot open the queue database at {shown}"))
+                }
+            })?;
+        if !reader
+            .is_migrated()
+            .await
+            .with_context(|| format!("cannot read the queue database at {shown}"))?
+        {
             bail!(
                 "no {TABLE} table in {shown}: is this the queue's database? \
                  `ballast serve` or `Queue::migrate()` creates it"
             );
         }
-        // Looking must not change the database: no journal-mode switch on a
-        // SQLite file, and it works on a file the operator may only read.
-        let connect = async {
-            if args.action.reads_only() {
-                Queue::connect_read_only(&url).await
-            } else {
-                Queue::connect(&url).await
-            }
+        let queue = if args.action.reads_only() {
+            reader
+        } else {
+            tokio::time::timeout(CONNECT_TIMEOUT, Queue::connect(&url))
+                .await
+                .map_err(unreachable)?
+                .with_context(|| format!("cannot open the queue at {shown}"))?
         };
-        let queue = tokio::time::timeout(CONNECT_TIMEOUT, connect)
-            .await
-            .map_err(|_| {
-                anyhow::anyhow!("cannot reach the queue database at {shown} within {CONNECT_TIMEOUT:?}")
-            })?
-            .with_context(|| format!("cannot open the queue at {shown}"))?;
         act(&queue, &args.action).await
     })?;
     let mut stdout = std::io::stdout().lock();
@@ -183,51 +187,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The queue URL `--db` means. A SQLite file must exist: creating an empty
-/// queue where the operator mistyped a path would only hide the typo.
-fn queue_url(db: &str) -> anyhow::Result<String> {
-    let url = if db.contains("://") || db.starts_with("sqlite:") {
+/// The queue URL `--db` means: a URL as given, anything else a SQLite file.
+fn queue_url(db: &str) -> String {
+    if Backend::from_url(db).is_some() || db.contains("://") {
         db.to_owned()
     } else {
         format!("sqlite://{db}")
-    };
-    if let Some(rest) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
-        let path = rest.split('?').next().unwrap_or_default();
-        if path != ":memory:" && !Path::new(path).is_file() {
-            bail!("no queue database at {path:?}: check --db (the service creates it on its first start)");
-        }
-    }
-    Ok(url)
-}
-
-/// The queue's table, created by `Queue::migrate()`.
-const TABLE: &str = "ballast_tasks";
-
-/// Whether the database at `url` has the queue's table, on a connection of
-/// its own (the queue's API has no read-only way to ask).
-async fn has_queue_table(url: &str) -> Result<bool, sqlx::Error> {
-    use sqlx::Connection as _;
-    if url.starts_with("sqlite:") {
-        // Never create or change the file: `queue_url` has checked that it exists.
-        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)?.read_only(true);
-        let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
-        let found: Option<i32> =
-            sqlx::query_scalar("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?")
-                .bind(TABLE)
-                .fetch_optional(&mut conn)
-                .await?;
-        conn.close().await?;
-        Ok(found.is_some())
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let mut conn = sqlx::PgConnection::connect(url).await?;
-        // Resolved through search_path, as the queue's own statements are.
-        let found: bool =
-            sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL").bind(TABLE).fetch_one(&mut conn).await?;
-        conn.close().await?;
-        Ok(found)
-    } else {
-        // Queue::connect has already refused any other URL.
-        Ok(true)
     }
 }
 

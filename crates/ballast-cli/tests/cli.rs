@@ -238,12 +238,20 @@ mod queue {
         let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
         let queue = Queue::from_sqlite(pool.clone());
         queue.migrate().await.unwrap();
-        queue.enqueue(NewTask::new("sms", "ok")).await.unwrap();
+        let later = std::time::Duration::from_secs(3600);
+        queue.enqueue(NewTask::new("sms", "ok").run_after(later)).await.unwrap();
         queue.enqueue(NewTask::new("sms", "fail")).await.unwrap();
-        sqlx::query("UPDATE ballast_tasks SET state = 'failed', finalized_at = 1 WHERE id = 2")
-            .execute(&pool)
-            .await
-            .unwrap();
+        let worker = Worker::builder(queue.clone()).handler("sms", Sms).build().unwrap();
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(worker.run(shutdown.clone()));
+        for _ in 0..500 {
+            if queue.get(2).await.unwrap().is_some_and(|t| t.state == TaskState::Failed) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        shutdown.cancel();
+        running.await.unwrap();
         pool.close().await;
         path.display().to_string()
     }
@@ -377,8 +385,10 @@ mod queue {
         for args in [&["stats"][..], &["list"], &["retry", "--all-failed"]] {
             let out = ballast(&[&["queue", "--db", &empty][..], args].concat());
             assert_eq!(out.status.code(), Some(2), "{args:?}");
-            let message =
-                format!("no ballast_tasks table in sqlite://{empty}: is this the queue's database?");
+            let message = format!(
+                "no {} table in sqlite://{empty}: is this the queue's database?",
+                ballast_queue::TABLE
+            );
             assert!(stderr(&out).contains(&message), "{}", stderr(&out));
             assert!(stderr(&out).contains("`ballast serve` or `Queue::migrate()` creates it"));
         }

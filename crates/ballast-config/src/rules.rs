@@ -306,13 +306,12 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
             "`url` is missing from [queue]".into(),
             "add e.g. `url = \"sqlite://ballast.db\"` or `url = \"postgres://…\"`",
         )),
-        Some(url) if !["sqlite:", "postgres://", "postgresql://"].iter().any(|p| url.starts_with(p)) => out
-            .push(Problem::error(
-                None,
-                at("url"),
-                format!("queue url \"{}\" is neither sqlite: nor postgres://", ballast::redact_url(url)),
-                "use e.g. \"sqlite://ballast.db\" or \"postgres://user@host/db\"",
-            )),
+        Some(url) if ballast_queue::Backend::from_url(url).is_none() => out.push(Problem::error(
+            None,
+            at("url"),
+            format!("queue url \"{}\" is neither sqlite: nor postgres://", ballast::redact_url(url)),
+            "use e.g. \"sqlite://ballast.db\" or \"postgres://user@host/db\"",
+        )),
         Some(_) => {}
     }
     if q.poll_interval.is_some_and(|d| d.get().is_zero()) {

@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 
-use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Rejection, StopReason};
+use ballast::{Classification, Classify, Failure, IdempotencyKey, Rejection};
 use ballast_queue::{Handler, Handover, HandoverError, NewTask, Queue, TaskContext};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -181,11 +181,7 @@ impl HttpSystem {
         // unsent rather than found out after an attempt that may have applied it.
         let task = match Delivery::from_request(self.name(), &request) {
             Ok(delivery) => delivery.task(key),
-            Err(error) => {
-                let stop = StopReason::Permanent;
-                let failure = Failure::Operation { error, class: Class::Permanent, attempts: 0, stop };
-                return Err(HandoverError::Failed(failure));
-            }
+            Err(error) => return Err(HandoverError::Failed(Failure::unsent(error))),
         };
         ballast_queue::hand_over(queue, key, task, self.write(key, request).await).await
     }

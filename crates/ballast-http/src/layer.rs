@@ -17,7 +17,7 @@ use tower::{Layer, Service};
 use crate::classify::{self, TransportKind};
 use crate::error::{status_message, transport_message};
 use crate::request::is_safe;
-use crate::route::{Route, Router};
+use crate::system_policy::{CallKind, SystemPolicy};
 use crate::RetryOn;
 
 /// A boxed error, as tower services commonly return.
@@ -93,9 +93,9 @@ impl<S> Layer<S> for PolicyLayer {
     type Service = PolicyService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let router =
-            Router::new(self.policy.clone(), self.dedupes_by_key, self.header.clone(), self.retry_on);
-        PolicyService { inner, router: Arc::new(router) }
+        let system_policy =
+            SystemPolicy::new(self.policy.clone(), self.dedupes_by_key, self.header.clone(), self.retry_on);
+        PolicyService { inner, system_policy: Arc::new(system_policy) }
     }
 }
 
@@ -103,7 +103,7 @@ impl<S> Layer<S> for PolicyLayer {
 #[derive(Debug, Clone)]
 pub struct PolicyService<S> {
     inner: S,
-    router: Arc<Router>,
+    system_policy: Arc<SystemPolicy>,
 }
 
 /// Why one attempt through a [`PolicyService`] failed.
@@ -173,24 +173,22 @@ where
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         let inner = self.inner.clone();
-        let router = self.router.clone();
+        let system_policy = self.system_policy.clone();
         Box::pin(async move {
             let key = request.extensions().get::<RequestKey>().map(|k| k.0.clone());
-            let route = match &key {
-                _ if is_safe(request.method()) => Route::Read,
-                Some(key) => Route::Keyed(key),
-                None => Route::Once,
+            let kind = match &key {
+                _ if is_safe(request.method()) => CallKind::Read,
+                Some(key) => CallKind::KeyedWrite(key),
+                None => CallKind::WriteOnce,
             };
-            if let Err(e) = router.set_key(route, request.headers_mut()) {
-                let error = ServiceError::InvalidRequest { reason: e.to_string() };
-                let stop = ballast::StopReason::Permanent;
-                return Err(Failure::Operation { error, class: Class::Permanent, attempts: 0, stop });
+            if let Err(e) = system_policy.set_key(kind, request.headers_mut()) {
+                return Err(Failure::unsent(ServiceError::InvalidRequest { reason: e.to_string() }));
             }
-            let keyed_write = router.keyed_write(route);
-            let retry_on = router.retry_on;
+            let keyed_write = system_policy.keyed_write(kind);
+            let retry_on = system_policy.retry_on;
             let request = &request;
-            router
-                .run(route, move |_ctx| {
+            system_policy
+                .run(kind, move |_ctx| {
                     let mut service = inner.clone();
                     let request = request.clone();
                     async move {

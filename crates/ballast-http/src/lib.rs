@@ -57,8 +57,8 @@ mod layer;
 pub mod metrics;
 mod request;
 mod response;
-mod route;
 mod system;
+mod system_policy;
 
 pub use classify::{RetryOn, TransportKind, UnknownClass};
 #[cfg(feature = "queue")]

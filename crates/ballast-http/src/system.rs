@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ballast::{BreakerState, Class, Failure, IdempotencyKey, Policy, StopReason};
+use ballast::{BreakerState, Failure, IdempotencyKey, Policy};
 use http::header::HeaderName;
 use http::HeaderMap;
 use reqwest::Url;
@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::classify::{self, TransportKind};
 use crate::request::{Head, OnceRequest};
-use crate::route::{Route, Router};
+use crate::system_policy::{CallKind, SystemPolicy};
 use crate::{HttpError, Request, Response, RetryOn};
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -114,8 +114,8 @@ impl HttpSystemBuilder {
             .read_timeout(read)
             .build()
             .map_err(HttpError::Client)?;
-        let router = Router::new(policy, self.dedupes_by_key, header, self.retry_on);
-        Ok(HttpSystem { inner: Arc::new(Inner { base, client, router, critical: self.critical }) })
+        let system_policy = SystemPolicy::new(policy, self.dedupes_by_key, header, self.retry_on);
+        Ok(HttpSystem { inner: Arc::new(Inner { base, client, system_policy, critical: self.critical }) })
     }
 }
 
@@ -161,7 +161,7 @@ pub struct HttpSystem {
 struct Inner {
     base: Url,
     client: reqwest::Client,
-    router: Router,
+    system_policy: SystemPolicy,
     critical: bool,
 }
 
@@ -184,12 +184,12 @@ impl HttpSystem {
 
     /// The system's name.
     pub fn name(&self) -> &str {
-        self.inner.router.policy.name()
+        self.inner.system_policy.policy.name()
     }
 
     /// The system's policy.
     pub fn policy(&self) -> &Policy {
-        &self.inner.router.policy
+        &self.inner.system_policy.policy
     }
 
     /// Whether readiness depends on this system.
@@ -199,12 +199,12 @@ impl HttpSystem {
 
     /// Whether keyed writes are retried.
     pub fn dedupes_by_key(&self) -> bool {
-        self.inner.router.dedupes_by_key
+        self.inner.system_policy.dedupes_by_key
     }
 
     /// The outcome classes treated as transient.
     pub fn retry_on(&self) -> RetryOn {
-        self.inner.router.retry_on
+        self.inner.system_policy.retry_on
     }
 
     /// The breaker's state, if the policy has a breaker.
@@ -217,9 +217,9 @@ impl HttpSystem {
     /// request is refused unsent with [`HttpError::NotARead`].
     pub async fn read(&self, request: Request) -> Result<Response, Failure<HttpError>> {
         if !request.is_read() {
-            return Err(unsent(HttpError::NotARead { method: request.head.method }));
+            return Err(Failure::unsent(HttpError::NotARead { method: request.head.method }));
         }
-        self.send(Route::Read, request).await
+        self.send(CallKind::Read, request).await
     }
 
     /// Sends a write carrying `key` in the idempotency header — the same key
@@ -230,7 +230,7 @@ impl HttpSystem {
         key: &IdempotencyKey,
         request: Request,
     ) -> Result<Response, Failure<HttpError>> {
-        self.send(Route::Keyed(key), request).await
+        self.send(CallKind::KeyedWrite(key), request).await
     }
 
     /// Sends a write without a key: exactly one attempt, never retried, even
@@ -238,15 +238,15 @@ impl HttpSystem {
     /// takes a [`StreamingRequest`](crate::StreamingRequest).
     pub async fn write_once(&self, request: impl Into<OnceRequest>) -> Result<Response, Failure<HttpError>> {
         match request.into() {
-            OnceRequest::Buffered(request) => self.send(Route::Once, request).await,
+            OnceRequest::Buffered(request) => self.send(CallKind::WriteOnce, request).await,
             OnceRequest::Streaming(request) => {
-                let (url, headers) = match self.prepare(&request.head, Route::Once) {
+                let (url, headers) = match self.prepare(&request.head, CallKind::WriteOnce) {
                     Ok(prepared) => prepared,
-                    Err(e) => return Err(unsent(e)),
+                    Err(e) => return Err(Failure::unsent(e)),
                 };
                 let head = &request.head;
                 let mut body = Some(request.body);
-                let call = self.inner.router.run(Route::Once, |_ctx| {
+                let call = self.inner.system_policy.run(CallKind::WriteOnce, |_ctx| {
                     let builder = self.inner.client.request(head.method.clone(), url.clone());
                     let builder = builder.headers(headers.clone());
                     // write_once makes a single attempt, so the body is always there.
@@ -262,14 +262,14 @@ impl HttpSystem {
         }
     }
 
-    async fn send(&self, route: Route<'_>, request: Request) -> Result<Response, Failure<HttpError>> {
-        let (url, headers) = match self.prepare(&request.head, route) {
+    async fn send(&self, kind: CallKind<'_>, request: Request) -> Result<Response, Failure<HttpError>> {
+        let (url, headers) = match self.prepare(&request.head, kind) {
             Ok(prepared) => prepared,
-            Err(e) => return Err(unsent(e)),
+            Err(e) => return Err(Failure::unsent(e)),
         };
-        let keyed_write = self.inner.router.keyed_write(route);
+        let keyed_write = self.inner.system_policy.keyed_write(kind);
         let (head, body) = (&request.head, &request.body);
-        let call = self.inner.router.run(route, |_ctx| {
+        let call = self.inner.system_policy.run(kind, |_ctx| {
             let builder = self.inner.client.request(head.method.clone(), url.clone());
             self.attempt(builder.headers(headers.clone()).body(body.clone()), keyed_write)
         });
@@ -301,7 +301,7 @@ impl HttpSystem {
     }
 
     /// The URL and headers of every attempt, or why the request cannot be sent.
-    fn prepare(&self, head: &Head, route: Route<'_>) -> Result<(Url, HeaderMap), HttpError> {
+    fn prepare(&self, head: &Head, kind: CallKind<'_>) -> Result<(Url, HeaderMap), HttpError> {
         head.check()?;
         let mut url = self.inner.base.clone();
         let path = format!("{}/{}", url.path().trim_end_matches('/'), head.path.trim_start_matches('/'));
@@ -310,7 +310,7 @@ impl HttpSystem {
             url.query_pairs_mut().extend_pairs(&head.query);
         }
         let mut headers = head.headers.clone();
-        self.inner.router.set_key(route, &mut headers)?;
+        self.inner.system_policy.set_key(kind, &mut headers)?;
         Ok((url, headers))
     }
 
@@ -343,9 +343,4 @@ impl HttpSystem {
         .instrument(span)
         .await
     }
-}
-
-/// A call refused before any attempt: the request itself is wrong.
-fn unsent(error: HttpError) -> Failure<HttpError> {
-    Failure::Operation { error, class: Class::Permanent, attempts: 0, stop: StopReason::Permanent }
 }

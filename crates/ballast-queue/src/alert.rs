@@ -1,3 +1,8 @@
+//! Telling a human about a task that failed for good (R-RES-RE-5: "after 10
+//! failures the task is marked failed and a human is alerted"): the
+//! [`Alert`] hook the worker calls once per failed task, and the default
+//! that logs it.
+
 use ballast::Rule;
 
 /// Why a task ended in the `failed` state.

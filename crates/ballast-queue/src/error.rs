@@ -1,4 +1,6 @@
-use crate::store::Backend;
+//! What the queue reports to its caller: one error enum for the crate.
+
+use crate::types::Backend;
 
 /// Everything the queue can report to its caller.
 #[derive(Debug, thiserror::Error)]

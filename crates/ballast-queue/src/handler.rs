@@ -1,3 +1,7 @@
+//! What runs a task: the [`Handler`] a caller implements per kind, what it
+//! knows about the task ([`TaskContext`]), and the type-erased form the
+//! worker keeps.
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

@@ -10,19 +10,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::metrics::AttemptCounters;
-use crate::store::{AnyStore, Store};
-
-/// A task id with the token of the claim that holds it. Every statement that
-/// finishes or extends the attempt carries both, so a worker whose lease was
-/// taken over changes nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Lease {
-    pub id: i64,
-    pub token: Uuid,
-}
+use crate::store::any::AnyStore;
+use crate::store::{Lease, Store};
 
 /// The instant, on this process's monotonic clock, by which a lease asked for
 /// (claimed or renewed) at `asked` may have run out in the database.
@@ -244,7 +235,7 @@ mod tests {
     const LEASE: Duration = Duration::from_secs(30);
 
     fn lease(id: i64) -> Lease {
-        Lease { id, token: Uuid::now_v7() }
+        Lease { id, token: uuid::Uuid::now_v7() }
     }
 
     fn hold(held: &Held, lease: Lease, deadline: Instant) -> CancellationToken {

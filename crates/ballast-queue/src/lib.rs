@@ -78,9 +78,9 @@ mod monitor;
 mod queue;
 mod store;
 mod task;
+mod types;
 mod worker;
 
-pub use admin::{KindStats, ListFilter};
 pub use alert::{Alert, FailReason, FailedTask, LogAlert};
 pub use durable_backoff::DurableBackoff;
 pub use error::{Error, Result};
@@ -88,9 +88,9 @@ pub use handler::{Handler, TaskContext};
 pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
 pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
 pub use queue::{Queue, TxConnection};
-pub use store::Backend;
-pub use task::{
-    check_kind, EnqueueOutcome, ErrorRecord, NewTask, TaskInfo, TaskState, UnknownState,
-    DEFAULT_MAX_ATTEMPTS, ERROR_HISTORY, MAX_KIND_LEN,
+pub use task::{check_kind, NewTask, DEFAULT_MAX_ATTEMPTS, MAX_KIND_LEN};
+pub use types::{
+    Backend, EnqueueOutcome, ErrorRecord, KindStats, ListFilter, TaskInfo, TaskState, UnknownState,
+    ERROR_HISTORY, TABLE,
 };
 pub use worker::{RunSummary, Worker, WorkerBuilder, DEFAULT_POLL_INTERVAL};

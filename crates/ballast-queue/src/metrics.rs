@@ -27,10 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ::metrics::{Counter, Gauge};
 
-use crate::admin::KindStats;
-use crate::error::Result;
-use crate::task::TaskState;
-use crate::Queue;
+use crate::types::{KindStats, TaskState};
 
 /// Counter of finished attempts.
 pub const ATTEMPTS: &str = "ballast_task_attempts_total";
@@ -126,19 +123,6 @@ impl QueueGauges {
         if overflow.is_some() || other.is_some() {
             other.get_or_insert_with(|| KindGauges::register(OTHER_KINDS)).set(overflow.as_ref());
         }
-    }
-}
-
-impl Queue {
-    /// Refreshes the `ballast_queue_tasks{kind,state}` and
-    /// `ballast_queue_lag_seconds{kind}` gauges from [`Queue::stats`] and
-    /// returns those stats. One `GROUP BY` over the table: call it before a
-    /// scrape or on an interval, not per task. Attempt counters
-    /// (`ballast_task_attempts_total`) are kept by the workers themselves.
-    pub async fn record_metrics(&self) -> Result<Vec<KindStats>> {
-        let stats = self.stats().await?;
-        self.gauges.record(&stats);
-        Ok(stats)
     }
 }
 

@@ -16,8 +16,8 @@ use ::metrics::Gauge;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::KindStats;
 use crate::metrics::REACHABLE;
+use crate::types::KindStats;
 use crate::Queue;
 
 /// The queue as the monitor last saw it.

@@ -12,8 +12,11 @@ use sqlx::sqlite::{
 use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
-use crate::store::{postgres, sqlite, AnyStore, Backend, Store};
-use crate::task::{EnqueueOutcome, NewTask};
+use crate::metrics::QueueGauges;
+use crate::store::any::AnyStore;
+use crate::store::{postgres, sqlite, Store};
+use crate::task::NewTask;
+use crate::types::{Backend, EnqueueOutcome};
 
 /// A durable task queue in one database.
 ///
@@ -24,7 +27,7 @@ pub struct Queue {
     /// Wakes this process's workers when this process enqueues.
     pub(crate) wake: Arc<Notify>,
     /// The gauges [`Queue::record_metrics`] sets.
-    pub(crate) gauges: Arc<crate::metrics::QueueGauges>,
+    pub(crate) gauges: Arc<QueueGauges>,
 }
 
 impl Queue {
@@ -42,14 +45,15 @@ impl Queue {
     /// There is no default CA file (libpq's `~/.postgresql/root.crt`): name it.
     /// `verify-ca` checks the name too, as `verify-full` does.
     pub async fn connect(url: &str) -> Result<Self> {
-        if url.starts_with("sqlite:") {
-            let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
-            Self::connect_sqlite(options).await
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let pool = PgPoolOptions::new().max_connections(10).connect(url).await?;
-            Ok(Self::from_postgres(pool))
-        } else {
-            Err(Error::UnsupportedUrl { url: ballast::redact_url(url) })
+        match backend(url)? {
+            Backend::Sqlite => {
+                let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
+                Self::connect_sqlite(options).await
+            }
+            Backend::Postgres => {
+                let pool = PgPoolOptions::new().max_connections(10).connect(url).await?;
+                Ok(Self::from_postgres(pool))
+            }
         }
     }
 
@@ -72,26 +76,28 @@ impl Queue {
     /// # Ok(()) }
     /// ```
     pub async fn connect_read_only(url: &str) -> Result<Self> {
-        if url.starts_with("sqlite:") {
-            let options = SqliteConnectOptions::from_str(url)?
-                .read_only(true)
-                .create_if_missing(false)
-                .busy_timeout(Duration::from_secs(5));
-            let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options.clone()).await;
-            pool.map(Self::from_sqlite).map_err(|e| {
-                let path = options.get_filename();
-                if path.exists() {
-                    e.into()
-                } else {
-                    Error::NoDatabase { path: path.to_owned() }
-                }
-            })
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let options = PgConnectOptions::from_str(url)?.options([("default_transaction_read_only", "on")]);
-            let pool = PgPoolOptions::new().max_connections(2).connect_with(options).await?;
-            Ok(Self::from_postgres(pool))
-        } else {
-            Err(Error::UnsupportedUrl { url: url.to_owned() })
+        match backend(url)? {
+            Backend::Sqlite => {
+                let options = SqliteConnectOptions::from_str(url)?
+                    .read_only(true)
+                    .create_if_missing(false)
+                    .busy_timeout(Duration::from_secs(5));
+                let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options.clone()).await;
+                pool.map(Self::from_sqlite).map_err(|e| {
+                    let path = options.get_filename();
+                    if path.exists() {
+                        e.into()
+                    } else {
+                        Error::NoDatabase { path: path.to_owned() }
+                    }
+                })
+            }
+            Backend::Postgres => {
+                let options =
+                    PgConnectOptions::from_str(url)?.options([("default_transaction_read_only", "on")]);
+                let pool = PgPoolOptions::new().max_connections(2).connect_with(options).await?;
+                Ok(Self::from_postgres(pool))
+            }
         }
     }
 
@@ -124,6 +130,14 @@ impl Queue {
     /// The backend this queue stores tasks in.
     pub fn backend(&self) -> Backend {
         self.store.backend()
+    }
+
+    /// Whether this database holds the queue's table with every migration
+    /// this version knows applied, so the admin API and workers can use it.
+    /// Only reads: on a URL naming the wrong database it answers `false`
+    /// instead of planting an empty queue there, as [`migrate`](Self::migrate) would.
+    pub async fn is_migrated(&self) -> Result<bool> {
+        self.store.is_migrated().await
     }
 
     /// Creates or upgrades the `ballast_tasks` table. Safe to run on every
@@ -175,9 +189,15 @@ impl Queue {
     }
 }
 
+/// The backend `url` names, or why none.
+fn backend(url: &str) -> Result<Backend> {
+    Backend::from_url(url).ok_or_else(|| Error::UnsupportedUrl { url: ballast::redact_url(url) })
+}
+
 mod sealed {
     use crate::error::Result;
-    use crate::task::{EnqueueOutcome, ValidTask};
+    use crate::store::ValidTask;
+    use crate::types::EnqueueOutcome;
 
     /// Keeps [`super::TxConnection`] closed: only the two backends' connections
     /// can enqueue.

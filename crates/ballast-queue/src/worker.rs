@@ -21,9 +21,10 @@ use crate::alert::{Alert, FailReason, FailedTask, LogAlert};
 use crate::durable_backoff::DurableBackoff;
 use crate::error::{Error, Result};
 use crate::handler::{AttemptError, Erased, ErasedHandler, Handler, TaskContext};
-use crate::lease::{self, Held, Lease};
+use crate::lease::{self, Held};
 use crate::metrics::AttemptCounters;
-use crate::store::{AnyStore, ClaimRequest, ClaimedTask, Store};
+use crate::store::any::AnyStore;
+use crate::store::{ClaimRequest, ClaimedTask, Lease, Store};
 use crate::Queue;
 
 /// Polling interval when nothing wakes the worker earlier (R-RES-RE-5).

@@ -158,6 +158,21 @@ pub enum Failure<E> {
 }
 
 impl<E> Failure<E> {
+    /// A call refused before any attempt because the request itself is
+    /// wrong: permanent, 0 attempts, nothing sent. For adapters that check a
+    /// request before handing it to the policy.
+    ///
+    /// ```
+    /// use ballast::{Failure, StopReason};
+    ///
+    /// let refused = Failure::unsent("invalid header value");
+    /// assert_eq!((refused.attempts(), refused.stop_reason()), (0, StopReason::Permanent));
+    /// assert!(!refused.is_deferrable());
+    /// ```
+    pub fn unsent(error: E) -> Self {
+        Failure::Operation { error, class: Class::Permanent, attempts: 0, stop: StopReason::Permanent }
+    }
+
     /// Attempts made, including one cut short by a timeout or cancellation.
     pub fn attempts(&self) -> u32 {
         match self {

@@ -135,7 +135,8 @@ impl Guarded {
             .handler(DELIVERY_KIND, DeliveryHandler::new([system.clone()]))
             .poll_interval(timings.poll)
             .backoff(
-                ballast_queue::DurableBackoff::exponential(timings.task_backoff).max_delay(timings.task_backoff_cap),
+                ballast_queue::DurableBackoff::exponential(timings.task_backoff)
+                    .max_delay(timings.task_backoff_cap),
             )
             .alert(alerts.clone())
             .seed(seed)

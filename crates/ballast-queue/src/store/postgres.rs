@@ -11,11 +11,11 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use super::{ClaimRequest, ClaimedTask, Exchange, Store};
-use crate::admin::{KindStats, ListFilter};
+use super::{ClaimRequest, ClaimedTask, Exchange, Lease, Store, ValidTask};
 use crate::error::Result;
-use crate::lease::Lease;
-use crate::task::{duration_micros, from_micros, EnqueueOutcome, TaskInfo, TaskState, ValidTask};
+use crate::types::{
+    duration_micros, from_micros, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState,
+};
 
 const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/postgres/0001_tasks.sql"))];
 
@@ -201,6 +201,20 @@ impl Store for PgStore {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn is_migrated(&self) -> Result<bool> {
+        let mut conn = self.pool.acquire().await?;
+        // Resolved through search_path, as the queue's own statements are.
+        let has_table: bool = sqlx::query_scalar("SELECT to_regclass('ballast_migrations') IS NOT NULL")
+            .fetch_one(&mut *conn)
+            .await?;
+        if !has_table {
+            return Ok(false);
+        }
+        let applied: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM ballast_migrations").fetch_one(&mut *conn).await?;
+        Ok(applied >= MIGRATIONS.len() as i64)
     }
 
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {

@@ -11,11 +11,11 @@ use sqlx::{Connection, Row};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::{ClaimRequest, ClaimedTask, Exchange, Store};
-use crate::admin::{KindStats, ListFilter};
+use super::{ClaimRequest, ClaimedTask, Exchange, Lease, Store, ValidTask};
 use crate::error::Result;
-use crate::lease::Lease;
-use crate::task::{duration_micros, from_micros, micros, EnqueueOutcome, TaskInfo, TaskState, ValidTask};
+use crate::types::{
+    duration_micros, from_micros, micros, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState,
+};
 
 const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/sqlite/0001_tasks.sql"))];
 
@@ -154,6 +154,21 @@ impl Store for SqliteStore {
             tx.commit().await?;
         }
         Ok(())
+    }
+
+    async fn is_migrated(&self) -> Result<bool> {
+        let mut conn = self.pool.acquire().await?;
+        let has_table: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ballast_migrations'",
+        )
+        .fetch_optional(&mut *conn)
+        .await?;
+        if has_table.is_none() {
+            return Ok(false);
+        }
+        let applied: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM ballast_migrations").fetch_one(&mut *conn).await?;
+        Ok(applied >= MIGRATIONS.len() as i64)
     }
 
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {

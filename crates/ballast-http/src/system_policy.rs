@@ -1,5 +1,8 @@
-//! Which of the policy's entry points a request takes (R-RES-RE-1), shared by
-//! [`HttpSystem`](crate::HttpSystem) and [`PolicyLayer`](crate::PolicyLayer).
+//! The policy of one system together with what the HTTP integration adds to
+//! it — deduplication by key, the key's header, `retry_on`, call metrics —
+//! and the choice of the policy's entry point for each kind of call
+//! (R-RES-RE-1), shared by [`HttpSystem`](crate::HttpSystem) and
+//! [`PolicyLayer`](crate::PolicyLayer).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,18 +17,18 @@ use crate::{HttpError, RetryOn};
 
 /// The kind of a call, as the caller declared it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Route<'a> {
+pub(crate) enum CallKind<'a> {
     /// No side effect: retried on transient failures.
     Read,
     /// A write carrying a key: retried only if the system deduplicates by it.
-    Keyed(&'a IdempotencyKey),
+    KeyedWrite(&'a IdempotencyKey),
     /// A write without a key: one attempt (R-RES-RE-X1).
-    Once,
+    WriteOnce,
 }
 
 /// The policy of one system and what the HTTP integration adds to it.
 #[derive(Debug)]
-pub(crate) struct Router {
+pub(crate) struct SystemPolicy {
     pub(crate) policy: Policy,
     pub(crate) dedupes_by_key: bool,
     pub(crate) header: HeaderName,
@@ -34,31 +37,31 @@ pub(crate) struct Router {
     warned: AtomicBool,
 }
 
-impl Router {
+impl SystemPolicy {
     pub(crate) fn new(policy: Policy, dedupes_by_key: bool, header: HeaderName, retry_on: RetryOn) -> Self {
         let metrics = CallMetrics::register(policy.name());
         Self { policy, dedupes_by_key, header, retry_on, metrics, warned: AtomicBool::new(false) }
     }
 
-    /// Whether a 409 on this route may mean "original still in flight": only
+    /// Whether a 409 on this kind may mean "original still in flight": only
     /// a keyed write to a system that deduplicates has an original.
-    pub(crate) fn keyed_write(&self, route: Route<'_>) -> bool {
-        matches!(route, Route::Keyed(_)) && self.dedupes_by_key
+    pub(crate) fn keyed_write(&self, kind: CallKind<'_>) -> bool {
+        matches!(kind, CallKind::KeyedWrite(_)) && self.dedupes_by_key
     }
 
     /// Sets the idempotency header of a keyed write, whether or not it is
     /// retried: the system may still use it to deduplicate.
-    pub(crate) fn set_key(&self, route: Route<'_>, headers: &mut HeaderMap) -> Result<(), HttpError> {
-        if let Route::Keyed(key) = route {
+    pub(crate) fn set_key(&self, kind: CallKind<'_>, headers: &mut HeaderMap) -> Result<(), HttpError> {
+        if let CallKind::KeyedWrite(key) = kind {
             let value = HeaderValue::from_str(key.as_str()).map_err(HttpError::invalid)?;
             headers.insert(self.header.clone(), value);
         }
         Ok(())
     }
 
-    /// Runs `op` through the entry point the route allows, counting attempts
+    /// Runs `op` through the entry point the kind allows, counting attempts
     /// in flight and timing the whole call.
-    pub(crate) async fn run<T, E, F, Fut>(&self, route: Route<'_>, mut op: F) -> Result<T, Failure<E>>
+    pub(crate) async fn run<T, E, F, Fut>(&self, kind: CallKind<'_>, mut op: F) -> Result<T, Failure<E>>
     where
         F: FnMut(Context) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -74,14 +77,14 @@ impl Router {
                 attempt.await
             }
         };
-        let result = match route {
-            Route::Read => self.policy.read(counted).await,
-            Route::Keyed(key) if self.dedupes_by_key => self.policy.write(key, counted).await,
-            Route::Keyed(_) => {
+        let result = match kind {
+            CallKind::Read => self.policy.read(counted).await,
+            CallKind::KeyedWrite(key) if self.dedupes_by_key => self.policy.write(key, counted).await,
+            CallKind::KeyedWrite(_) => {
                 self.warn_not_deduplicated();
                 self.policy.write_once(counted).await
             }
-            Route::Once => self.policy.write_once(counted).await,
+            CallKind::WriteOnce => self.policy.write_once(counted).await,
         };
         metrics.call_took(started.elapsed());
         result

@@ -1,0 +1,87 @@
+//! Either backend behind one value: what a [`Queue`](crate::Queue) holds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::{postgres, sqlite, ClaimRequest, Exchange, Lease, Store, ValidTask};
+use crate::error::Result;
+use crate::types::{Backend, EnqueueOutcome, KindStats, ListFilter, TaskInfo};
+
+/// The backend a [`Queue`](crate::Queue) was connected to.
+#[derive(Debug, Clone)]
+pub(crate) enum AnyStore {
+    Sqlite(sqlite::SqliteStore),
+    Postgres(postgres::PgStore),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $call:expr) => {
+        match $self {
+            AnyStore::Sqlite($s) => $call.await,
+            AnyStore::Postgres($s) => $call.await,
+        }
+    };
+}
+
+impl AnyStore {
+    pub fn backend(&self) -> Backend {
+        match self {
+            AnyStore::Sqlite(_) => Backend::Sqlite,
+            AnyStore::Postgres(_) => Backend::Postgres,
+        }
+    }
+}
+
+impl Store for AnyStore {
+    async fn migrate(&self) -> Result<()> {
+        dispatch!(self, s => s.migrate())
+    }
+    async fn is_migrated(&self) -> Result<bool> {
+        dispatch!(self, s => s.is_migrated())
+    }
+    async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
+        dispatch!(self, s => s.enqueue(tasks))
+    }
+    async fn complete_and_claim(&self, completed: &[Lease], claim: &ClaimRequest) -> Result<Exchange> {
+        dispatch!(self, s => s.complete_and_claim(completed, claim))
+    }
+    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool> {
+        dispatch!(self, s => s.reschedule(lease, delay, error))
+    }
+    async fn fail(&self, lease: Lease, error: &str) -> Result<bool> {
+        dispatch!(self, s => s.fail(lease, error))
+    }
+    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
+        dispatch!(self, s => s.heartbeat(leases, lease))
+    }
+    async fn release(&self, leases: &[Lease]) -> Result<Vec<i64>> {
+        dispatch!(self, s => s.release(leases))
+    }
+    async fn listen(&self, wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>> {
+        dispatch!(self, s => s.listen(wake))
+    }
+    async fn stats(&self) -> Result<Vec<KindStats>> {
+        dispatch!(self, s => s.stats())
+    }
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
+        dispatch!(self, s => s.list(filter))
+    }
+    async fn get(&self, id: i64) -> Result<Option<TaskInfo>> {
+        dispatch!(self, s => s.get(id))
+    }
+    async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {
+        dispatch!(self, s => s.retry(id, kind))
+    }
+    async fn run_now(&self, id: i64) -> Result<bool> {
+        dispatch!(self, s => s.run_now(id))
+    }
+    async fn cancel(&self, id: i64) -> Result<bool> {
+        dispatch!(self, s => s.cancel(id))
+    }
+    async fn prune(&self, older_than: Duration) -> Result<u64> {
+        dispatch!(self, s => s.prune(older_than))
+    }
+}
