@@ -521,6 +521,58 @@ mod serve {
         (response.status().as_u16(), response.text().await.unwrap())
     }
 
+    /// A gateway that is up, a queue file and a configuration: `[queue]` on
+    /// that file polled every 100 ms, then `systems` with `{gateway}` standing
+    /// for the gateway's address.
+    struct Setup {
+        dir: tempfile::TempDir,
+        gateway: Arc<Gateway>,
+        db: std::path::PathBuf,
+        config: std::path::PathBuf,
+    }
+
+    impl Setup {
+        async fn new(systems: &str) -> Setup {
+            let dir = tempfile::tempdir().unwrap();
+            let gateway = Arc::new(Gateway::default());
+            gateway.up.store(true, Ordering::SeqCst);
+            let gateway_addr = gateway.start().await;
+            let db = dir.path().join("tasks.db");
+            let config = dir.path().join("ballast.toml");
+            let queue = format!("[queue]\nurl = \"sqlite://{}\"\npoll_interval = \"100ms\"\n", db.display());
+            let systems = systems.replace("{gateway}", &gateway_addr.to_string());
+            std::fs::write(&config, queue + &systems).unwrap();
+            Setup { dir, gateway, db, config }
+        }
+
+        /// Starts `ballast serve` (with at most `fds` open files, if given) and
+        /// returns it with the first line it printed; its stderr goes to
+        /// `stderr.log` in the temp dir.
+        fn serve(&self, fds: Option<u32>) -> (Served, String) {
+            let stderr = std::fs::File::create(self.dir.path().join("stderr.log")).unwrap();
+            let limit = fds.map(|n| format!("ulimit -n {n} && ")).unwrap_or_default();
+            let child = Command::new("sh")
+                .args(["-c", &format!("{limit}exec \"$0\" \"$@\"")])
+                .arg(env!("CARGO_BIN_EXE_ballast"))
+                .args(["serve", "--config", &self.config.display().to_string(), "--listen", "127.0.0.1:0"])
+                .stdout(Stdio::piped())
+                .stderr(stderr)
+                .spawn()
+                .unwrap();
+            let mut served = Served(child);
+            let mut first = String::new();
+            BufReader::new(served.0.stdout.take().unwrap()).read_line(&mut first).unwrap();
+            (served, first)
+        }
+    }
+
+    /// The admin address in `ballast serve`'s first line.
+    fn address(first: &str) -> String {
+        let addr = first.split("http://").nth(1).and_then(|s| s.split(' ').next()).unwrap_or_default();
+        assert!(!addr.is_empty(), "no address in {first:?}");
+        addr.to_owned()
+    }
+
     /// The value of one sample line of the Prometheus text, if present.
     fn try_sample(metrics: &str, series: &str) -> Option<f64> {
         let line = metrics.lines().find(|l| l.starts_with(&format!("{series} ")));
@@ -534,22 +586,10 @@ mod serve {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn delivers_deferred_writes_once_reports_metrics_and_readiness_and_stops_on_sigterm() {
-        let dir = tempfile::tempdir().unwrap();
-        let gateway = Arc::new(Gateway::default());
-        gateway.up.store(true, Ordering::SeqCst);
-        let gateway_addr = gateway.start().await;
-        let db = dir.path().join("tasks.db");
-        let config = dir.path().join("ballast.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"
-[queue]
-url = "sqlite://{db}"
-poll_interval = "100ms"
-
+        let setup = Setup::new(
+            r#"
 [systems.pay]
-base_url = "http://{gateway_addr}/api/"
+base_url = "http://{gateway}/api/"
 critical = true
 dedupes_by_key = true
 key_ttl = "7d"
@@ -559,22 +599,12 @@ kind = "consecutive"
 threshold = 2
 half_open_after = "1s"
 "#,
-                db = db.display()
-            ),
         )
-        .unwrap();
-        let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_ballast"))
-            .args(["serve", "--config", &config.display().to_string(), "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let mut served = Served(child);
-        let mut first = String::new();
-        BufReader::new(served.0.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        .await;
+        let (dir, gateway, db) = (&setup.dir, &setup.gateway, &setup.db);
+        let (mut served, first) = setup.serve(None);
         assert!(first.ends_with(&format!(" 1 systems, queue sqlite://{}\n", db.display())), "{first}");
-        let addr = first.split("http://").nth(1).and_then(|s| s.split(' ').next()).unwrap().to_owned();
+        let addr = address(&first);
         let (metrics_url, ready_url) =
             (format!("http://{addr}/metrics"), format!("http://{addr}/health/ready"));
         assert_eq!(get(&format!("http://{addr}/health/live")).await.0, 200);
@@ -648,58 +678,25 @@ half_open_after = "1s"
         assert!(log.contains("ballast serve: stopped; 3 delivered"), "{log}");
     }
 
-    /// Starts `ballast serve` on `config` with at most `fds` open files and
-    /// returns it with its admin address.
-    fn serve_limited(config: &std::path::Path, fds: u32, stderr: std::fs::File) -> (Served, String) {
-        let child = Command::new("sh")
-            .args(["-c", &format!("ulimit -n {fds} && exec \"$0\" \"$@\"")])
-            .arg(env!("CARGO_BIN_EXE_ballast"))
-            .args(["serve", "--config", &config.display().to_string(), "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let mut served = Served(child);
-        let mut first = String::new();
-        BufReader::new(served.0.stdout.take().unwrap()).read_line(&mut first).unwrap();
-        let addr =
-            first.split("http://").nth(1).and_then(|s| s.split(' ').next()).unwrap_or_default().to_owned();
-        assert!(!addr.is_empty(), "no address in {first:?}");
-        (served, addr)
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_flood_of_half_sent_requests_neither_stops_deliveries_nor_health_checks() {
-        let dir = tempfile::tempdir().unwrap();
-        let gateway = Arc::new(Gateway::default());
-        gateway.up.store(true, Ordering::SeqCst);
-        let gateway_addr = gateway.start().await;
-        let db = dir.path().join("tasks.db");
-        let config = dir.path().join("ballast.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"
-[queue]
-url = "sqlite://{db}"
-poll_interval = "100ms"
-
+        let setup = Setup::new(
+            r#"
 [serve]
 max_connections = 32
 header_read_timeout = "2s"
 
 [systems.pay]
-base_url = "http://{gateway_addr}/api/"
+base_url = "http://{gateway}/api/"
 dedupes_by_key = true
 key_ttl = "7d"
 "#,
-                db = db.display()
-            ),
         )
-        .unwrap();
+        .await;
+        let (gateway, db) = (&setup.gateway, &setup.db);
         // Room for the worker and a few dozen connections, not for the flood.
-        let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-        let (_served, addr) = serve_limited(&config, 128, stderr);
+        let (_served, first) = setup.serve(Some(128));
+        let addr = address(&first);
 
         // 600 clients each send half a request and then nothing.
         let mut flood = Vec::new();
