@@ -32,8 +32,7 @@ impl Config {
     /// assert!(sber.is_critical() && sber.dedupes_by_key());
     /// ```
     pub fn http_system(&self, name: &str) -> Result<HttpSystem, ConfigError> {
-        let builder = self.policy_builder(name)?.listener(SystemMetrics::register(name));
-        let policy = self.finish_policy(name, builder)?;
+        let policy = self.policy_builder(name)?.listener(SystemMetrics::register(name));
         let file = || self.source.name().to_owned();
         let system = self.system(name).ok_or_else(|| ConfigError::UnknownSystem {
             name: name.to_owned(),
@@ -45,8 +44,9 @@ impl Config {
             .as_deref()
             .ok_or_else(|| ConfigError::NoBaseUrl { system: name.to_owned(), file: file() })?;
         let http = |source: HttpError| ConfigError::Http { system: name.to_owned(), file: file(), source };
+        // The policy was built for this same name, with the checks lint runs.
         let mut builder = HttpSystem::builder(name, base_url)
-            .policy(policy)
+            .policy(|_| policy)
             .dedupes_by_key(system.dedupes_by_key.unwrap_or(false))
             .critical(system.critical.unwrap_or(false));
         if let Some(header) = &system.idempotency_header {

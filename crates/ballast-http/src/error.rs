@@ -30,7 +30,7 @@ pub enum HttpError {
         response: Box<Response>,
     },
     /// The request did not get a complete response.
-    #[error("{} ({}): {source}", transport_message(*kind), class.as_str())]
+    #[error("{}: {source}", transport_message(*kind))]
     Transport {
         /// What went wrong below HTTP.
         kind: TransportKind,
@@ -38,6 +38,15 @@ pub enum HttpError {
         class: Class,
         /// reqwest's error, with hyper's and the OS's underneath.
         source: reqwest::Error,
+    },
+    /// The response's body is not the JSON the caller expected: a permanent
+    /// failure of the call (asking again gets the same body).
+    #[error("the response ({status}) is not the JSON expected: {source}")]
+    Decode {
+        /// The response's status.
+        status: StatusCode,
+        /// Why it did not parse.
+        source: serde_json::Error,
     },
     /// `read` was given a request that may have a side effect.
     #[error(
@@ -62,16 +71,26 @@ pub enum HttpError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The policy given to the builder belongs to another system.
+    /// The closure given to [`policy`](crate::HttpSystemBuilder::policy)
+    /// returned a builder of its own, named for another system.
     #[error(
-        "the policy is named {policy:?} but the system is {system:?}: build the policy with \
-         Policy::builder({system:?}) so metrics, spans and readiness agree"
+        "the policy is named {policy:?} but the system is {system:?}: configure the builder that \
+         .policy(|p| …) hands you instead of making a new one"
     )]
     NameMismatch {
         /// The system's name.
         system: String,
         /// The policy's name.
         policy: String,
+    },
+    /// A client timeout was set beside a client of the caller's own.
+    #[error(
+        "{setting} was set beside a client of your own: timeouts belong to that client; set them on \
+         its builder (below the policy's attempt timeout) and drop them here"
+    )]
+    OwnClientTimeout {
+        /// `"connect_timeout"` or `"read_timeout"`.
+        setting: &'static str,
     },
     /// A client timeout that could never fire, or that is zero.
     #[error(
@@ -156,18 +175,13 @@ impl Classify for HttpError {
 
 pub(crate) fn status_message(status: StatusCode, class: Class) -> String {
     match class {
-        Class::Permanent if status.is_client_error() => format!(
-            "the system refused the request with {status}: a contract error, not retried (R-RES-RE-X2); \
-             map the response to a domain error"
-        ),
-        Class::Permanent => format!(
-            "the system answered {status}, which this system's retry_on does not list as transient; \
-             not retried"
-        ),
-        Class::Transient => format!(
-            "the system answered {status}: transient, retried only for reads and keyed writes to a \
-             deduplicating system (R-RES-RE-1)"
-        ),
+        Class::Permanent if status.is_client_error() => {
+            format!("the system refused the request with {status}, a contract error: map it to a domain error")
+        }
+        Class::Permanent => {
+            format!("the system answered {status}, which this system's retry_on does not list as transient")
+        }
+        Class::Transient => format!("the system answered {status}"),
     }
 }
 

@@ -121,7 +121,7 @@ pub enum ServiceError<B> {
         response: http::Response<B>,
     },
     /// The service returned an error.
-    #[error("{} ({}): {source}", transport_message(*kind), class.as_str())]
+    #[error("{}: {source}", transport_message(*kind))]
     Service {
         /// What its source chain says went wrong.
         kind: TransportKind,

@@ -23,19 +23,19 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use ballast::{Breaker, Bulkhead, IdempotencyKey, Policy, Retry, Timeout};
+//! use ballast::{Breaker, Bulkhead, IdempotencyKey, Retry, Timeout};
 //! use ballast_http::{metrics::SystemMetrics, HttpSystem, Request};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let policy = Policy::builder("sber")
-//!     .retry(Retry::attempts(3))
-//!     .breaker(Breaker::count(0.5, 50).half_open_after(Duration::from_secs(30)))
-//!     .bulkhead(Bulkhead::new(8))
-//!     .timeout(Timeout::aggressive(Duration::from_secs(5)))
-//!     .listener(SystemMetrics::register("sber"))
-//!     .build()?;
 //! let sber = HttpSystem::builder("sber", "https://gateway.example/api/")
-//!     .policy(policy)
+//!     .policy(|p| {
+//!         p.retry(Retry::attempts(3))
+//!             .breaker(Breaker::count(0.5, 50).half_open_after(Duration::from_secs(30)))
+//!             // 8 in flight, 16 more may wait; without .queue(n) the 9th is refused at once
+//!             .bulkhead(Bulkhead::new(8).queue(16))
+//!             .timeout(Timeout::aggressive(Duration::from_secs(5)))
+//!             .listener(SystemMetrics::register("sber"))
+//!     })
 //!     .dedupes_by_key(true) // the gateway's contract: keys kept 24 h
 //!     .critical(true)
 //!     .build()?;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ballast::{BreakerState, Failure, IdempotencyKey, Policy};
+use ballast::{BreakerState, Failure, IdempotencyKey, Policy, PolicyBuilder};
 use http::header::HeaderName;
 use http::HeaderMap;
 use reqwest::Url;
@@ -22,7 +22,8 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct HttpSystemBuilder {
     name: String,
     base_url: String,
-    policy: Option<Policy>,
+    policy: PolicyBuilder,
+    client: Option<reqwest::Client>,
     dedupes_by_key: bool,
     header: String,
     connect_timeout: Option<Duration>,
@@ -32,11 +33,72 @@ pub struct HttpSystemBuilder {
 }
 
 impl HttpSystemBuilder {
-    /// The system's policy: attempt and total timeouts, retry, breaker and
-    /// bulkhead (default: `Policy::builder(name).build()`). It must carry the
-    /// system's name.
-    pub fn policy(mut self, policy: Policy) -> Self {
-        self.policy = Some(policy);
+    /// The system's policy: `configure` receives `Policy::builder(name)` —
+    /// the system's own name, so the policy's metrics, spans and readiness
+    /// cannot name another system — and sets its retry, breaker, bulkhead and
+    /// timeouts (default: `Policy::builder(name)` as is: 3 attempts, 5 s per
+    /// attempt, no breaker, no bulkhead).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ballast::{Breaker, Bulkhead, Retry, Timeout};
+    /// use ballast_http::HttpSystem;
+    ///
+    /// let sber = HttpSystem::builder("sber", "https://gateway.example/api/")
+    ///     .policy(|p| {
+    ///         p.retry(Retry::attempts(3))
+    ///             .breaker(Breaker::count(0.5, 50).half_open_after(Duration::from_secs(30)))
+    ///             // 8 attempts in flight; up to 16 more wait for a slot. Without
+    ///             // `.queue(n)` the 9th concurrent call is refused at once.
+    ///             .bulkhead(Bulkhead::new(8).queue(16))
+    ///             .timeout(Timeout::aggressive(Duration::from_secs(5)))
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(sber.policy().name(), "sber");
+    /// ```
+    pub fn policy(mut self, configure: impl FnOnce(PolicyBuilder) -> PolicyBuilder) -> Self {
+        self.policy = configure(self.policy);
+        self
+    }
+
+    /// Sends through `client` instead of a client of ballast's own: your
+    /// default headers, proxy, custom CA, mTLS identity and user agent stay
+    /// as you configured them.
+    ///
+    /// What you must ensure on it, because ballast cannot change a built
+    /// client: no retries of its own and no redirects (build it with
+    /// `.retry(reqwest::retry::never())` and
+    /// `.redirect(reqwest::redirect::Policy::none())`): both resend requests
+    /// outside the policy, where the breaker does not see them and a 307/308
+    /// resends a write's body (R-RES-RE-X4). Its connect and read timeouts are
+    /// yours too, so [`connect_timeout`](Self::connect_timeout) and
+    /// [`read_timeout`](Self::read_timeout) are refused beside it; keep them
+    /// under the policy's attempt timeout.
+    ///
+    /// What ballast still adds to every request: the policy (the attempt
+    /// timeout, retries of reads and keyed writes, breaker, bulkhead), the
+    /// idempotency header of keyed writes, and the classification of every
+    /// outcome (R-RES-RE-X2).
+    ///
+    /// ```
+    /// use ballast_http::HttpSystem;
+    /// use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+    ///
+    /// let mut headers = HeaderMap::new();
+    /// headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer token"));
+    /// let client = reqwest::Client::builder()
+    ///     .default_headers(headers)
+    ///     .user_agent("billing/1.4")
+    ///     .retry(reqwest::retry::never())
+    ///     .redirect(reqwest::redirect::Policy::none())
+    ///     .build()
+    ///     .unwrap();
+    /// let crm = HttpSystem::builder("crm", "https://crm.example/").client(client).build().unwrap();
+    /// # let _ = crm;
+    /// ```
+    pub fn client(mut self, client: reqwest::Client) -> Self {
+        self.client = Some(client);
         self
     }
 
@@ -69,7 +131,27 @@ impl HttpSystemBuilder {
         self
     }
 
-    /// Which outcome classes are transient (default `{5xx, timeout, connect, reset}`).
+    /// Which outcome classes are transient (default `{5xx, timeout, connect,
+    /// reset}`; the full table is in [`classify`](crate::classify)).
+    ///
+    /// Three 4xx answers mean "try again" only when the system's contract
+    /// says so, and are opted into here: 408 and 429 (honouring
+    /// `Retry-After`), and **409 on a keyed write meaning "the original
+    /// request with this key is still in flight"** (the IETF Idempotency-Key
+    /// draft; Stripe and others answer so), with
+    /// [`RetryOn::with_409_in_flight`]. Every other 4xx is a contract error and
+    /// never retried (R-RES-RE-X2).
+    ///
+    /// ```
+    /// use ballast_http::{HttpSystem, RetryOn};
+    ///
+    /// let pay = HttpSystem::builder("pay", "https://pay.example/")
+    ///     .dedupes_by_key(true)
+    ///     .retry_on(RetryOn::default().with_429(true).with_409_in_flight(true))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(pay.retry_on().conflict_in_flight);
+    /// ```
     pub fn retry_on(mut self, retry_on: RetryOn) -> Self {
         self.retry_on = retry_on;
         self
@@ -82,41 +164,58 @@ impl HttpSystemBuilder {
         self
     }
 
-    /// Builds the system and its client, with the client's own retries and
-    /// redirects off (R-RES-RE-X4).
+    /// Builds the system and, unless one was given, its client, with the
+    /// client's own retries and redirects off (R-RES-RE-X4).
     pub fn build(self) -> Result<HttpSystem, HttpError> {
         let base = parse_base_url(&self.base_url)?;
-        let policy = match self.policy {
-            Some(p) => p,
-            None => Policy::builder(self.name.clone()).build()?,
-        };
+        let policy = self.policy.build()?;
         if policy.name() != self.name {
+            // Only a closure that ignored the builder it was given gets here.
             return Err(HttpError::NameMismatch { system: self.name, policy: policy.name().to_owned() });
         }
         let header = HeaderName::from_bytes(self.header.as_bytes())
             .map_err(|_| HttpError::InvalidHeaderName { name: self.header.clone() })?;
-        let attempt = policy.timeout().attempt();
-        let read = self.read_timeout.unwrap_or(attempt);
-        let connect = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT.min(attempt));
-        for (which, timeout) in [("connect", connect), ("read", read)] {
-            if timeout.is_zero() || timeout > attempt {
-                return Err(HttpError::TimeoutHierarchy { which, timeout, attempt });
+        let client = match self.client {
+            Some(client) => {
+                let set = [("connect_timeout", self.connect_timeout), ("read_timeout", self.read_timeout)];
+                if let Some((setting, _)) = set.iter().find(|(_, t)| t.is_some()) {
+                    return Err(HttpError::OwnClientTimeout { setting });
+                }
+                client
             }
-        }
-        // reqwest 0.12 retries HTTP/2 protocol NACKs by default; that would be
-        // a retry the breaker never sees (R-RES-RE-X4). Redirects are not
-        // followed either: a 307/308 would resend a write's body.
-        let client = reqwest::Client::builder()
-            .use_rustls_tls()
-            .retry(reqwest::retry::never())
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(connect)
-            .read_timeout(read)
-            .build()
-            .map_err(HttpError::Client)?;
+            None => own_client(&policy, self.connect_timeout, self.read_timeout)?,
+        };
         let system_policy = SystemPolicy::new(policy, self.dedupes_by_key, header, self.retry_on);
         Ok(HttpSystem { inner: Arc::new(Inner { base, client, system_policy, critical: self.critical }) })
     }
+}
+
+/// The client ballast builds for a system: connect and read timeouts under
+/// the attempt timeout, no retries, no redirects.
+fn own_client(
+    policy: &Policy,
+    connect: Option<Duration>,
+    read: Option<Duration>,
+) -> Result<reqwest::Client, HttpError> {
+    let attempt = policy.timeout().attempt();
+    let read = read.unwrap_or(attempt);
+    let connect = connect.unwrap_or(DEFAULT_CONNECT_TIMEOUT.min(attempt));
+    for (which, timeout) in [("connect", connect), ("read", read)] {
+        if timeout.is_zero() || timeout > attempt {
+            return Err(HttpError::TimeoutHierarchy { which, timeout, attempt });
+        }
+    }
+    // reqwest 0.12 retries HTTP/2 protocol NACKs by default; that would be
+    // a retry the breaker never sees (R-RES-RE-X4). Redirects are not
+    // followed either: a 307/308 would resend a write's body.
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .retry(reqwest::retry::never())
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(connect)
+        .read_timeout(read)
+        .build()
+        .map_err(HttpError::Client)
 }
 
 /// Parses a system's base URL exactly as [`HttpSystemBuilder::build`] does:
@@ -168,11 +267,19 @@ struct Inner {
 impl HttpSystem {
     /// Starts a system named `name` (used in spans, metrics and readiness)
     /// whose requests' paths are relative to `base_url`.
+    ///
+    /// A request's path is appended to the base URL's path, a leading `/`
+    /// or not: with `https://gw.example/api/v2`, `Request::get("orders/7")`
+    /// and `Request::get("/orders/7")` both go to
+    /// `https://gw.example/api/v2/orders/7`. Put query parameters in
+    /// [`Request::query`]; a `?` in the path is sent encoded, as part of the path.
     pub fn builder(name: impl Into<String>, base_url: &str) -> HttpSystemBuilder {
+        let name = name.into();
         HttpSystemBuilder {
-            name: name.into(),
+            policy: Policy::builder(name.clone()),
+            name,
             base_url: base_url.to_owned(),
-            policy: None,
+            client: None,
             dedupes_by_key: false,
             header: "Idempotency-Key".to_owned(),
             connect_timeout: None,
@@ -246,7 +353,7 @@ impl HttpSystem {
                 };
                 let head = &request.head;
                 let mut body = Some(request.body);
-                let call = self.inner.system_policy.run(CallKind::WriteOnce, |_ctx| {
+                let call = self.inner.system_policy.run(CallKind::WriteOnce, |ctx| {
                     let builder = self.inner.client.request(head.method.clone(), url.clone());
                     let builder = builder.headers(headers.clone());
                     // write_once makes a single attempt, so the body is always there.
@@ -254,7 +361,7 @@ impl HttpSystem {
                     async move {
                         let builder =
                             builder.ok_or_else(|| HttpError::invalid("a streaming body is sent once"))?;
-                        self.attempt(builder, false).await
+                        self.attempt(builder, false, ctx.attempt()).await
                     }
                 });
                 self.traced(head, call).await
@@ -269,9 +376,9 @@ impl HttpSystem {
         };
         let keyed_write = self.inner.system_policy.keyed_write(kind);
         let (head, body) = (&request.head, &request.body);
-        let call = self.inner.system_policy.run(kind, |_ctx| {
+        let call = self.inner.system_policy.run(kind, |ctx| {
             let builder = self.inner.client.request(head.method.clone(), url.clone());
-            self.attempt(builder.headers(headers.clone()).body(body.clone()), keyed_write)
+            self.attempt(builder.headers(headers.clone()).body(body.clone()), keyed_write, ctx.attempt())
         });
         self.traced(head, call).await
     }
@@ -319,6 +426,7 @@ impl HttpSystem {
         &self,
         request: reqwest::RequestBuilder,
         keyed_write: bool,
+        attempt: u32,
     ) -> Result<Response, HttpError> {
         let span = tracing::debug_span!("ballast.http.attempt", status = tracing::field::Empty);
         let retry_on = self.retry_on();
@@ -332,7 +440,7 @@ impl HttpSystem {
             tracing::Span::current().record("status", status.as_u16());
             let headers = response.headers().clone();
             let body = response.bytes().await.map_err(transport)?;
-            let response = Response { status, headers, body };
+            let response = Response { status, headers, body, attempts: attempt };
             if status.is_client_error() || status.is_server_error() {
                 let class = retry_on.status_class(status, keyed_write);
                 let retry_after = classify::retry_after(&response.headers);

@@ -29,6 +29,8 @@ struct Seen {
     path: String,
     key: Option<String>,
     body: String,
+    /// Every header, names lower-cased.
+    headers: HashMap<String, String>,
 }
 
 /// What the test server does with one request.
@@ -108,7 +110,7 @@ async fn serve(mut socket: TcpStream, log: Arc<Mutex<Vec<Seen>>>, handler: Arc<H
         }
     }
     let body = String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
-    let seen = Seen { method, path, key: headers.get("idempotency-key").cloned(), body };
+    let seen = Seen { method, path, key: headers.get("idempotency-key").cloned(), body, headers };
     let n = {
         let mut log = log.lock().unwrap();
         log.push(seen.clone());
@@ -162,7 +164,7 @@ fn policy(name: &str) -> PolicyBuilder {
 }
 
 fn system(name: &str, server: &Server, policy: PolicyBuilder) -> ballast_http::HttpSystemBuilder {
-    HttpSystem::builder(name, &server.url()).policy(policy.build().unwrap())
+    HttpSystem::builder(name, &server.url()).policy(|_| policy)
 }
 
 fn stop<T: std::fmt::Debug>(result: Result<T, Failure<HttpError>>) -> (StopReason, u32, Failure<HttpError>) {
@@ -364,7 +366,7 @@ async fn the_breaker_opens_under_an_outage_and_only_the_probe_reaches_the_server
 async fn a_refused_connection_is_transient_and_retried() {
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
     let down =
-        HttpSystem::builder("down", &format!("http://{closed}/")).policy(policy("down").build().unwrap());
+        HttpSystem::builder("down", &format!("http://{closed}/")).policy(|_| policy("down"));
 
     let (reason, attempts, failure) = stop(down.build().unwrap().read(Request::get("x")).await);
 
@@ -379,7 +381,7 @@ async fn a_refused_connection_is_transient_and_retried() {
 async fn credentials_and_query_values_stay_out_of_error_messages() {
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
     let down = HttpSystem::builder("down", &format!("http://app:s3cret@{closed}/api/"))
-        .policy(Policy::builder("down").retry(Retry::never()).build().unwrap())
+        .policy(|p| p.retry(Retry::never()))
         .build()
         .unwrap();
     let failure = down.read(Request::get("x").query(&[("token", "s3cret")])).await.unwrap_err();
@@ -396,11 +398,11 @@ async fn credentials_and_query_values_stay_out_of_error_messages() {
 #[tokio::test]
 async fn builder_settings_that_cannot_work_are_refused() {
     let server = Server::start(|_, _| Action::Reply(200, "")).await;
-    let named = |n: &str| Policy::builder(n).build().unwrap();
+    let named = |n: &str| Policy::builder(n);
     let err = |b: ballast_http::HttpSystemBuilder| b.build().unwrap_err().to_string();
 
     assert!(
-        err(HttpSystem::builder("a", &server.url()).policy(named("b"))).contains("Policy::builder(\"a\")")
+        err(HttpSystem::builder("a", &server.url()).policy(|_| named("b"))).contains("the system is \"a\"")
     );
     assert!(err(HttpSystem::builder("a", "ftp://x/")).contains("http"));
     assert!(err(HttpSystem::builder("a", "not a url")).contains("invalid base URL"));
@@ -489,8 +491,8 @@ async fn prometheus_text_counts_a_scripted_scenario() {
     let prometheus = recorder.handle();
     let system = metrics::with_local_recorder(&recorder, || {
         ballast_http::metrics::describe();
-        let policy = policy("m").listener(SystemMetrics::register("m")).build().unwrap();
-        HttpSystem::builder("m", &server.url()).policy(policy).build().unwrap()
+        let policy = policy("m").listener(SystemMetrics::register("m"));
+        HttpSystem::builder("m", &server.url()).policy(|_| policy).build().unwrap()
     });
 
     system.read(Request::get("fine")).await.unwrap(); // n = 1: ok
@@ -689,4 +691,94 @@ mod delivery {
         assert!(errors[2].contains("unknown system \"sms\""), "{}", errors[2]);
         assert_eq!(server.sent(), 1, "only the refused delivery reached the server");
     }
+}
+
+/// A client of the caller's own: its default headers and user agent reach
+/// the server on every attempt, beside the key ballast adds.
+#[tokio::test]
+async fn an_own_client_keeps_its_default_headers_on_every_attempt() {
+    use reqwest::header::{HeaderMap, HeaderValue};
+    let server = Server::start(|_, n| if n % 2 == 1 { Action::Reply(503, "") } else { Action::Reply(200, "ok") })
+        .await;
+    let mut headers = HeaderMap::new();
+    headers.insert("x-team", HeaderValue::from_static("billing"));
+    let client = reqwest::Client::builder()
+        .default_headers(headers)
+        .user_agent("billing/1.4")
+        .retry(reqwest::retry::never())
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let crm = HttpSystem::builder("crm", &server.url())
+        .client(client)
+        .policy(|_| policy("crm"))
+        .dedupes_by_key(true)
+        .build()
+        .unwrap();
+
+    let read = crm.read(Request::get("orders/7")).await.unwrap();
+    let key = IdempotencyKey::v5("order-7", "note");
+    let written = crm.write(&key, Request::post("notes").body("hi")).await.unwrap();
+
+    assert_eq!((read.attempts(), written.attempts()), (2, 2));
+    let seen = server.requests();
+    assert_eq!(seen.len(), 4);
+    for s in &seen {
+        assert_eq!(s.headers.get("x-team").map(String::as_str), Some("billing"), "{s:?}");
+        assert_eq!(s.headers.get("user-agent").map(String::as_str), Some("billing/1.4"), "{s:?}");
+    }
+    assert_eq!(seen[2].key.as_deref(), Some(key.as_str()));
+    assert_eq!(seen[3].key.as_deref(), Some(key.as_str()));
+
+    for refused in [
+        HttpSystem::builder("crm", &server.url()).client(reqwest::Client::new()).connect_timeout(ms(100)),
+        HttpSystem::builder("crm", &server.url()).client(reqwest::Client::new()).read_timeout(ms(100)),
+    ] {
+        let err = refused.build().unwrap_err().to_string();
+        assert!(err.contains("client of your own") && err.contains("timeout"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_path_is_appended_to_the_base_path_with_or_without_slashes() {
+    let server = Server::start(|_, _| Action::Reply(200, "")).await;
+    for base in ["api/v2", "api/v2/"] {
+        let sys = HttpSystem::builder("crm", &format!("http://{}/{base}", server.addr)).build().unwrap();
+        for path in ["orders/7", "/orders/7"] {
+            sys.read(Request::get(path).query(&[("expand", "items")])).await.unwrap();
+        }
+    }
+    let sys = HttpSystem::builder("crm", &server.url()).build().unwrap();
+    sys.read(Request::get("odd?name")).await.unwrap();
+    let paths: Vec<String> = server.requests().into_iter().map(|s| s.path).collect();
+    assert_eq!(paths[..4], ["/api/v2/orders/7?expand=items"; 4]);
+    assert_eq!(paths[4], "/api/odd%3Fname", "a ? in the path is part of the path");
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_the_json_expected_fails_the_call_in_its_own_error_type() {
+    #[derive(Debug, serde::Deserialize)]
+    struct Order {
+        #[allow(dead_code)]
+        id: u64,
+    }
+    let server = Server::start(|_, _| Action::Reply(200, "<html>maintenance</html>")).await;
+    let crm = HttpSystem::builder("crm", &server.url()).build().unwrap();
+    let order = async { crm.read(Request::get("orders/7")).await?.json::<Order>() }.await;
+    let failure = order.unwrap_err();
+    assert_eq!((failure.stop_reason(), failure.attempts()), (StopReason::Permanent, 1));
+    assert!(matches!(failure.error(), Some(HttpError::Decode { .. })), "{failure:?}");
+    assert!(failure.to_string().contains("not the JSON expected"), "{failure}");
+}
+
+#[tokio::test]
+async fn a_failure_reads_as_one_sentence() {
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let down = HttpSystem::builder("down", &format!("http://{closed}/")).policy(|_| policy("down")).build().unwrap();
+    let failure = down.read(Request::get("x")).await.unwrap_err().to_string();
+    assert_eq!(failure.matches("transient").count(), 1, "{failure}");
+    let server = Server::start(|_, _| Action::Reply(404, "")).await;
+    let crm = HttpSystem::builder("crm", &server.url()).build().unwrap();
+    let failure = crm.read(Request::get("x")).await.unwrap_err().to_string();
+    assert_eq!(failure.matches("R-RES-RE-X2").count(), 1, "{failure}");
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ballast::{Backoff, Breaker, Bulkhead, IdempotencyKey, Policy, Retry, Timeout};
+use ballast::{Backoff, Breaker, Bulkhead, IdempotencyKey, Policy, PolicyBuilder, Retry, Timeout};
 use ballast_http::delivery::DeliveryHandler;
 use ballast_http::{HttpSystem, Request, DELIVERY_KIND};
 use ballast_queue::{Alert, FailReason, FailedTask, Handover, HandoverError, Queue, RunSummary, Worker};
@@ -57,13 +57,17 @@ impl Timings {
 
     /// The gateway's policy: retry → breaker → bulkhead → timeout (R-RES-RE-2).
     pub fn policy(&self, seed: u64) -> Result<Policy, ballast::BuildError> {
-        Policy::builder(SYSTEM)
+        self.configure(Policy::builder(SYSTEM), seed).build()
+    }
+
+    /// Sets the demo's retry, breaker, bulkhead and timeouts on `policy`.
+    fn configure(&self, policy: PolicyBuilder, seed: u64) -> PolicyBuilder {
+        policy
             .retry(Retry::attempts(3).backoff(Backoff::exponential(self.backoff).max_delay(self.backoff_cap)))
             .breaker(Breaker::count(0.5, 20).half_open_after(self.half_open_after))
             .bulkhead(Bulkhead::new(8).queue(8))
             .timeout(Timeout::aggressive(self.attempt).total(self.total))
             .seed(seed)
-            .build()
     }
 }
 
@@ -125,7 +129,7 @@ impl Guarded {
         seed: u64,
     ) -> anyhow::Result<Self> {
         let system = HttpSystem::builder(SYSTEM, base)
-            .policy(timings.policy(seed)?)
+            .policy(|p| timings.configure(p, seed))
             // The gateway's contract: it deduplicates payments by Idempotency-Key
             // for longer than our whole window, queue included (R-RES-RE-1).
             .dedupes_by_key(true)
