@@ -176,7 +176,9 @@ impl Classify for HttpError {
 pub(crate) fn status_message(status: StatusCode, class: Class) -> String {
     match class {
         Class::Permanent if status.is_client_error() => {
-            format!("the system refused the request with {status}, a contract error: map it to a domain error")
+            format!(
+                "the system refused the request with {status}, a contract error: map it to a domain error"
+            )
         }
         Class::Permanent => {
             format!("the system answered {status}, which this system's retry_on does not list as transient")

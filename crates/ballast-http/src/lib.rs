@@ -55,6 +55,8 @@ mod error;
 mod health;
 mod layer;
 pub mod metrics;
+#[cfg(feature = "middleware")]
+pub mod middleware;
 mod request;
 mod response;
 mod system;
@@ -66,6 +68,8 @@ pub use delivery::{Delivery, DeliveryError, DeliveryHandler, DELIVERY_KIND};
 pub use error::HttpError;
 pub use health::{Health, HealthReport, SystemHealth};
 pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
+#[cfg(feature = "middleware")]
+pub use middleware::{CallFailed, PolicyMiddleware};
 pub use request::{OnceRequest, Request, StreamingRequest};
 pub use response::Response;
 pub use system::{parse_base_url, HttpSystem, HttpSystemBuilder};

@@ -3,7 +3,6 @@
 //! with Retry-After — counting requests and side effects per key.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,146 +14,11 @@ use ballast_http::metrics::SystemMetrics;
 use ballast_http::{
     Health, HttpError, HttpSystem, PolicyLayer, Request, RequestKey, RetryOn, StreamingRequest, TransportKind,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+mod support;
 
-/// What the test server saw of one request.
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    path: String,
-    key: Option<String>,
-    body: String,
-    /// Every header, names lower-cased.
-    headers: HashMap<String, String>,
-}
-
-/// What the test server does with one request.
-enum Action {
-    Reply(u16, &'static str),
-    ReplyWith(u16, Vec<(&'static str, String)>, &'static str),
-    Reset,
-    Late(Duration, Box<Action>),
-    /// Headers at once, then one body byte per interval: never silent long
-    /// enough for a read timeout, but slower than any attempt timeout.
-    Drip(Duration),
-}
-
-type Handler = dyn Fn(&Seen, usize) -> Action + Send + Sync;
-
-/// An HTTP/1.1 server on 127.0.0.1:0, one request per connection.
-struct Server {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Server {
-    /// `handler` gets each request and how many came before it, plus one.
-    async fn start(handler: impl Fn(&Seen, usize) -> Action + Send + Sync + 'static) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let handler: Arc<Handler> = Arc::new(handler);
-        let log = seen.clone();
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = listener.accept().await {
-                tokio::spawn(serve(socket, log.clone(), handler.clone()));
-            }
-        });
-        Server { addr, seen }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/api/", self.addr)
-    }
-
-    fn sent(&self) -> usize {
-        self.seen.lock().unwrap().len()
-    }
-
-    fn requests(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-async fn serve(mut socket: TcpStream, log: Arc<Mutex<Vec<Seen>>>, handler: Arc<Handler>) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        match socket.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut lines = head.lines();
-    let mut request_line = lines.next().unwrap_or_default().split(' ');
-    let method = request_line.next().unwrap_or_default().to_owned();
-    let path = request_line.next().unwrap_or_default().to_owned();
-    let headers: HashMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
-    while buf.len() < head_end + length {
-        match socket.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-    let body = String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
-    let seen = Seen { method, path, key: headers.get("idempotency-key").cloned(), body, headers };
-    let n = {
-        let mut log = log.lock().unwrap();
-        log.push(seen.clone());
-        log.len()
-    };
-    let mut action = handler(&seen, n);
-    loop {
-        match action {
-            Action::Late(wait, then) => {
-                tokio::time::sleep(wait).await;
-                action = *then;
-            }
-            Action::Reset => {
-                socket.set_zero_linger().unwrap();
-                return drop(socket);
-            }
-            Action::Drip(every) => {
-                let _ = socket.write_all(b"HTTP/1.1 200 X\r\ncontent-length: 50\r\n\r\n").await;
-                for _ in 0..50 {
-                    tokio::time::sleep(every).await;
-                    if socket.write_all(b".").await.is_err() {
-                        return;
-                    }
-                }
-                return;
-            }
-            Action::Reply(status, body) => return reply(&mut socket, status, &[], body).await,
-            Action::ReplyWith(status, headers, body) => {
-                return reply(&mut socket, status, &headers, body).await
-            }
-        }
-    }
-}
-
-async fn reply(socket: &mut TcpStream, status: u16, headers: &[(&str, String)], body: &str) {
-    let mut out = format!("HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
-    for (k, v) in headers {
-        out.push_str(&format!("{k}: {v}\r\n"));
-    }
-    out.push_str("\r\n");
-    out.push_str(body);
-    let _ = socket.write_all(out.as_bytes()).await;
-    let _ = socket.shutdown().await;
-}
+use support::{ms, Action, Server};
 
 fn policy(name: &str) -> PolicyBuilder {
     Policy::builder(name)
@@ -365,8 +229,7 @@ async fn the_breaker_opens_under_an_outage_and_only_the_probe_reaches_the_server
 #[tokio::test]
 async fn a_refused_connection_is_transient_and_retried() {
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-    let down =
-        HttpSystem::builder("down", &format!("http://{closed}/")).policy(|_| policy("down"));
+    let down = HttpSystem::builder("down", &format!("http://{closed}/")).policy(|_| policy("down"));
 
     let (reason, attempts, failure) = stop(down.build().unwrap().read(Request::get("x")).await);
 
@@ -698,8 +561,9 @@ mod delivery {
 #[tokio::test]
 async fn an_own_client_keeps_its_default_headers_on_every_attempt() {
     use reqwest::header::{HeaderMap, HeaderValue};
-    let server = Server::start(|_, n| if n % 2 == 1 { Action::Reply(503, "") } else { Action::Reply(200, "ok") })
-        .await;
+    let server =
+        Server::start(|_, n| if n % 2 == 1 { Action::Reply(503, "") } else { Action::Reply(200, "ok") })
+            .await;
     let mut headers = HeaderMap::new();
     headers.insert("x-team", HeaderValue::from_static("billing"));
     let client = reqwest::Client::builder()
@@ -774,7 +638,8 @@ async fn a_body_that_is_not_the_json_expected_fails_the_call_in_its_own_error_ty
 #[tokio::test]
 async fn a_failure_reads_as_one_sentence() {
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-    let down = HttpSystem::builder("down", &format!("http://{closed}/")).policy(|_| policy("down")).build().unwrap();
+    let down =
+        HttpSystem::builder("down", &format!("http://{closed}/")).policy(|_| policy("down")).build().unwrap();
     let failure = down.read(Request::get("x")).await.unwrap_err().to_string();
     assert_eq!(failure.matches("transient").count(), 1, "{failure}");
     let server = Server::start(|_, _| Action::Reply(404, "")).await;

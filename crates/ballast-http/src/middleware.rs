@@ -1,0 +1,255 @@
+//! ballast inside a [`reqwest_middleware`] chain, where `reqwest-retry`
+//! usually sits (feature `middleware`).
+//!
+//! `reqwest-retry` retries every request whose answer looks transient —
+//! POSTs without a key included, which is how a lost answer becomes a second
+//! payment. [`PolicyMiddleware`] applies one system's [`Policy`] instead and
+//! decides per request, as [`HttpSystem`](crate::HttpSystem) does
+//! (R-RES-RE-1):
+//!
+//! | request | entry point |
+//! |---|---|
+//! | GET, HEAD, OPTIONS | `read`: retried on transient failures |
+//! | carries the system's idempotency header (default `Idempotency-Key`) | keyed `write`: retried only if the system [dedupes by key](PolicyMiddleware::dedupes_by_key), the same key every attempt |
+//! | anything else | `write_once`: exactly one attempt (R-RES-RE-X1) |
+//! | a body that cannot be cloned (a stream) | one attempt, whatever the method; the failure says why |
+//!
+//! Every attempt passes the rest of the chain (`next`), so middlewares added
+//! after this one see each attempt, those before it see the call once.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use ballast::{Policy, Retry};
+//! use ballast_http::PolicyMiddleware;
+//! use reqwest_middleware::ClientBuilder;
+//!
+//! let policy = Policy::builder("crm").retry(Retry::attempts(3)).build()?;
+//! let client = ClientBuilder::new(reqwest::Client::new())
+//!     .with(PolicyMiddleware::new(policy).dedupes_by_key(true))
+//!     .build();
+//! let order = client.get("https://crm.example/orders/7").send().await?; // a read: retried
+//! let note = client.post("https://crm.example/notes").body("hi").send().await?; // no key: sent once
+//! # let _ = (order, note); Ok(()) }
+//! ```
+//!
+//! Outcomes: the upstream's answer comes back as the response, a 4xx or 5xx
+//! included (after the retries it allowed); a failure without an answer —
+//! transport error after the last attempt, breaker open, bulkhead full,
+//! timeout — is `reqwest_middleware::Error::Middleware` wrapping a
+//! [`CallFailed`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Policy};
+use http::header::HeaderName;
+use http::Extensions;
+use reqwest_middleware::{Middleware, Next};
+
+use crate::classify::{self, TransportKind};
+use crate::error::{status_message, transport_message};
+use crate::request::is_safe;
+use crate::system_policy::{CallKind, SystemPolicy};
+use crate::RetryOn;
+
+/// Applies one system's [`Policy`] to every request of a
+/// `reqwest_middleware::ClientWithMiddleware`; see the [module
+/// documentation](self).
+#[derive(Debug, Clone)]
+pub struct PolicyMiddleware {
+    policy: Policy,
+    dedupes_by_key: bool,
+    header: HeaderName,
+    retry_on: RetryOn,
+    system_policy: Arc<SystemPolicy>,
+}
+
+impl PolicyMiddleware {
+    /// A middleware with `policy`, no deduplication by key, the
+    /// `Idempotency-Key` header and the default [`RetryOn`].
+    pub fn new(policy: Policy) -> Self {
+        let header = HeaderName::from_static("idempotency-key");
+        Self::with(policy, false, header, RetryOn::default())
+    }
+
+    fn with(policy: Policy, dedupes_by_key: bool, header: HeaderName, retry_on: RetryOn) -> Self {
+        let system_policy =
+            Arc::new(SystemPolicy::new(policy.clone(), dedupes_by_key, header.clone(), retry_on));
+        Self { policy, dedupes_by_key, header, retry_on, system_policy }
+    }
+
+    /// Whether the system deduplicates writes by key, so keyed writes may be
+    /// retried; see [`HttpSystemBuilder::dedupes_by_key`](crate::HttpSystemBuilder::dedupes_by_key).
+    pub fn dedupes_by_key(self, yes: bool) -> Self {
+        Self::with(self.policy, yes, self.header, self.retry_on)
+    }
+
+    /// The header that makes a request a keyed write (default `Idempotency-Key`).
+    pub fn idempotency_header(self, name: HeaderName) -> Self {
+        Self::with(self.policy, self.dedupes_by_key, name, self.retry_on)
+    }
+
+    /// Which outcome classes are transient; see [`RetryOn`].
+    pub fn retry_on(self, retry_on: RetryOn) -> Self {
+        Self::with(self.policy, self.dedupes_by_key, self.header, retry_on)
+    }
+}
+
+/// Why one attempt through [`PolicyMiddleware`] did not succeed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttemptError {
+    /// The upstream answered with a 4xx or 5xx status.
+    #[error("{}", status_message(response.status(), *class))]
+    Status {
+        /// Its class under the middleware's [`RetryOn`].
+        class: Class,
+        /// The wait the server asked for in `Retry-After`, if any.
+        retry_after: Option<Duration>,
+        /// The response, body unread.
+        response: reqwest::Response,
+    },
+    /// No complete response: reqwest's error, or a failure of a middleware
+    /// further down the chain.
+    #[error("{}: {source}", transport_message(*kind))]
+    Transport {
+        /// What its source chain says went wrong below HTTP.
+        kind: TransportKind,
+        /// Its class under the middleware's [`RetryOn`].
+        class: Class,
+        /// The error.
+        source: reqwest_middleware::Error,
+    },
+    /// The idempotency header holds no valid key; the request was not sent.
+    #[error("the {header} header is not a valid idempotency key ({reason}); the request was not sent")]
+    InvalidKey {
+        /// The header's name.
+        header: HeaderName,
+        /// What is wrong with the value.
+        reason: String,
+    },
+}
+
+impl Classify for AttemptError {
+    fn classify(&self) -> Classification {
+        match self {
+            AttemptError::Status { class: Class::Transient, retry_after: Some(after), .. } => {
+                Classification::transient().with_retry_after(*after)
+            }
+            AttemptError::Status { class: Class::Transient, .. }
+            | AttemptError::Transport { class: Class::Transient, .. } => Classification::transient(),
+            _ => Classification::permanent(),
+        }
+    }
+}
+
+/// A call through [`PolicyMiddleware`] that got no answer to return: what
+/// the policy reported, and whether the request could only be sent once
+/// because its body is a stream.
+#[derive(Debug)]
+pub struct CallFailed {
+    /// What the policy reported.
+    pub failure: Failure<AttemptError>,
+    /// The body could not be cloned, so the request had one attempt whatever
+    /// its method or key.
+    pub sent_once_for_its_body: bool,
+}
+
+impl fmt::Display for CallFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.failure)?;
+        if self.sent_once_for_its_body {
+            f.write_str("; sent once: its body is a stream and cannot be sent again")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for CallFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.failure.error().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[async_trait::async_trait]
+impl Middleware for PolicyMiddleware {
+    async fn handle(
+        &self,
+        request: reqwest::Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let system_policy = &self.system_policy;
+        let key = match request.headers().get(&self.header).map(|v| v.to_str().map(IdempotencyKey::parse)) {
+            None => None,
+            Some(Ok(Ok(key))) => Some(key),
+            Some(Ok(Err(e))) => return Err(unsent(&self.header, e.to_string())),
+            Some(Err(_)) => return Err(unsent(&self.header, "not visible ASCII".to_owned())),
+        };
+        let cloneable = request.try_clone().is_some();
+        let kind = match &key {
+            _ if !cloneable => CallKind::WriteOnce,
+            _ if is_safe(request.method()) => CallKind::Read,
+            Some(key) => CallKind::KeyedWrite(key),
+            None => CallKind::WriteOnce,
+        };
+        let keyed_write = system_policy.keyed_write(kind);
+        let retry_on = self.retry_on;
+        let (template, mut once) = if cloneable { (Some(request), None) } else { (None, Some(request)) };
+        let outcome = system_policy
+            .run(kind, |_ctx| {
+                // A clone per attempt; a stream is taken by its only attempt.
+                let request = template.as_ref().and_then(reqwest::Request::try_clone).or_else(|| once.take());
+                let mut attempt_extensions = extensions.clone();
+                let next = next.clone();
+                async move {
+                    // A request that cannot be cloned is a write made once: the
+                    // only attempt has it.
+                    let request = request.ok_or_else(|| AttemptError::InvalidKey {
+                        header: HeaderName::from_static("idempotency-key"),
+                        reason: "a streaming body can be sent once only".to_owned(),
+                    })?;
+                    let response = match next.run(request, &mut attempt_extensions).await {
+                        Ok(response) => response,
+                        Err(source) => {
+                            let kind = match &source {
+                                reqwest_middleware::Error::Reqwest(e) => TransportKind::of(e),
+                                reqwest_middleware::Error::Middleware(e) => TransportKind::of(e.as_ref()),
+                            };
+                            let class = retry_on.transport_class(kind);
+                            return Err(AttemptError::Transport { kind, class, source });
+                        }
+                    };
+                    let status = response.status();
+                    if status.is_client_error() || status.is_server_error() {
+                        let class = retry_on.status_class(status, keyed_write);
+                        let retry_after = classify::retry_after(response.headers());
+                        return Err(AttemptError::Status { class, retry_after, response });
+                    }
+                    Ok((response, attempt_extensions))
+                }
+            })
+            .await;
+        match outcome {
+            Ok((response, seen)) => {
+                *extensions = seen;
+                Ok(response)
+            }
+            // The upstream's answer is returned as it is, as without the middleware.
+            Err(Failure::Operation { error: AttemptError::Status { response, .. }, .. }) => Ok(response),
+            Err(failure) => Err(reqwest_middleware::Error::middleware(CallFailed {
+                failure,
+                sent_once_for_its_body: !cloneable,
+            })),
+        }
+    }
+}
+
+fn unsent(header: &HeaderName, reason: String) -> reqwest_middleware::Error {
+    let error = AttemptError::InvalidKey { header: header.clone(), reason };
+    reqwest_middleware::Error::middleware(CallFailed {
+        failure: Failure::unsent(error),
+        sent_once_for_its_body: false,
+    })
+}
