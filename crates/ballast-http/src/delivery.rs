@@ -25,8 +25,6 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
-
 use ballast::{Classification, Classify, Failure, IdempotencyKey, Rejection};
 use ballast_queue::{Handler, Handover, HandoverError, NewTask, Queue, TaskContext};
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -34,7 +32,7 @@ use base64::Engine as _;
 use http::Method;
 use serde::{Deserialize, Serialize};
 
-use crate::{HttpError, HttpSystem, Request, Response};
+use crate::{HttpError, HttpSystem, Request, Response, Systems};
 
 /// The task kind of a [`Delivery`]: register a [`DeliveryHandler`] under it.
 pub const DELIVERY_KIND: &str = "ballast.http.delivery";
@@ -62,6 +60,9 @@ pub struct Delivery {
     pub method: String,
     /// The path, relative to the system's base URL.
     pub path: String,
+    /// A query string sent as given, before `query`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_query: Option<String>,
     /// Query parameters, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub query: Vec<(String, String)>,
@@ -128,6 +129,7 @@ impl Delivery {
             system: system.into(),
             method: head.method.as_str().to_owned(),
             path: head.path.clone(),
+            raw_query: head.raw_query.clone(),
             query: head.query.clone(),
             headers,
             body: Body::from_bytes(&request.body),
@@ -140,6 +142,7 @@ impl Delivery {
             .map_err(|_| HttpError::invalid(format!("method {:?}", self.method)))?;
         let mut request = Request::new(method, &self.path);
         request.head.query.clone_from(&self.query);
+        request.head.raw_query.clone_from(&self.raw_query);
         for (name, value) in &self.headers {
             request = request.header(name.as_str(), value.as_str());
         }
@@ -204,13 +207,19 @@ impl HttpSystem {
 /// ```
 #[derive(Debug, Clone)]
 pub struct DeliveryHandler {
-    systems: HashMap<String, HttpSystem>,
+    systems: Systems,
 }
 
 impl DeliveryHandler {
     /// Delivers to `systems`, found by name.
     pub fn new(systems: impl IntoIterator<Item = HttpSystem>) -> Self {
-        Self { systems: systems.into_iter().map(|s| (s.name().to_owned(), s)).collect() }
+        Self { systems: Systems::new(systems) }
+    }
+
+    /// Delivers to the systems of `systems` as they are at each delivery, so
+    /// a reload that replaces them reaches the worker too.
+    pub fn shared(systems: Systems) -> Self {
+        Self { systems }
     }
 }
 

@@ -61,6 +61,7 @@ mod request;
 mod response;
 mod system;
 mod system_policy;
+mod systems;
 
 pub use classify::{RetryOn, TransportKind, UnknownClass};
 #[cfg(feature = "queue")]
@@ -73,3 +74,4 @@ pub use middleware::{CallFailed, PolicyMiddleware};
 pub use request::{OnceRequest, Request, StreamingRequest};
 pub use response::Response;
 pub use system::{parse_base_url, HttpSystem, HttpSystemBuilder};
+pub use systems::Systems;

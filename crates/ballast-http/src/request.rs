@@ -15,13 +15,22 @@ pub(crate) struct Head {
     pub(crate) method: Method,
     pub(crate) path: String,
     pub(crate) query: Vec<(String, String)>,
+    /// A query string sent as given (a proxy forwarding one), before `query`.
+    pub(crate) raw_query: Option<String>,
     pub(crate) headers: HeaderMap,
     pub(crate) invalid: Option<String>,
 }
 
 impl Head {
     fn new(method: Method, path: &str) -> Self {
-        Self { method, path: path.to_owned(), query: Vec::new(), headers: HeaderMap::new(), invalid: None }
+        Self {
+            method,
+            path: path.to_owned(),
+            query: Vec::new(),
+            raw_query: None,
+            headers: HeaderMap::new(),
+            invalid: None,
+        }
     }
 
     fn header<K, V>(&mut self, name: K, value: V)
@@ -136,6 +145,23 @@ impl Request {
     /// Adds query parameters.
     pub fn query(mut self, pairs: &[(&str, &str)]) -> Self {
         self.head.query(pairs);
+        self
+    }
+
+    /// Sends `query`, an already percent-encoded query string, exactly as
+    /// given (parameters added with [`query`](Request::query) follow it): for
+    /// a proxy that must not re-encode what its client sent.
+    pub fn raw_query(mut self, query: &str) -> Self {
+        self.head.raw_query = (!query.is_empty()).then(|| query.to_owned());
+        self
+    }
+
+    /// Adds every header of `headers`, keeping repeated ones. Invalid names
+    /// cannot occur in a `HeaderMap`.
+    pub fn headers(mut self, headers: &HeaderMap) -> Self {
+        for (name, value) in headers {
+            self.head.headers.append(name.clone(), value.clone());
+        }
         self
     }
 

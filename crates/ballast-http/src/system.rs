@@ -413,6 +413,7 @@ impl HttpSystem {
         let mut url = self.inner.base.clone();
         let path = format!("{}/{}", url.path().trim_end_matches('/'), head.path.trim_start_matches('/'));
         url.set_path(&path);
+        url.set_query(head.raw_query.as_deref());
         if !head.query.is_empty() {
             url.query_pairs_mut().extend_pairs(&head.query);
         }
