@@ -168,8 +168,9 @@ fn shown(text: &str) -> String {
     while let Some(at) = rest.find("://") {
         // The scheme: the letters, digits, `+`, `-` and `.` right before `://`.
         let scheme_start = rest[..at]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
-            .map_or(0, |i| i + 1);
+            .char_indices()
+            .rfind(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |(i, c)| i + c.len_utf8());
         let end = rest[at..]
             .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`'))
             .map_or(rest.len(), |i| at + i);

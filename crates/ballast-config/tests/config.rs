@@ -349,6 +349,14 @@ fn secrets_in_urls_stay_out_of_findings() {
 }
 
 #[test]
+fn a_line_with_any_character_before_a_url_is_quoted() {
+    // A character of several bytes right before the scheme ends the scheme.
+    let config = Config::parse("t.toml", "[systems.a]\nbase_url = \"h\u{de642}ttp://u:s3cret@h\"\n").unwrap();
+    let human = report::human(&config.lint(), Some(config.source()));
+    assert!(human.contains("t.toml:2:12") && human.contains("ttp://u:***@h"), "{human}");
+}
+
+#[test]
 fn control_characters_from_the_file_are_escaped_in_human_output() {
     // Raw controls (invalid TOML, quoted back in the source line), a key named
     // with escapes, and a system named with escapes.
