@@ -1,4 +1,5 @@
-//! `ballast explain FILE [--system NAME]`
+//! `ballast explain FILE [--system NAME]`: each system's worst-case timeline,
+//! in memory then in the durable queue, against its `key_ttl`.
 
 use std::io::Write as _;
 use std::path::PathBuf;

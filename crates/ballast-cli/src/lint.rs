@@ -1,4 +1,5 @@
-//! `ballast lint FILE…`
+//! `ballast lint FILE…`: every finding of each file, drawn like a
+//! compiler's or as one JSON array; the exit code says whether any is an error.
 
 use std::io::Write as _;
 use std::path::PathBuf;

@@ -1,8 +1,11 @@
-//! `ballast` — check and explain resilience configurations.
+//! `ballast` — the command line of ballast: check (`lint`) and explain
+//! (`explain`) resilience configurations, run the end-to-end `demo`,
+//! administer the durable queue (`queue`) and run the worker that delivers
+//! its deferred writes (`serve`).
 //!
-//! The binary only parses arguments, loads files through `ballast-config`
-//! and prints; everything a library user would also want lives there. One
-//! module per subcommand.
+//! The binary parses arguments, calls the libraries (`ballast-config`,
+//! `ballast-queue`, `ballast-server`) and prints; everything a library user
+//! would also want lives there. One module per subcommand.
 
 mod demo;
 mod explain;

@@ -1,5 +1,6 @@
 //! Durations as the configuration writes them: `"500ms"`, `"5s"`, `"24h"`,
-//! or several parts such as `"1m30s"`.
+//! or several parts such as `"1m30s"` (read by humantime), and as `ballast
+//! explain` and the findings print them (`"1.414s"`, `"2m 30s"`).
 //!
 //! A bare number has no unit and is refused, except `0`, which is zero in
 //! every unit (so `first_delay = 0` reaches the rule that refuses it,
@@ -38,14 +39,6 @@ pub struct DurationError {
     pub reason: &'static str,
 }
 
-/// The units accepted, in milliseconds. Millisecond precision is enough for
-/// every timeout and delay a policy has.
-const UNITS: [(&str, u64); 5] = [("ms", 1), ("s", 1_000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)];
-
-fn unit_millis(unit: &str) -> Option<u64> {
-    UNITS.iter().find(|(u, _)| *u == unit).map(|(_, ms)| *ms)
-}
-
 impl std::str::FromStr for ConfigDuration {
     type Err = DurationError;
 
@@ -54,36 +47,32 @@ impl std::str::FromStr for ConfigDuration {
     }
 }
 
-/// Parses `"500ms"`, `"5s"`, `"2m"`, `"24h"`, `"7d"`, `"1m30s"` or `"0"`.
+/// Parses `"500ms"`, `"5s"`, `"2m"`, `"24h"`, `"7d"`, `"1m30s"` or `"0"`:
+/// whole numbers, each with its unit, without spaces. humantime reads them,
+/// so its long unit names (`"2min"`, `"3days"`) are accepted too.
 pub fn parse(input: &str) -> Result<Duration, DurationError> {
+    use humantime::DurationError as Error;
     let fail = |reason| DurationError { input: input.to_owned(), reason };
     let text = input.trim();
-    if text.is_empty() {
-        return Err(fail("it is empty"));
+    // humantime also reads "1.5s", "1m 30s" and "1M" (a month); a configuration
+    // keeps to whole numbers and lower-case units, where "m" is only ever minutes.
+    if let Some(c) = text.chars().find(|c| !(c.is_ascii_digit() || c.is_ascii_lowercase())) {
+        return Err(fail(match c {
+            '.' => "fractions are not read; use a smaller unit, e.g. \"1500ms\"",
+            c if c.is_whitespace() => "it has a space in it; write the parts together, e.g. \"1m30s\"",
+            c if c.is_ascii_uppercase() => "units are lower-case: ms, s, m, h, d",
+            _ => "expected a whole number",
+        }));
     }
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut total_ms: u64 = 0;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(fail("expected a whole number"));
-        }
-        let (number, after) = rest.split_at(digits);
-        let letters = after.bytes().take_while(u8::is_ascii_alphabetic).count();
-        if letters == 0 {
-            return Err(fail("a number has no unit"));
-        }
-        let (unit, after) = after.split_at(letters);
-        let per = unit_millis(unit).ok_or_else(|| fail("the unit is not one of ms, s, m, h, d"))?;
-        let n: u64 = number.parse().map_err(|_| fail("the number is too large"))?;
-        let ms = n.checked_mul(per).ok_or_else(|| fail("it is too long"))?;
-        total_ms = total_ms.checked_add(ms).ok_or_else(|| fail("it is too long"))?;
-        rest = after;
-    }
-    Ok(Duration::from_millis(total_ms))
+    humantime::parse_duration(text).map_err(|e| {
+        fail(match e {
+            Error::Empty => "it is empty",
+            Error::NumberExpected(_) | Error::InvalidCharacter(_) => "expected a whole number",
+            Error::UnknownUnit { unit, .. } if unit.is_empty() => "a number has no unit",
+            Error::UnknownUnit { .. } => "the unit is not one of ms, s, m, h, d",
+            Error::NumberOverflow => "it is too long",
+        })
+    })
 }
 
 impl<'de> serde::Deserialize<'de> for ConfigDuration {
@@ -128,7 +117,11 @@ impl<'de> serde::Deserialize<'de> for ConfigDuration {
 pub fn display(d: Duration) -> String {
     let ms = d.as_millis();
     if ms == 0 {
-        return if d.is_zero() { "0s".into() } else { format!("{}µs", d.as_micros()) };
+        return match d.as_micros() {
+            0 if d.is_zero() => "0s".into(),
+            0 => format!("{}ns", d.as_nanos()),
+            us => format!("{us}µs"),
+        };
     }
     if ms < 1_000 {
         return format!("{ms}ms");

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use ballast::{DelayBounds, Retry, Severity, Strategy, Timeout, WINDOW_ERROR, WINDOW_WARNING};
+use ballast::{Breaker, Retry, Severity, Strategy, TimelineAttempt, Timeout, WINDOW_ERROR, WINDOW_WARNING};
 
 use crate::build::ConfigError;
 use crate::config::Config;
@@ -31,14 +31,8 @@ pub struct Timeline {
     pub composition: String,
     /// Lint findings of the system: errors, warnings, notes.
     pub findings: (usize, usize, usize),
-    /// The in-memory attempts made in the worst case.
-    pub attempts: Vec<Step>,
-    /// The attempt the total deadline prevents, if any.
-    pub cut_by_total: Option<u32>,
-    /// The worst-case in-memory window, as the core computes it (R-RES-RE-4).
-    pub window: Duration,
-    /// The total deadline, if set.
-    pub total: Option<Duration>,
+    /// The in-memory worst case, as the core computes it (R-RES-RE-4).
+    pub in_memory: ballast::Timeline,
     /// Whether keyed writes are retried (`dedupes_by_key = true`, R-RES-RE-1).
     pub writes_retried: bool,
     /// The durable schedule that takes over keyed writes, if there is a `[queue]`.
@@ -47,19 +41,6 @@ pub struct Timeline {
     pub key_ttl: Option<Duration>,
     /// How long a keyed write may still be retried (what `key_ttl` must exceed).
     pub key_needed: Duration,
-}
-
-/// One in-memory attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Step {
-    /// The attempt, from 1.
-    pub attempt: u32,
-    /// When it starts, worst case, from the call.
-    pub start: Duration,
-    /// When it times out.
-    pub timeout_at: Duration,
-    /// The wait before the next attempt, if there is one.
-    pub wait: Option<DelayBounds>,
 }
 
 /// One durable attempt.
@@ -106,36 +87,19 @@ impl Config {
 
     fn timeline(&self, name: &str) -> Timeline {
         let system = self.file.systems.get(name).cloned().unwrap_or_default();
-        let crate::build::Translated { builder, retry, timeout, .. } = crate::build::translate(name, &system);
+        let crate::translate::Translated { builder, retry, timeout, .. } =
+            crate::translate::translate(name, &system);
         let findings = self.lint_system(name);
         let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
-        let (mut attempts, mut cut_by_total) = (Vec::new(), None);
-        let mut start = Duration::ZERO;
-        let n = retry.max_attempts().clamp(1, 64);
-        for attempt in 1..=n {
-            if timeout.total_deadline().is_some_and(|t| attempt > 1 && start >= t) {
-                cut_by_total = Some(attempt);
-                break;
-            }
-            let wait = (attempt < n).then(|| retry.get_backoff().bounds(attempt - 1));
-            let timeout_at = start.saturating_add(timeout.attempt());
-            let timeout_at = timeout.total_deadline().map_or(timeout_at, |t| timeout_at.min(t));
-            attempts.push(Step { attempt, start, timeout_at, wait });
-            start = start
-                .saturating_add(timeout.attempt())
-                .saturating_add(wait.map_or(Duration::ZERO, |w| w.max));
-        }
-        let window = builder.worst_case();
+        let in_memory = builder.timeline();
+        let window = in_memory.window;
         let writes_retried = system.dedupes_by_key == Some(true);
         let durable = self.file.queue.as_ref().map(|q| durable(DurableSchedule::from_section(q), window));
         Timeline {
             name: name.to_owned(),
             composition: composition(&system, &retry, &timeout),
             findings: (count(Severity::Error), count(Severity::Warning), count(Severity::Note)),
-            attempts,
-            cut_by_total,
-            window,
-            total: timeout.total_deadline(),
+            in_memory,
             writes_retried,
             durable,
             key_ttl: system.key_ttl.map(|d| d.get()),
@@ -198,7 +162,7 @@ fn composition(system: &crate::model::System, retry: &Retry, timeout: &Timeout) 
             }
             other => other.to_owned(),
         };
-        let half_open = b.half_open_after.map_or(Duration::from_secs(30), |d| d.get());
+        let half_open = b.half_open_after.map_or(Breaker::DEFAULT_HALF_OPEN, |d| d.get());
         parts.push(format!("breaker ({detail}, half-open after {})", display(half_open)));
     }
     if let Some(b) = &system.bulkhead {
@@ -241,15 +205,15 @@ impl fmt::Display for Timeline {
         }
         writeln!(f)?;
         writeln!(f, "  in memory, worst case (every attempt times out, every wait is the longest):")?;
-        for s in &self.attempts {
+        let memory = &self.in_memory;
+        for TimelineAttempt { attempt, start, timeout_at, wait } in &memory.attempts {
             write!(
                 f,
-                "    attempt {:<2} starts {:>9}   times out {:>9}",
-                s.attempt,
-                display(s.start),
-                display(s.timeout_at)
+                "    attempt {attempt:<2} starts {:>9}   times out {:>9}",
+                display(*start),
+                display(*timeout_at)
             )?;
-            match s.wait {
+            match wait {
                 Some(b) => writeln!(
                     f,
                     "   then waits {} / {} / {} (min / median / max)",
@@ -260,25 +224,26 @@ impl fmt::Display for Timeline {
                 None => writeln!(f)?,
             }
         }
-        if let (Some(attempt), Some(total)) = (self.cut_by_total, self.total) {
+        if let (Some(attempt), Some(total)) = (memory.cut_by_total, memory.total) {
             writeln!(
                 f,
                 "    attempt {attempt:<2} made only if its wait ends before the total deadline ({}); in the worst case it is not",
                 display(total)
             )?;
         }
-        let bound = self.total.map(|t| format!(", bounded by total = {}", display(t))).unwrap_or_default();
-        let verdict = if self.window > WINDOW_ERROR {
-            "over 30 s: error, hand this to the durable queue (R-RES-RE-4)"
-        } else if self.window > WINDOW_WARNING {
-            "over 5 s: warning, normally the durable queue's job (R-RES-RE-4)"
+        let bound = memory.total.map(|t| format!(", bounded by total = {}", display(t))).unwrap_or_default();
+        let (error, warning) = (WINDOW_ERROR.as_secs(), WINDOW_WARNING.as_secs());
+        let verdict = if memory.window > WINDOW_ERROR {
+            format!("over {error} s: error, hand this to the durable queue (R-RES-RE-4)")
+        } else if memory.window > WINDOW_WARNING {
+            format!("over {warning} s: warning, normally the durable queue's job (R-RES-RE-4)")
         } else {
-            "within 5 s (R-RES-RE-4)"
+            format!("within {warning} s (R-RES-RE-4)")
         };
         writeln!(
             f,
             "  in-memory window: {} (attempt timeouts + longest waits{bound}) — {verdict}",
-            display(self.window)
+            display(memory.window)
         )?;
         writeln!(f)?;
         if !self.writes_retried {
@@ -296,7 +261,7 @@ impl fmt::Display for Timeline {
                     f,
                     "  durable queue, takes over keyed writes with the same key: up to {} attempts, each running the policy (≤ {})",
                     s.max_attempts,
-                    display(self.window)
+                    display(self.in_memory.window)
                 )?;
                 writeln!(
                     f,
@@ -330,16 +295,16 @@ impl fmt::Display for Timeline {
                     "  durable schedule: {} of waits and polls + {} × {} of attempts",
                     display(d.waits),
                     s.max_attempts,
-                    display(self.window)
+                    display(self.in_memory.window)
                 )?;
             }
         }
         let formula = match &self.durable {
             Some(d) => format!(
                 " = {} in memory + {} × {} durable attempts + {} of durable waits",
-                display(self.window),
+                display(self.in_memory.window),
                 d.schedule.max_attempts,
-                display(self.window),
+                display(self.in_memory.window),
                 display(d.waits)
             ),
             None => " (the in-memory window)".to_owned(),

@@ -28,6 +28,19 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// An error about the file at `path` as a whole, at no place in it.
+    pub(crate) fn about_file(path: &std::path::Path, message: String, help: &str) -> Self {
+        Finding {
+            rule: None,
+            severity: Severity::Error,
+            file: path.display().to_string(),
+            location: None,
+            span: None,
+            message,
+            help: help.to_owned(),
+        }
+    }
+
     /// Whether this finding is an error.
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error

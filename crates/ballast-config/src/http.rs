@@ -53,10 +53,9 @@ impl Config {
             builder = builder.idempotency_header(header.clone());
         }
         if let Some(retry_on) = system.retry.as_ref().and_then(|r| r.retry_on.as_ref()) {
-            // Read exactly as lint reads them; lint has already refused unknown
-            // names, but a name the client does not know is never replaced by a default.
-            let names: Vec<String> = retry_on.iter().map(|n| crate::rules::retry_on_name(n)).collect();
-            let on = RetryOn::from_names(&names).map_err(|source| ConfigError::RetryOn {
+            // Lint has already refused unknown names (with the same reading),
+            // but a name the client does not know is never replaced by a default.
+            let on = RetryOn::from_names(retry_on).map_err(|source| ConfigError::RetryOn {
                 system: name.to_owned(),
                 file: file(),
                 source,

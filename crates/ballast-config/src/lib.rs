@@ -35,16 +35,19 @@
 //! uses `threshold` as the number of failures in a row, `"count"` uses
 //! `threshold`, `size`, `min_calls`, `"sampling"` uses `threshold`,
 //! `duration`, `min_throughput`. A system without `[retry]` makes one
-//! attempt per call.
+//! attempt per call; a key left out takes the core's default
+//! ([`ballast::Retry::DEFAULT_ATTEMPTS`], [`ballast::Backoff::DEFAULT_FIRST_DELAY`],
+//! [`ballast::Backoff::DEFAULT_MAX_DELAY`], [`ballast::Timeout::DEFAULT_ATTEMPT`], …), and
+//! `retry_on` names are the HTTP client's ([`ballast_http::RetryOn::names`]).
 //!
 //! # Rules
 //!
 //! | rule | severity | trigger |
 //! |---|---|---|
-//! | R-RES-RE-3 | error | `retry.max_attempts` > 5 or 0 |
-//! | R-RES-RE-4 | error / warning | worst-case in-memory window > 30 s / > 5 s |
-//! | R-RES-RE-X3 | error | `backoff` other than the two exponential kinds; `first_delay` under 100 ms; `max_delay` under 2 × `first_delay` |
-//! | R-RES-RE-X2 | error | `retry_on` with "4xx", "all", "any", "*" or a 4xx status other than "408", "429", "409-in-flight" |
+//! | R-RES-RE-3 | error | `retry.max_attempts` > [`ballast::MAX_ATTEMPTS`] (5) or 0 |
+//! | R-RES-RE-4 | error / warning | worst-case in-memory window ([`ballast::Timeline`]) > [`ballast::WINDOW_ERROR`] (30 s) / > [`ballast::WINDOW_WARNING`] (5 s) |
+//! | R-RES-RE-X3 | error | `backoff` other than the two exponential kinds; `first_delay` under [`ballast::MIN_FIRST_DELAY`] (100 ms); `max_delay` under [`ballast::MIN_GROWTH`] (2) × `first_delay` |
+//! | R-RES-RE-X2 | error | `retry_on` with "4xx", "all", "any", "*" or a 4xx status other than [`ballast_http::RetryOn::OPT_IN_NAMES`] ("408", "429", "409-in-flight") |
 //! | R-RES-RE-X4 | error | `client.retries` > 0 |
 //! | R-RES-CB-1 | error | `order` puts the breaker before (outside) retry |
 //! | R-RES-RE-2 | error / note | `order` differs from retry → breaker → bulkhead → timeout / repeats it |
@@ -66,19 +69,21 @@ mod lint;
 mod load;
 mod rules;
 mod source;
+mod translate;
 
 pub mod duration;
 pub mod model;
 pub mod report;
 pub mod suggest;
 
-pub use build::{ConfigError, QueueSettings, ServeSettings, BACKOFF_KINDS, BREAKER_KINDS, STRATEGIES};
+pub use build::{ConfigError, QueueSettings, ServeSettings};
 pub use config::Config;
 pub use durable::DurableSchedule;
 pub use duration::{ConfigDuration, DurationError};
-pub use explain::{Durable, DurableStep, Explanation, Step, Timeline};
+pub use explain::{Durable, DurableStep, Explanation, Timeline};
 pub use finding::Finding;
 pub use lint::has_errors;
 pub use load::{Checked, LoadError, MAX_CONFIG_BYTES};
-pub use rules::{MAX_COUNT_WINDOW, ORDER, RETRY_ON_OPT_IN, RETRY_ON_TRANSIENT};
+pub use rules::ORDER;
 pub use source::{Location, Source};
+pub use translate::{BACKOFF_KINDS, BREAKER_KINDS, MAX_COUNT_WINDOW, STRATEGIES};

@@ -60,26 +60,16 @@ impl LoadError {
     /// The problems as findings (a read error becomes one finding without a location).
     pub fn findings(&self) -> Vec<Finding> {
         match self {
-            LoadError::Read { path, source } => vec![Finding {
-                rule: None,
-                severity: Severity::Error,
-                file: path.display().to_string(),
-                location: None,
-                span: None,
-                message: format!("cannot read the file: {source}"),
-                help: "check the path and its permissions".to_owned(),
-            }],
-            LoadError::TooLarge { path, limit } => vec![Finding {
-                rule: None,
-                severity: Severity::Error,
-                file: path.display().to_string(),
-                location: None,
-                span: None,
-                message: format!(
-                    "the file is larger than {limit} bytes, which no ballast configuration needs"
-                ),
-                help: "check the path: a configuration file is a few kilobytes".to_owned(),
-            }],
+            LoadError::Read { path, source } => vec![Finding::about_file(
+                path,
+                format!("cannot read the file: {source}"),
+                "check the path and its permissions",
+            )],
+            LoadError::TooLarge { path, limit } => vec![Finding::about_file(
+                path,
+                format!("the file is larger than {limit} bytes, which no ballast configuration needs"),
+                "check the path: a configuration file is a few kilobytes",
+            )],
             LoadError::Invalid { findings, .. } => findings.clone(),
         }
     }

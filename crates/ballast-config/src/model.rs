@@ -29,27 +29,29 @@ pub struct File {
 pub struct QueueSection {
     /// `url`: `sqlite://file.db` or `postgres://…`.
     pub url: Option<String>,
-    /// `poll_interval`: how often workers look for due tasks (default 5 s).
+    /// `poll_interval`: how often workers look for due tasks (default
+    /// [`ballast_queue::DEFAULT_POLL_INTERVAL`], 5 s).
     pub poll_interval: Option<ConfigDuration>,
     /// `max_attempts`: durable attempts before the task fails and a human is
-    /// alerted (default 10).
+    /// alerted (default [`ballast_queue::DEFAULT_MAX_ATTEMPTS`], 10).
     pub max_attempts: Option<u64>,
 }
 
 /// `[serve]`: the admin listener of `ballast serve` (`/metrics`, `/health/*`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct ServeSection {
-    /// `listen`: the admin listener's address (default `127.0.0.1:9464`);
-    /// `--listen` overrides it.
+    /// `listen`: the admin listener's address (default in
+    /// [`ServeSettings::default`](crate::ServeSettings), `127.0.0.1:9464`); `--listen` overrides it.
     pub listen: Option<String>,
     /// `max_connections`: connections served at once; more wait to be
-    /// accepted (default 256).
+    /// accepted (default in [`ServeSettings::default`](crate::ServeSettings), 256).
     pub max_connections: Option<u64>,
     /// `header_read_timeout`: how long a client may take to send a request's
-    /// headers before the connection is closed (default 5 s).
+    /// headers before the connection is closed (default in
+    /// [`ServeSettings::default`](crate::ServeSettings), 5 s).
     pub header_read_timeout: Option<ConfigDuration>,
     /// `stats_interval`: how often the queue's counts are refreshed for
-    /// `/metrics` and readiness (default 5 s).
+    /// `/metrics` and readiness (default in [`ServeSettings::default`](crate::ServeSettings), 5 s).
     pub stats_interval: Option<ConfigDuration>,
 }
 
@@ -76,7 +78,8 @@ pub struct System {
     pub breaker: Option<BreakerSection>,
     /// `[systems.NAME.bulkhead]`; without it there is no concurrency limit.
     pub bulkhead: Option<BulkheadSection>,
-    /// `[systems.NAME.timeout]`; without it 5 s per attempt, aggressive.
+    /// `[systems.NAME.timeout]`; without it [`ballast::Timeout::default`]
+    /// (5 s per attempt, aggressive).
     pub timeout: Option<TimeoutSection>,
     /// `[systems.NAME.client]`: the HTTP client's own settings.
     pub client: Option<ClientSection>,
@@ -85,18 +88,21 @@ pub struct System {
 /// `[systems.NAME.retry]`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct RetrySection {
-    /// `max_attempts`: counts the first attempt; 1..=5 (R-RES-RE-3). Default 3.
+    /// `max_attempts`: counts the first attempt; 1..=[`ballast::MAX_ATTEMPTS`]
+    /// (R-RES-RE-3). Default [`ballast::Retry::DEFAULT_ATTEMPTS`] (3).
     pub max_attempts: Option<u64>,
     /// `backoff`: `"exponential"` (default) or `"exponential-full-jitter"` (R-RES-RE-X3).
     pub backoff: Option<String>,
-    /// `first_delay`: the median first delay (default 500 ms).
+    /// `first_delay`: the median first delay (default
+    /// [`ballast::Backoff::DEFAULT_FIRST_DELAY`], 500 ms).
     pub first_delay: Option<ConfigDuration>,
-    /// `max_delay`: the cap on every delay (default 30 s).
+    /// `max_delay`: the cap on every delay (default [`ballast::Backoff::DEFAULT_MAX_DELAY`], 30 s).
     pub max_delay: Option<ConfigDuration>,
-    /// `retry_on`: the transient outcomes retried (R-RES-RE-X2).
+    /// `retry_on`: the transient outcomes retried (R-RES-RE-X2), by the names
+    /// of [`ballast_http::RetryOn::names`]; default [`ballast_http::RetryOn::TRANSIENT_NAMES`].
     pub retry_on: Option<Vec<String>>,
     /// `budget_ratio`: retries may add this share of recent calls; 0 or
-    /// absent keeps the default budget (10 %).
+    /// absent keeps the default budget ([`ballast::Budget::default`], 10 %).
     pub budget_ratio: Option<f64>,
 }
 
@@ -115,9 +121,10 @@ pub struct BreakerSection {
     pub min_calls: Option<u64>,
     /// `duration` (`sampling`): the period sampled.
     pub duration: Option<ConfigDuration>,
-    /// `min_throughput` (`sampling`): calls in the period needed before it may open (default 20).
+    /// `min_throughput` (`sampling`): calls in the period needed before it may
+    /// open (default [`ballast::Breaker::DEFAULT_MIN_THROUGHPUT`], 20).
     pub min_throughput: Option<u64>,
-    /// `half_open_after`: wait before a probe (default 30 s).
+    /// `half_open_after`: wait before a probe (default [`ballast::Breaker::DEFAULT_HALF_OPEN`], 30 s).
     pub half_open_after: Option<ConfigDuration>,
 }
 
@@ -133,7 +140,7 @@ pub struct BulkheadSection {
 /// `[systems.NAME.timeout]`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct TimeoutSection {
-    /// `attempt`: per-attempt timeout (default 5 s).
+    /// `attempt`: per-attempt timeout (default [`ballast::Timeout::DEFAULT_ATTEMPT`], 5 s).
     pub attempt: Option<ConfigDuration>,
     /// `strategy`: `"aggressive"` (default) or `"cooperative"`.
     pub strategy: Option<String>,

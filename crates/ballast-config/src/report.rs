@@ -1,25 +1,32 @@
 //! Printing findings: like a compiler for people (the source line with a
-//! caret under the offending value), or as JSON for CI.
+//! caret under the offending value, drawn by codespan-reporting), or as JSON
+//! for CI.
 
 use std::fmt::Write as _;
+use std::ops::Range;
 
 use ballast::Severity;
+use codespan_reporting::diagnostic::{self, Diagnostic, Label};
+use codespan_reporting::files::{self, Files};
+use codespan_reporting::term;
 
 use crate::finding::Finding;
-use crate::source::Source;
+use crate::source::{Location, Source};
 
 /// Findings for people, each as
 ///
 /// ```text
 /// error[R-RES-RE-3]: max_attempts is 8, over the in-memory limit of 5 (it counts the first attempt)
-///  --> ballast.toml:2:16
+///   --> ballast.toml:2:16
 ///   |
 /// 2 | max_attempts = 8
 ///   |                ^
+///   |
 ///   = help: use 3 (typical) to 5 attempts and hand longer outages to the durable task queue
 /// ```
 ///
-/// `source` gives the lines to quote; without it only the location is printed.
+/// and a blank line. `source` gives the lines to quote; without it only the
+/// location is printed.
 ///
 /// Control characters from the file (names, values, messages quoting them)
 /// are shown escaped ([`printable`]), so a configuration cannot drive the
@@ -28,7 +35,6 @@ pub fn human(findings: &[Finding], source: Option<&Source>) -> String {
     let mut out = String::new();
     for finding in findings {
         render_one(&mut out, finding, source);
-        out.push('\n');
     }
     out
 }
@@ -63,32 +69,94 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 fn render_one(out: &mut String, f: &Finding, source: Option<&Source>) {
-    let rule = f.rule.map(|r| format!("[{r}]")).unwrap_or_default();
     let (message, help, file) = (printable(&f.message), printable(&f.help), printable(&f.file));
-    let _ = writeln!(out, "{}{rule}: {message}", f.severity);
-    let Some(at) = f.location else {
-        let _ = writeln!(out, " --> {file}");
-        let _ = writeln!(out, "  = help: {help}");
+    let (Some(at), Some(source)) = (f.location, source) else {
+        // No line to quote, so nothing for the renderer to draw around: the
+        // file, and the place when there is one.
+        let rule = f.rule.map(|r| format!("[{r}]")).unwrap_or_default();
+        let place = f.location.map(|at| format!(":{}:{}", at.line, at.column)).unwrap_or_default();
+        let _ = write!(out, "{}{rule}: {message}\n --> {file}{place}\n  = help: {help}\n\n", f.severity);
         return;
     };
-    let gutter = " ".repeat(at.line.to_string().len());
-    let _ = writeln!(out, "{gutter}--> {file}:{}:{}", at.line, at.column);
-    if let Some(source) = source {
-        let line = source.line(at.line);
-        let before: String = line.chars().take(at.column - 1).collect();
-        let _ = writeln!(out, "{gutter} |");
-        let _ = writeln!(out, "{} | {}", at.line, shown(line));
-        // Measured on the text as printed; tabs kept so the caret lines up
-        // under tab-indented values.
-        let pad: String = shown(&before).chars().map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
-        let width = f
-            .span
-            .as_ref()
-            .and_then(|s| source.text().get(s.clone()))
-            .map_or(1, |text| shown(text.lines().next().unwrap_or("")).chars().count().max(1));
-        let _ = writeln!(out, "{gutter} | {pad}{}", "^".repeat(width));
+    let quoted = Quoted::new(&file, at, source, f.span.as_ref());
+    let severity = match f.severity {
+        Severity::Error => diagnostic::Severity::Error,
+        Severity::Warning => diagnostic::Severity::Warning,
+        Severity::Note => diagnostic::Severity::Note,
+    };
+    let mut diagnostic = Diagnostic::new(severity)
+        .with_message(message)
+        .with_labels(vec![Label::primary((), quoted.caret.clone())])
+        .with_notes(vec![format!("help: {help}")]);
+    if let Some(rule) = f.rule {
+        diagnostic = diagnostic.with_code(rule.id());
     }
-    let _ = writeln!(out, "{gutter} = help: {help}");
+    let config = term::Config { chars: term::Chars::ascii(), ..term::Config::default() };
+    // Rendering fails only when the file database lacks a line it is asked
+    // for; `Quoted` has the one line the label is on.
+    let _ = term::emit_to_string(out, &config, &quoted, &diagnostic);
+}
+
+/// The one line a finding quotes, as printed ([`shown`]), for the renderer:
+/// numbered and located as in the file, the caret range measured on the
+/// printed text so it stays under the value.
+struct Quoted<'a> {
+    file: &'a str,
+    at: Location,
+    line: String,
+    caret: Range<usize>,
+}
+
+impl<'a> Quoted<'a> {
+    fn new(file: &'a str, at: Location, source: &Source, span: Option<&Range<usize>>) -> Self {
+        let raw = source.line(at.line);
+        let line = shown(raw);
+        let before: String = raw.chars().take(at.column.saturating_sub(1)).collect();
+        let value = span.and_then(|s| source.text().get(s.clone())).and_then(|v| v.lines().next());
+        // Masking a URL cut short can differ from masking it whole: keep the
+        // range inside the printed line and on its character boundaries.
+        let start = floor_boundary(&line, shown(&before).len());
+        let end = floor_boundary(&line, start + value.map_or(0, |v| shown(v).len()));
+        Self { file, at, line, caret: start..end }
+    }
+}
+
+/// The largest character boundary of `text` at or before `index`.
+fn floor_boundary(text: &str, index: usize) -> usize {
+    (0..=index.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0)
+}
+
+impl<'a> Files<'a> for Quoted<'_> {
+    type FileId = ();
+    type Name = &'a str;
+    type Source = &'a str;
+
+    fn name(&'a self, (): ()) -> Result<&'a str, files::Error> {
+        Ok(self.file)
+    }
+
+    fn source(&'a self, (): ()) -> Result<&'a str, files::Error> {
+        Ok(&self.line)
+    }
+
+    fn line_index(&'a self, (): (), _: usize) -> Result<usize, files::Error> {
+        Ok(0)
+    }
+
+    fn line_number(&'a self, (): (), _: usize) -> Result<usize, files::Error> {
+        Ok(self.at.line)
+    }
+
+    fn column_number(&'a self, (): (), _: usize, _: usize) -> Result<usize, files::Error> {
+        Ok(self.at.column)
+    }
+
+    fn line_range(&'a self, (): (), line: usize) -> Result<Range<usize>, files::Error> {
+        match line {
+            0 => Ok(0..self.line.len()),
+            given => Err(files::Error::LineTooLarge { given, max: 0 }),
+        }
+    }
 }
 
 /// A line of the file as quoted under a finding: every URL in it with its
@@ -100,8 +168,9 @@ fn shown(text: &str) -> String {
     while let Some(at) = rest.find("://") {
         // The scheme: the letters, digits, `+`, `-` and `.` right before `://`.
         let scheme_start = rest[..at]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
-            .map_or(0, |i| i + 1);
+            .char_indices()
+            .rfind(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |(i, c)| i + c.len_utf8());
         let end = rest[at..]
             .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`'))
             .map_or(rest.len(), |i| at + i);

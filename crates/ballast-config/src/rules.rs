@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use ballast::{PolicyBuilder, Rule, Severity, Violation};
+use ballast::{PolicyBuilder, Retry, Rule, Severity, Violation};
+use ballast_http::RetryOn;
 
 use crate::durable::DurableSchedule;
 use crate::duration::display;
@@ -15,25 +16,19 @@ use crate::finding::{system_path, Problem};
 use crate::model::{File, QueueSection, ServeSection, System};
 use crate::suggest::did_you_mean;
 
-/// The transient outcomes `retry_on` may name (R-RES-RE-X2).
-pub const RETRY_ON_TRANSIENT: [&str; 4] = ["5xx", "timeout", "connect", "reset"];
-/// The 4xx outcomes that are transient by contract and may be opted into.
-pub const RETRY_ON_OPT_IN: [&str; 3] = ["408", "429", "409-in-flight"];
-/// The largest count-breaker window accepted.
-pub const MAX_COUNT_WINDOW: u64 = ballast::Breaker::MAX_COUNT_WINDOW as u64;
 /// The only order the composition has (R-RES-RE-2).
 pub const ORDER: [&str; 4] = ["retry", "breaker", "bulkhead", "timeout"];
 
 /// Every problem of one system: the core's checks, then this crate's rules.
 pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<Problem> {
-    let crate::build::Translated { builder, timeout, problems: mut out, .. } =
-        crate::build::translate(name, sys);
+    let crate::translate::Translated { builder, retry, timeout, problems: mut out } =
+        crate::translate::translate(name, sys);
     out.extend(core(name, &builder));
     out.extend(client_timeouts(name, sys, timeout.attempt()));
     out.extend(retry_on(name, sys));
     out.extend(client_retries(name, sys));
     out.extend(order(name, sys));
-    out.extend(writes_need_dedup(name, sys));
+    out.extend(writes_need_dedup(name, sys, &retry));
     out.extend(key_outlives_retries(file, name, sys, builder.worst_case()));
     out.extend(system_ranges(name, sys));
     out
@@ -51,38 +46,33 @@ pub(crate) fn violation(name: &str, v: Violation) -> Problem {
     Problem::at(v.rule, v.severity, system_path(name, &rest), v.message, v.help)
 }
 
-/// A `retry_on` entry as the checker and the HTTP client both read it:
-/// trimmed and lower-cased, so `" 5XX"` means `"5xx"`.
-pub(crate) fn retry_on_name(entry: &str) -> String {
-    entry.trim().to_ascii_lowercase()
-}
-
 /// R-RES-RE-X2: only transient outcomes are retried, never contract errors.
+/// An entry is known exactly when the HTTP client's [`RetryOn::from_names`] takes it.
 fn retry_on(name: &str, sys: &System) -> Vec<Problem> {
     let Some(list) = sys.retry.as_ref().and_then(|r| r.retry_on.as_ref()) else { return Vec::new() };
     let mut out = Vec::new();
     for (i, entry) in list.iter().enumerate() {
-        let at = system_path(name, &["retry", "retry_on", &i.to_string()]);
-        let e = retry_on_name(entry);
-        if RETRY_ON_TRANSIENT.contains(&e.as_str()) || RETRY_ON_OPT_IN.contains(&e.as_str()) {
+        if RetryOn::from_names(&[entry]).is_ok() {
             continue;
         }
+        let at = system_path(name, &["retry", "retry_on", &i.to_string()]);
+        let e = RetryOn::normalize_name(entry);
         let is_4xx_status = e.len() == 3 && e.starts_with('4') && e.bytes().all(|b| b.is_ascii_digit());
         if matches!(e.as_str(), "4xx" | "all" | "any" | "*") || is_4xx_status {
             out.push(Problem::error(
                 Some(Rule::ReX2),
                 at,
                 format!("retry_on \"{entry}\" retries contract errors (4xx): the request itself is wrong and will fail again"),
-                "retry only transient outcomes: \"5xx\", \"timeout\", \"connect\", \"reset\"; of the 4xx only \
-                 \"408\", \"429\" and \"409-in-flight\" may be opted into",
+                format!(
+                    "retry only transient outcomes: {}; of the 4xx only {} may be opted into",
+                    quoted(&RetryOn::TRANSIENT_NAMES, ", "),
+                    quoted(&RetryOn::OPT_IN_NAMES, " and ")
+                ),
             ));
         } else {
-            let all = RETRY_ON_TRANSIENT.iter().chain(&RETRY_ON_OPT_IN).copied();
-            let help = match did_you_mean(&e, all.clone()) {
+            let help = match did_you_mean(&e, RetryOn::names()) {
                 Some(s) => format!("did you mean \"{s}\"?"),
-                None => {
-                    format!("use some of {}", all.map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", "))
-                }
+                None => format!("use some of {}", quoted(&RetryOn::names().collect::<Vec<_>>(), ", ")),
             };
             out.push(Problem::error(
                 None,
@@ -93,6 +83,16 @@ fn retry_on(name: &str, sys: &System) -> Vec<Problem> {
         }
     }
     out
+}
+
+/// `"a", "b"{last}"c"`: names quoted and listed.
+fn quoted(names: &[&str], last: &str) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+    match quoted.split_last() {
+        Some((tail, [])) => tail.clone(),
+        Some((tail, rest)) => format!("{}{last}{tail}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 /// R-RES-RE-X4: no retries beside the one composition.
@@ -151,9 +151,8 @@ fn order(name: &str, sys: &System) -> Vec<Problem> {
 }
 
 /// R-RES-RE-1 (note): without deduplication by key, only reads are retried.
-fn writes_need_dedup(name: &str, sys: &System) -> Vec<Problem> {
-    let retries = sys.retry.as_ref().is_some_and(|r| r.max_attempts.unwrap_or(3) > 1);
-    if !retries || sys.dedupes_by_key == Some(true) {
+fn writes_need_dedup(name: &str, sys: &System, retry: &Retry) -> Vec<Problem> {
+    if retry.max_attempts() <= 1 || sys.dedupes_by_key == Some(true) {
         return Vec::new();
     }
     let at = if sys.dedupes_by_key.is_some() {
@@ -297,44 +296,40 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
 
 /// The `[queue]` section's ranges.
 pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
-    let at = |key: &str| vec!["queue".to_owned(), key.to_owned()];
     let mut out = Vec::new();
+    let mut refuse = |key: &str, message: String, help: String| {
+        out.push(Problem::error(None, vec!["queue".to_owned(), key.to_owned()], message, help));
+    };
     match q.url.as_deref() {
-        None => out.push(Problem::error(
-            None,
-            at("url"),
+        None => refuse(
+            "url",
             "`url` is missing from [queue]".into(),
-            "add e.g. `url = \"sqlite://ballast.db\"` or `url = \"postgres://…\"`",
-        )),
-        Some(url) if ballast_queue::Backend::from_url(url).is_none() => out.push(Problem::error(
-            None,
-            at("url"),
+            "add e.g. `url = \"sqlite://ballast.db\"` or `url = \"postgres://…\"`".into(),
+        ),
+        Some(url) if ballast_queue::Backend::from_url(url).is_none() => refuse(
+            "url",
             format!("queue url \"{}\" is neither sqlite: nor postgres://", ballast::redact_url(url)),
-            "use e.g. \"sqlite://ballast.db\" or \"postgres://user@host/db\"",
-        )),
+            "use e.g. \"sqlite://ballast.db\" or \"postgres://user@host/db\"".into(),
+        ),
         Some(_) => {}
     }
     if q.poll_interval.is_some_and(|d| d.get().is_zero()) {
-        out.push(Problem::error(
-            None,
-            at("poll_interval"),
+        refuse(
+            "poll_interval",
             "`poll_interval` is zero: workers would poll the database in a busy loop".into(),
-            "use e.g. \"5s\"",
-        ));
+            "use e.g. \"5s\"".into(),
+        );
     }
+    let guide = format!("use {}, the guide's value (R-RES-RE-5)", ballast_queue::DEFAULT_MAX_ATTEMPTS);
     match q.max_attempts {
-        Some(0) => out.push(Problem::error(
-            None,
-            at("max_attempts"),
+        Some(0) => refuse(
+            "max_attempts",
             "`max_attempts` is 0: it counts the first attempt, so no task would ever run".into(),
-            "use 10, the guide's value (R-RES-RE-5)",
-        )),
-        Some(n) if n > i32::MAX as u64 => out.push(Problem::error(
-            None,
-            at("max_attempts"),
-            format!("`max_attempts` {n} is larger than the queue can store"),
-            "use 10, the guide's value (R-RES-RE-5)",
-        )),
+            guide,
+        ),
+        Some(n) if n > i32::MAX as u64 => {
+            refuse("max_attempts", format!("`max_attempts` {n} is larger than the queue can store"), guide)
+        }
         _ => {}
     }
     out
@@ -342,41 +337,37 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
 
 /// The `[serve]` section's values.
 pub(crate) fn serve(s: &ServeSection) -> Vec<Problem> {
-    let at = |key: &str| vec!["serve".to_owned(), key.to_owned()];
     let mut out = Vec::new();
-    if let Some(listen) = &s.listen {
-        if listen.parse::<std::net::SocketAddr>().is_err() {
-            out.push(Problem::error(
-                None,
-                at("listen"),
-                format!("listen \"{listen}\" is not an address and port"),
-                "write an IP address and a port, e.g. \"127.0.0.1:9464\" (port 0 picks a free one)",
-            ));
-        }
+    let mut refuse = |key: &str, message: String, help: &str| {
+        out.push(Problem::error(None, vec!["serve".to_owned(), key.to_owned()], message, help));
+    };
+    if let Some(listen) = s.listen.as_ref().filter(|l| l.parse::<std::net::SocketAddr>().is_err()) {
+        refuse(
+            "listen",
+            format!("listen \"{listen}\" is not an address and port"),
+            "write an IP address and a port, e.g. \"127.0.0.1:9464\" (port 0 picks a free one)",
+        );
     }
     if s.max_connections.is_some_and(|n| n == 0 || n > 1_000_000) {
-        out.push(Problem::error(
-            None,
-            at("max_connections"),
+        refuse(
+            "max_connections",
             "`max_connections` is outside 1..=1000000".into(),
             "use a few hundred, e.g. 256: enough for scrapers and operators, few enough to keep descriptors for the worker",
-        ));
+        );
     }
     if s.header_read_timeout.is_some_and(|d| d.get().is_zero()) {
-        out.push(Problem::error(
-            None,
-            at("header_read_timeout"),
+        refuse(
+            "header_read_timeout",
             "`header_read_timeout` is zero: no request could ever be read".into(),
             "use a few seconds, e.g. \"5s\"",
-        ));
+        );
     }
     if s.stats_interval.is_some_and(|d| d.get() < Duration::from_secs(1)) {
-        out.push(Problem::error(
-            None,
-            at("stats_interval"),
+        refuse(
+            "stats_interval",
             "`stats_interval` is under 1 s: counting the queue that often loads its database".into(),
             "use a few seconds, e.g. \"5s\"",
-        ));
+        );
     }
     out
 }

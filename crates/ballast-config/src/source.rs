@@ -1,9 +1,12 @@
 //! The text of a configuration file and where things are in it: byte spans
-//! to `line:column`, and from a key path (`systems.sber.retry.max_attempts`)
-//! to the span of its value, so every finding points at what to change.
+//! to `line:column` (codespan-reporting's line index, the one the report is
+//! drawn with), and from a key path (`systems.sber.retry.max_attempts`) to
+//! the span of its value, so every finding points at what to change.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+
+use codespan_reporting::files::{self, Files as _, SimpleFile};
 
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
@@ -26,50 +29,52 @@ pub struct Location {
 /// assert_eq!(source.location(14), Location { line: 2, column: 7 });
 /// assert_eq!(source.line(2), "url = 1");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Source {
-    name: String,
-    text: String,
-    line_starts: Vec<usize>,
+    file: SimpleFile<String, String>,
 }
 
 impl Source {
     /// A file named `name` (as it should appear in messages) holding `text`.
     pub fn new(name: impl Into<String>, text: impl Into<String>) -> Self {
-        let text = text.into();
-        let line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
-        Self { name: name.into(), text, line_starts }
+        Self { file: SimpleFile::new(name.into(), text.into()) }
     }
 
     /// The file name, as given.
     pub fn name(&self) -> &str {
-        &self.name
+        self.file.name()
     }
 
     /// The whole text.
     pub fn text(&self) -> &str {
-        &self.text
+        self.file.source()
     }
 
     /// The line and column of byte `offset` (clamped to the text).
     pub fn location(&self, offset: usize) -> Location {
-        let offset = offset.min(self.text.len());
-        let line = self.line_starts.partition_point(|&start| start <= offset).max(1);
-        let start = self.line_starts[line - 1];
-        // A span never starts inside a character, but be safe: count what can be counted.
-        let column = self.text.get(start..offset).map_or(offset - start, |s| s.chars().count()) + 1;
-        Location { line, column }
+        // A single file always has the line of an offset; the fallback is never taken.
+        let at = self
+            .file
+            .location((), offset.min(self.text().len()))
+            .unwrap_or(files::Location { line_number: 1, column_number: 1 });
+        Location { line: at.line_number, column: at.column_number }
     }
 
     /// The text of 1-based `line`, without its line ending (empty past the end).
     pub fn line(&self, line: usize) -> &str {
-        let Some(&start) = line.checked_sub(1).and_then(|i| self.line_starts.get(i)) else {
-            return "";
-        };
-        let end = self.line_starts.get(line).map_or(self.text.len(), |&next| next.saturating_sub(1));
-        self.text.get(start..end.max(start)).unwrap_or("").trim_end_matches('\r')
+        let range = line.checked_sub(1).and_then(|index| self.file.line_range((), index).ok());
+        let text = range.and_then(|range| self.text().get(range)).unwrap_or("");
+        text.strip_suffix('\n').unwrap_or(text).trim_end_matches('\r')
     }
 }
+
+impl PartialEq for Source {
+    fn eq(&self, other: &Self) -> bool {
+        (self.name(), self.text()) == (other.name(), other.text())
+    }
+}
+
+impl Eq for Source {}
 
 /// Where one key and its value are.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,7 @@
-//! "Did you mean …?" for unknown keys and names.
+//! "Did you mean …?" for unknown keys and names: the closest candidate by
+//! edit distance (strsim's Levenshtein, counted in characters).
+
+use strsim::levenshtein as distance;
 
 /// The candidate closest to `word`, if one is close enough to be a likely
 /// typo (or contains / is contained in `word`, e.g. `attempts` →
@@ -23,22 +26,6 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
         })
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
-}
-
-/// Levenshtein distance, counted in characters.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev_diag = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = prev_diag + usize::from(ca != *cb);
-            prev_diag = row[j + 1];
-            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]

@@ -225,30 +225,21 @@ fn a_system_with_errors_is_not_built() {
     assert!(err.contains("did you mean `sber`"), "{err}");
 }
 
-fn snapshot(name: &str, actual: &str) {
-    let path = format!("{}/tests/snapshots/{name}", env!("CARGO_MANIFEST_DIR"));
-    if std::env::var_os("BLESS").is_some() {
-        std::fs::write(&path, actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(actual, expected, "snapshot {name} differs; rerun with BLESS=1 to accept");
-}
-
 #[test]
 fn human_and_json_output_snapshots() {
     let config = Config::load("tests/fixtures/bad.toml").unwrap();
     let findings = config.lint();
-    snapshot("bad.human.txt", &report::human(&findings, Some(config.source())));
-    snapshot("bad.json", &report::json(&findings));
+    insta::assert_snapshot!("bad.human", report::human(&findings, Some(config.source())));
+    insta::assert_snapshot!("bad.json", report::json(&findings));
 
     let err = Config::load("tests/fixtures/unknown_key.toml").unwrap_err();
-    snapshot("unknown_key.human.txt", &report::human(&err.findings(), err.input()));
+    insta::assert_snapshot!("unknown_key.human", report::human(&err.findings(), err.input()));
 }
 
 #[test]
 fn explain_snapshot_of_the_example() {
     let config = Config::load("../../examples/ballast.toml").unwrap();
-    snapshot("example.explain.txt", &config.explain(None).unwrap().to_string());
+    insta::assert_snapshot!("example.explain", config.explain(None).unwrap().to_string());
     assert!(config.explain(Some("nope")).is_err());
 }
 
@@ -358,6 +349,14 @@ fn secrets_in_urls_stay_out_of_findings() {
 }
 
 #[test]
+fn a_line_with_any_character_before_a_url_is_quoted() {
+    // A character of several bytes right before the scheme ends the scheme.
+    let config = Config::parse("t.toml", "[systems.a]\nbase_url = \"h\u{de642}ttp://u:s3cret@h\"\n").unwrap();
+    let human = report::human(&config.lint(), Some(config.source()));
+    assert!(human.contains("t.toml:2:12") && human.contains("ttp://u:***@h"), "{human}");
+}
+
+#[test]
 fn control_characters_from_the_file_are_escaped_in_human_output() {
     // Raw controls (invalid TOML, quoted back in the source line), a key named
     // with escapes, and a system named with escapes.
@@ -388,4 +387,34 @@ fn a_file_larger_than_any_configuration_is_refused_without_reading_it_all() {
     let value = "x".repeat(ballast_config::MAX_CONFIG_BYTES as usize);
     std::fs::write(&big, format!("[queue]\nurl = \"{value}\"\n")).unwrap();
     assert!(matches!(Config::load(&big), Err(ballast_config::LoadError::TooLarge { .. })));
+}
+
+#[test]
+fn the_caret_stands_under_the_value_after_tabs_and_wide_characters() {
+    let config =
+        Config::check("t.toml", "[systems.a]\n\tretry = { \"日本\" = 1, max_attempts = 8 }\n").unwrap();
+    let human = report::human(&config.findings, Some(&config.source));
+    let re3 = human.split("\n\n").find(|f| f.contains("R-RES-RE-3")).expect("the R-RES-RE-3 finding");
+    let lines: Vec<&str> = re3.lines().collect();
+    let quoted = lines.iter().position(|l| l.starts_with("2 | ")).expect("the quoted line");
+    // Terminal columns: a tab is drawn as spaces, 日 and 本 take two columns each.
+    let column = |text: &str, at: usize| {
+        text[..at]
+            .chars()
+            .map(|c| {
+                if c == '\t' {
+                    4
+                } else if c > '\u{2e80}' {
+                    2
+                } else {
+                    1
+                }
+            })
+            .sum::<usize>()
+    };
+    let source = lines[quoted];
+    let caret = lines[quoted + 1];
+    assert!(!source.contains('\t'), "{re3}");
+    assert_eq!(column(caret, caret.find('^').unwrap()), column(source, source.find('8').unwrap()), "{re3}");
+    assert!(re3.contains("t.toml:2:37"), "the location counts characters in the file: {re3}");
 }

@@ -72,8 +72,8 @@ impl Default for RetryOn {
 /// A `retry_on` name that is not an outcome class.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown retry_on class {name:?}: use 5xx, timeout, connect, reset, 408, 429 or 409-in-flight \
-     (other 4xx are contract errors and are never retried, R-RES-RE-X2)"
+    "unknown retry_on class {name:?}: use {} (other 4xx are contract errors and are never retried, R-RES-RE-X2)",
+    RetryOn::names().collect::<Vec<_>>().join(", ")
 )]
 pub struct UnknownClass {
     /// The name given.
@@ -94,24 +94,51 @@ impl RetryOn {
         }
     }
 
-    /// Exactly the named classes: `5xx`, `timeout`, `connect`, `reset`, `408`,
-    /// `429`, `409-in-flight` (the names of the TOML `retry_on` list).
+    /// The `retry_on` names of the outcomes transient by nature, on by default.
+    pub const TRANSIENT_NAMES: [&'static str; 4] = ["5xx", "timeout", "connect", "reset"];
+
+    /// The `retry_on` names of the 4xx outcomes that are transient only where
+    /// the system documents it, off by default.
+    pub const OPT_IN_NAMES: [&'static str; 3] = ["408", "429", "409-in-flight"];
+
+    /// Every `retry_on` name: [`TRANSIENT_NAMES`](Self::TRANSIENT_NAMES), then
+    /// [`OPT_IN_NAMES`](Self::OPT_IN_NAMES).
+    pub fn names() -> impl Iterator<Item = &'static str> + Clone {
+        Self::TRANSIENT_NAMES.into_iter().chain(Self::OPT_IN_NAMES)
+    }
+
+    /// A `retry_on` entry as it is read: trimmed and lower-cased, so `" 5XX"` names `5xx`.
+    pub fn normalize_name(entry: &str) -> String {
+        entry.trim().to_ascii_lowercase()
+    }
+
+    /// Exactly the named classes, each name read by
+    /// [`normalize_name`](Self::normalize_name): any of [`names`](Self::names)
+    /// (the names of the TOML `retry_on` list).
     pub fn from_names<S: AsRef<str>>(names: &[S]) -> Result<Self, UnknownClass> {
         let mut on = Self::none();
         for name in names {
-            let flag = match name.as_ref() {
-                "5xx" => &mut on.server_errors,
-                "timeout" => &mut on.timeouts,
-                "connect" => &mut on.connect,
-                "reset" => &mut on.reset,
-                "408" => &mut on.status_408,
-                "429" => &mut on.status_429,
-                "409-in-flight" => &mut on.conflict_in_flight,
-                other => return Err(UnknownClass { name: other.to_owned() }),
-            };
+            let flag = on
+                .flag(&Self::normalize_name(name.as_ref()))
+                .ok_or_else(|| UnknownClass { name: name.as_ref().to_owned() })?;
             *flag = true;
         }
         Ok(on)
+    }
+
+    /// The switch a normalized name stands for.
+    fn flag(&mut self, name: &str) -> Option<&mut bool> {
+        // In the order of `names()`.
+        let flags = [
+            &mut self.server_errors,
+            &mut self.timeouts,
+            &mut self.connect,
+            &mut self.reset,
+            &mut self.status_408,
+            &mut self.status_429,
+            &mut self.conflict_in_flight,
+        ];
+        Self::names().zip(flags).find_map(|(n, flag)| (n == name).then_some(flag))
     }
 
     /// Sets whether 5xx responses are transient.

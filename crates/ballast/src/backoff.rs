@@ -52,8 +52,8 @@ enum Shape {
 /// step in (the wait before retry `n + 1` uses `k = n + 1`): the formula's own
 /// first two waits both have a median near `median_first`, while from `k = 1`
 /// on each median doubles, so the median of wait `n` is ≈ `median_first · 2ⁿ`.
-/// The default median first delay is 500 ms, so a default policy waits
-/// roughly 500 ms → 1 s → 2 s.
+/// The default median first delay is [`Backoff::DEFAULT_FIRST_DELAY`] (500 ms),
+/// so a default policy waits roughly 500 ms → 1 s → 2 s.
 ///
 /// Two limits keep a backoff from degrading into hammering or a constant
 /// delay, checked when a policy is built and by `ballast lint`
@@ -90,23 +90,30 @@ pub struct DelayBounds {
 }
 
 impl Default for Backoff {
-    /// Decorrelated jitter, 500 ms median first delay, 30 s cap.
+    /// Decorrelated jitter from [`Backoff::DEFAULT_FIRST_DELAY`], capped at
+    /// [`Backoff::DEFAULT_MAX_DELAY`].
     fn default() -> Self {
-        Self::exponential(Duration::from_millis(500))
+        Self::exponential(Self::DEFAULT_FIRST_DELAY)
     }
 }
 
 impl Backoff {
+    /// The median first delay of the default backoff: the guide's 500 ms.
+    pub const DEFAULT_FIRST_DELAY: Duration = Duration::from_millis(500);
+
+    /// The cap on every delay unless [`max_delay`](Backoff::max_delay) sets another: 30 s.
+    pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(30);
+
     /// Exponential backoff with decorrelated jitter, whose first delay has the
-    /// median `median_first`. The cap defaults to 30 s.
+    /// median `median_first`. The cap defaults to [`Backoff::DEFAULT_MAX_DELAY`].
     pub const fn exponential(median_first: Duration) -> Self {
-        Self { shape: Shape::DecorrelatedJitter, median_first, max_delay: Duration::from_secs(30) }
+        Self { shape: Shape::DecorrelatedJitter, median_first, max_delay: Self::DEFAULT_MAX_DELAY }
     }
 
     /// Exponential backoff with full jitter: delay `n` is uniform in
     /// `[0, 2 · median_first · 2ⁿ]`, so its median is `median_first · 2ⁿ`.
     pub const fn exponential_full_jitter(median_first: Duration) -> Self {
-        Self { shape: Shape::FullJitter, median_first, max_delay: Duration::from_secs(30) }
+        Self { shape: Shape::FullJitter, median_first, max_delay: Self::DEFAULT_MAX_DELAY }
     }
 
     /// Caps every delay at `max_delay`.
@@ -153,45 +160,42 @@ impl Backoff {
     /// [`MIN_FIRST_DELAY`], or a `max_delay` under [`MIN_GROWTH`] × the first
     /// delay. `first` and `max` name the two settings in the findings.
     pub(crate) fn check(&self, first: &'static str, max: &'static str, out: &mut Vec<Violation>) {
-        let (m, cap) = (self.median_first, self.max_delay);
+        let (m, cap, guide) = (self.median_first, self.max_delay, Self::DEFAULT_FIRST_DELAY);
+        let mut x3 = |setting, message: String, help: String| {
+            out.push(Violation::error(Some(Rule::ReX3), setting, message, help));
+        };
         if m.is_zero() {
-            out.push(Violation::error(
-                Some(Rule::ReX3),
+            x3(
                 first,
                 "the first delay is zero: retrying without backoff hammers a sick system".into(),
-                "use a median first delay such as 500 ms (the guide's value)",
-            ));
+                format!("use a median first delay such as {guide:?} (the guide's value)"),
+            );
         } else if m < MIN_FIRST_DELAY {
-            out.push(Violation::error(
-                Some(Rule::ReX3),
+            x3(
                 first,
                 format!(
                     "the first delay {m:?} is under the {MIN_FIRST_DELAY:?} floor: the retries land in the \
                      same blip and their jitter is too narrow to spread the clients apart"
                 ),
-                "use a median first delay of at least 100 ms; the guide's is 500 ms",
-            ));
+                format!("use a median first delay of at least {MIN_FIRST_DELAY:?}; the guide's is {guide:?}"),
+            );
         }
         if cap.is_zero() {
-            out.push(Violation::error(
-                Some(Rule::ReX3),
+            x3(
                 max,
                 "max_delay is zero: every retry would be immediate".into(),
-                "cap the delay at a few seconds, e.g. 2 s",
-            ));
+                "cap the delay at a few seconds, e.g. 2 s".into(),
+            );
         } else if !m.is_zero() && cap < m.saturating_mul(MIN_GROWTH) {
-            out.push(Violation::error(
-                Some(Rule::ReX3),
+            let least = m.saturating_mul(MIN_GROWTH);
+            x3(
                 max,
                 format!(
                     "max_delay {cap:?} is under {MIN_GROWTH} × the first delay {m:?}: the waits cannot grow \
                      or spread, so the backoff degrades to a constant delay"
                 ),
-                format!(
-                    "set max_delay to at least {:?} ({MIN_GROWTH} × the first delay); 4 × or more is typical",
-                    m.saturating_mul(MIN_GROWTH)
-                ),
-            ));
+                format!("set max_delay to at least {least:?} ({MIN_GROWTH} × the first delay); 4 × or more is typical"),
+            );
         }
     }
 

@@ -20,7 +20,7 @@ use crate::bulkhead::Refused;
 use crate::events::EventKind;
 use crate::nesting;
 use crate::outcome::{Rejection, StopReason, TimeoutKind};
-use crate::policy::Inner;
+use crate::shared::Shared;
 use crate::timeout::{deadline_after, Attempt, AttemptDeadline, Strategy};
 use crate::{Class, Classify, Context, Failure, IdempotencyKey, OpKind, Rule};
 
@@ -76,7 +76,7 @@ enum Step<T, E> {
 
 /// What every attempt of one call shares.
 struct Call<'a, F> {
-    inner: &'a Inner,
+    inner: &'a Shared,
     kind: OpKind,
     key: Option<&'a IdempotencyKey>,
     cancel: Option<&'a CancellationToken>,
@@ -91,7 +91,7 @@ struct Call<'a, F> {
 }
 
 pub(crate) fn run<'a, T, E, F, Fut>(
-    inner: &'a Inner,
+    inner: &'a Shared,
     kind: OpKind,
     key: Option<&'a IdempotencyKey>,
     cancel: Option<&'a CancellationToken>,

@@ -62,6 +62,8 @@ mod policy;
 mod redact;
 mod retry;
 mod rules;
+mod shared;
+mod timeline;
 mod timeout;
 
 pub use backoff::{Backoff, DelayBounds, Delays, MIN_FIRST_DELAY, MIN_GROWTH};
@@ -78,4 +80,5 @@ pub use policy::{Policy, PolicyBuilder, Scoped, WINDOW_ERROR, WINDOW_WARNING};
 pub use redact::redact_url;
 pub use retry::{Retry, MAX_ATTEMPTS};
 pub use rules::{BuildError, Rule, Severity, Violation};
+pub use timeline::{Timeline, TimelineAttempt};
 pub use timeout::{Strategy, Timeout};

@@ -2,7 +2,7 @@
 //! retry → circuit breaker → bulkhead → timeout (R-RES-RE-2, R-RES-CB-1).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +15,8 @@ use crate::call;
 use crate::events::{Emitter, Listener};
 use crate::retry::Retry;
 use crate::rules::{BuildError, Rule, Severity, Violation};
+use crate::shared::Shared;
+use crate::timeline::Timeline;
 use crate::timeout::Timeout;
 use crate::{Classify, Context, Failure, IdempotencyKey, OpKind};
 
@@ -50,7 +52,7 @@ impl std::fmt::Debug for PolicyBuilder {
 }
 
 impl PolicyBuilder {
-    /// Retry settings (default: 3 attempts, exponential backoff from 500 ms, budget on).
+    /// Retry settings (default: [`Retry::default`]).
     pub fn retry(mut self, retry: Retry) -> Self {
         self.retry = retry;
         self
@@ -68,7 +70,7 @@ impl PolicyBuilder {
         self
     }
 
-    /// Attempt timeout and total deadline (default: 5 s per attempt, aggressive).
+    /// Attempt timeout and total deadline (default: [`Timeout::default`]).
     pub fn timeout(mut self, timeout: Timeout) -> Self {
         self.timeout = timeout;
         self
@@ -93,9 +95,15 @@ impl PolicyBuilder {
     }
 
     /// The worst-case in-memory window: every attempt timing out plus the
-    /// longest backoff before each retry, bounded by the total deadline.
+    /// longest backoff before each retry, bounded by the total deadline; the
+    /// end of the [`timeline`](Self::timeline).
     pub fn worst_case(&self) -> Duration {
-        worst_case(&self.retry, &self.timeout)
+        self.timeline().window
+    }
+
+    /// The worst case of a call, attempt by attempt (what `ballast explain` prints).
+    pub fn timeline(&self) -> Timeline {
+        Timeline::new(&self.retry, &self.timeout)
     }
 
     /// Every finding — errors, warnings and notes — without building.
@@ -139,10 +147,10 @@ impl PolicyBuilder {
             return Err(BuildError { violations: errors });
         }
         let seed = self.seed.unwrap_or_else(rand::random);
+        let worst_case = self.worst_case();
         let events = Emitter::new(self.name.clone(), self.listeners);
-        let worst_case = worst_case(&self.retry, &self.timeout);
         Ok(Policy {
-            inner: Arc::new(Inner {
+            shared: Arc::new(Shared {
                 breaker: self.breaker.map(|b| CircuitBreaker::new(b, events.clone(), seed ^ 0xB4EA_CE55)),
                 bulkhead: self.bulkhead.map(BulkheadState::new),
                 budget: self.retry.get_budget().map(|b| RetryBudget::new(*b)),
@@ -157,59 +165,6 @@ impl PolicyBuilder {
             }),
         })
     }
-}
-
-fn worst_case(retry: &Retry, timeout: &Timeout) -> Duration {
-    let n = retry.max_attempts().clamp(1, 64);
-    let attempts = timeout.attempt().saturating_mul(n);
-    let waits =
-        (0..n - 1).fold(Duration::ZERO, |acc, i| acc.saturating_add(retry.get_backoff().bounds(i).max));
-    let window = attempts.saturating_add(waits);
-    timeout.total_deadline().map_or(window, |t| window.min(t))
-}
-
-pub(crate) struct Inner {
-    pub(crate) retry: Retry,
-    pub(crate) breaker: Option<CircuitBreaker>,
-    pub(crate) bulkhead: Option<BulkheadState>,
-    pub(crate) budget: Option<RetryBudget>,
-    pub(crate) timeout: Timeout,
-    pub(crate) events: Emitter,
-    pub(crate) worst_case: Duration,
-    warnings: Vec<Violation>,
-    seed: u64,
-    calls: AtomicU64,
-    nested_warned: AtomicBool,
-}
-
-impl Inner {
-    /// Logs, once per policy, that a retrying call ran inside another
-    /// policy's attempt; the event says it every time.
-    pub(crate) fn warn_nested(&self, rule: Rule) {
-        if !self.nested_warned.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                system = %self.events.system(),
-                rule = rule.id(),
-                "a retrying call of this policy runs inside another policy's attempt; it makes one \
-                 attempt and the outer policy does the retrying ({rule}: {}). Call the two systems one \
-                 after the other instead of one inside the other",
-                rule.summary(),
-            );
-        }
-    }
-
-    /// A distinct, reproducible jitter seed per call.
-    pub(crate) fn next_seed(&self) -> u64 {
-        let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        splitmix(self.seed ^ splitmix(n))
-    }
-}
-
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// The resilience policy of one external system.
@@ -251,16 +206,16 @@ fn splitmix(mut z: u64) -> u64 {
 /// ```
 #[derive(Clone)]
 pub struct Policy {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Policy")
             .field("system", &self.name())
-            .field("retry", &self.inner.retry)
-            .field("breaker", &self.inner.breaker.as_ref().map(CircuitBreaker::state))
-            .field("timeout", &self.inner.timeout)
+            .field("retry", &self.shared.retry)
+            .field("breaker", &self.shared.breaker.as_ref().map(CircuitBreaker::state))
+            .field("timeout", &self.shared.timeout)
             .finish()
     }
 }
@@ -282,44 +237,55 @@ impl Policy {
 
     /// The external system's name.
     pub fn name(&self) -> &str {
-        self.inner.events.system()
+        self.shared.events.system()
     }
 
     /// The worst-case in-memory window (R-RES-RE-4).
     pub fn worst_case(&self) -> Duration {
-        self.inner.worst_case
+        self.shared.worst_case
+    }
+
+    /// The worst case of a call, attempt by attempt; it ends at [`worst_case`](Self::worst_case).
+    pub fn timeline(&self) -> Timeline {
+        Timeline::new(&self.shared.retry, &self.shared.timeout)
     }
 
     /// Warnings found at build time (e.g. a window over 5 s, R-RES-RE-4).
     pub fn warnings(&self) -> &[Violation] {
-        &self.inner.warnings
+        &self.shared.warnings
     }
 
     /// The retry settings.
     pub fn retry(&self) -> &Retry {
-        &self.inner.retry
+        &self.shared.retry
     }
 
     /// The timeout settings.
     pub fn timeout(&self) -> &Timeout {
-        &self.inner.timeout
+        &self.shared.timeout
     }
 
     /// The circuit breaker, for its state, manual control and snapshots.
     pub fn breaker(&self) -> Option<&CircuitBreaker> {
-        self.inner.breaker.as_ref()
+        self.shared.breaker.as_ref()
     }
 
     /// Attempts in flight in the bulkhead now (`None` without a bulkhead).
     pub fn bulkhead_in_flight(&self) -> Option<usize> {
-        self.inner.bulkhead.as_ref().map(BulkheadState::in_flight)
+        self.shared.bulkhead.as_ref().map(BulkheadState::in_flight)
     }
 
     /// A view of this policy whose calls stop when `token` is cancelled: an
     /// attempt is dropped (or, cooperative, signalled) and a backoff wait ends
     /// at once, with [`Failure::Cancelled`].
     pub fn cancel_on<'a>(&'a self, token: &'a CancellationToken) -> Scoped<'a> {
-        Scoped { policy: self, cancel: Some(token) }
+        self.scoped(Some(token))
+    }
+
+    /// This policy with or without a token: `read`, `write` and `write_once`
+    /// are [`Scoped`]'s, so each is written once for both types.
+    fn scoped<'a>(&'a self, cancel: Option<&'a CancellationToken>) -> Scoped<'a> {
+        Scoped { policy: self, cancel }
     }
 
     /// Runs a read (GET-equivalent), retried on transient errors (R-RES-RE-1a).
@@ -330,7 +296,7 @@ impl Policy {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.inner, OpKind::Read, None, None, op)
+        self.scoped(None).read(op)
     }
 
     /// Runs a write that carries `key`, which the external system
@@ -347,7 +313,7 @@ impl Policy {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.inner, OpKind::Write, Some(key), None, op)
+        self.scoped(None).write(key, op)
     }
 
     /// Runs a write without a key: exactly one attempt, never retried
@@ -359,7 +325,7 @@ impl Policy {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.inner, OpKind::WriteOnce, None, None, op)
+        self.scoped(None).write_once(op)
     }
 }
 
@@ -380,7 +346,7 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.inner, OpKind::Read, None, self.cancel, op)
+        call::run(&self.policy.shared, OpKind::Read, None, self.cancel, op)
     }
 
     /// [`Policy::write`], cancellable.
@@ -395,7 +361,7 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.inner, OpKind::Write, Some(key), self.cancel, op)
+        call::run(&self.policy.shared, OpKind::Write, Some(key), self.cancel, op)
     }
 
     /// [`Policy::write_once`], cancellable.
@@ -406,6 +372,6 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.inner, OpKind::WriteOnce, None, self.cancel, op)
+        call::run(&self.policy.shared, OpKind::WriteOnce, None, self.cancel, op)
     }
 }

@@ -32,13 +32,16 @@ pub struct Retry {
 }
 
 impl Default for Retry {
-    /// 3 attempts, exponential backoff from 500 ms, the default budget.
+    /// [`Retry::DEFAULT_ATTEMPTS`] attempts, the [default backoff](Backoff::default), the default budget.
     fn default() -> Self {
-        Self::attempts(3)
+        Self::attempts(Self::DEFAULT_ATTEMPTS)
     }
 }
 
 impl Retry {
+    /// The attempts of the default retry, the first included: the guide's typical 3.
+    pub const DEFAULT_ATTEMPTS: u32 = 3;
+
     /// Up to `max_attempts` attempts, **the first included** (1..=5).
     pub fn attempts(max_attempts: u32) -> Self {
         Self { max_attempts, backoff: Backoff::default(), budget: Some(Budget::default()) }
@@ -49,7 +52,7 @@ impl Retry {
         Self::attempts(1)
     }
 
-    /// The backoff between attempts (default: exponential from 500 ms).
+    /// The backoff between attempts (default: [`Backoff::default`]).
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
         self

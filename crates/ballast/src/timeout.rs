@@ -58,13 +58,16 @@ pub struct Timeout {
 }
 
 impl Default for Timeout {
-    /// The guide's value: 5 s per attempt, aggressive, no total deadline.
+    /// [`Timeout::DEFAULT_ATTEMPT`] per attempt, aggressive, no total deadline.
     fn default() -> Self {
-        Self::aggressive(Duration::from_secs(5))
+        Self::aggressive(Self::DEFAULT_ATTEMPT)
     }
 }
 
 impl Timeout {
+    /// The attempt timeout of the default timeout: the guide's 5 s.
+    pub const DEFAULT_ATTEMPT: Duration = Duration::from_secs(5);
+
     /// Each attempt gets `attempt`; a late attempt is dropped.
     pub const fn aggressive(attempt: Duration) -> Self {
         Self { attempt, strategy: Strategy::Aggressive, total: None }

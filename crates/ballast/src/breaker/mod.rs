@@ -120,7 +120,13 @@ pub struct Breaker {
 }
 
 impl Breaker {
-    const DEFAULT_HALF_OPEN: Duration = Duration::from_secs(30);
+    /// How long an open breaker waits before a probe unless
+    /// [`half_open_after`](Breaker::half_open_after) says otherwise: 30 s.
+    pub const DEFAULT_HALF_OPEN: Duration = Duration::from_secs(30);
+
+    /// The calls a [`sampling`](Breaker::sampling) breaker needs in its period
+    /// before it may open, unless [`min_throughput`](Breaker::min_throughput) says otherwise.
+    pub const DEFAULT_MIN_THROUGHPUT: u64 = 20;
 
     /// The largest window a count breaker may keep (its bits are allocated up front).
     pub const MAX_COUNT_WINDOW: usize = 1_000_000;
@@ -147,9 +153,9 @@ impl Breaker {
 
     /// Opens when, over the last `period`, failures exceed `threshold · calls`
     /// and at least [`min_throughput`](Breaker::min_throughput) calls were
-    /// seen (default 20).
+    /// seen (default [`Breaker::DEFAULT_MIN_THROUGHPUT`]).
     pub fn sampling(threshold: f64, period: Duration) -> Self {
-        Self::with(Kind::Sampling { threshold, period, min_throughput: 20 })
+        Self::with(Kind::Sampling { threshold, period, min_throughput: Self::DEFAULT_MIN_THROUGHPUT })
     }
 
     /// For [`Breaker::count`]: outcomes needed before it may open.
@@ -168,7 +174,7 @@ impl Breaker {
         self
     }
 
-    /// Wait before a probe: a [`Duration`] or a [`Backoff`] (default 30 s).
+    /// Wait before a probe: a [`Duration`] or a [`Backoff`] (default [`Breaker::DEFAULT_HALF_OPEN`]).
     pub fn half_open_after(mut self, after: impl Into<HalfOpenAfter>) -> Self {
         self.half_open_after = after.into();
         self
