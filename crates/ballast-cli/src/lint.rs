@@ -5,16 +5,8 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::format::Format;
 use ballast_config::{report, Config, Finding};
-
-/// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Like a compiler: the source line with a caret under the value at fault.
-    Human,
-    /// One JSON array of {rule, severity, file, line, column, message, help}.
-    Json,
-}
 
 /// Arguments of `ballast lint`.
 #[derive(Debug, clap::Args)]

@@ -9,6 +9,7 @@
 
 mod demo;
 mod explain;
+mod format;
 mod lint;
 mod queue;
 mod serve;

@@ -5,6 +5,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::format::Format;
 use anyhow::{bail, Context as _};
 use ballast_config::duration;
 use ballast_queue::{Backend, KindStats, ListFilter, Queue, TaskInfo, TaskState, TABLE};
@@ -14,15 +15,6 @@ use serde_json::{json, Value};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Characters of `last_error` shown in a human table.
 const ERROR_WIDTH: usize = 60;
-
-/// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Aligned tables and sentences.
-    Human,
-    /// One JSON value on stdout, for scripts.
-    Json,
-}
 
 /// Arguments of `ballast queue`.
 #[derive(Debug, clap::Args)]

@@ -49,6 +49,7 @@
 //! The classification table is in the [`classify`] module's documentation.
 
 pub mod classify;
+mod decode;
 #[cfg(feature = "queue")]
 pub mod delivery;
 mod error;

@@ -3,11 +3,8 @@
 
 use std::borrow::Cow;
 
-use ballast::{Class, Failure, StopReason};
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-
-use crate::HttpError;
 
 /// A complete response from an external system.
 #[derive(Debug, Clone)]
@@ -48,25 +45,5 @@ impl Response {
     /// How many attempts the call made, this one included.
     pub fn attempts(&self) -> u32 {
         self.attempts
-    }
-
-    /// The body parsed as JSON. A body that is not the JSON expected is a
-    /// permanent failure of the call ([`HttpError::Decode`]), in the same
-    /// error type as the call's own, so one `?` handles both:
-    ///
-    /// ```no_run
-    /// # async fn f(crm: ballast_http::HttpSystem) -> Result<(), ballast::Failure<ballast_http::HttpError>> {
-    /// #[derive(serde::Deserialize)]
-    /// struct Order { id: u64 }
-    /// let order: Order = crm.read(ballast_http::Request::get("orders/7")).await?.json()?;
-    /// # let _ = order.id; Ok(()) }
-    /// ```
-    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Failure<HttpError>> {
-        serde_json::from_slice(&self.body).map_err(|source| Failure::Operation {
-            error: HttpError::Decode { status: self.status, source },
-            class: Class::Permanent,
-            attempts: self.attempts,
-            stop: StopReason::Permanent,
-        })
     }
 }
