@@ -196,6 +196,6 @@ pub(crate) fn transport_message(kind: TransportKind) -> &'static str {
         }
         TransportKind::Reset => "connection reset: the request may have been applied",
         TransportKind::Incomplete => "incomplete response: the request may have been applied",
-        TransportKind::Other => "transport error",
+        _ => "transport error",
     }
 }

@@ -25,7 +25,7 @@
 //! let policy = Policy::builder("sber")
 //!     .retry(Retry::attempts(3).backoff(Backoff::exponential(Duration::from_millis(500))))
 //!     .breaker(Breaker::count(0.5, 50).half_open_after(Duration::from_secs(30)))
-//!     .bulkhead(Bulkhead::new(8))
+//!     .bulkhead(Bulkhead::new(8).queue(16)) // 16 more may wait; without .queue(n) the 9th concurrent call is refused
 //!     .timeout(Timeout::aggressive(Duration::from_secs(5)))
 //!     .build()
 //!     .expect("the guide's own policy passes its rules");
@@ -54,6 +54,8 @@ mod call;
 mod classify;
 mod events;
 mod fallback;
+#[cfg(feature = "reqwest")]
+pub mod http_class;
 mod key;
 mod nesting;
 mod op;

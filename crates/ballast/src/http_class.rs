@@ -1,0 +1,372 @@
+//! Which HTTP outcomes are worth another attempt (R-RES-RE-X2), for reqwest
+//! (feature `reqwest`): the one classification `ballast-http` uses for its
+//! systems, and what [`Classify`](crate::Classify) says of a bare
+//! `reqwest::Error` — so a policy can wrap plain reqwest calls without a newtype:
+//!
+//! ```no_run
+//! # async fn f(policy: ballast::Policy) -> Result<(), ballast::Failure<reqwest::Error>> {
+//! let client = reqwest::Client::new();
+//! let body = policy
+//!     .read(|_| async { client.get("https://crm.example/orders/7").send().await?.error_for_status()?.text().await })
+//!     .await?;
+//! # let _ = body; Ok(()) }
+//! ```
+//!
+//! | outcome | class by default | switch |
+//! |---|---|---|
+//! | 5xx | transient | [`RetryOn::server_errors`] |
+//! | connection refused, other connect errors (nothing was sent) | transient | [`RetryOn::connect`] |
+//! | connect timeout, read/headers timeout | transient | [`RetryOn::timeouts`] |
+//! | connection reset or aborted, broken pipe, incomplete message | transient | [`RetryOn::reset`] |
+//! | 408, 429 | permanent | [`RetryOn::status_408`], [`RetryOn::status_429`] |
+//! | 409 on a keyed write to a deduplicating system | permanent | [`RetryOn::conflict_in_flight`] |
+//! | every other 4xx, TLS and protocol errors, anything else | permanent, never retried | — |
+
+use crate::{Class, Classification, Classify};
+use std::error::Error as StdError;
+use std::io;
+
+use reqwest::StatusCode;
+
+/// The outcome classes an HTTP system treats as transient.
+///
+/// The default is `{5xx, timeout, connect, reset}`; 408, 429 and 409-in-flight
+/// are opt-in because they mean something only when the system documents it.
+///
+/// ```
+/// use ballast::http_class::RetryOn;
+///
+/// let on = RetryOn::default().with_429(true);
+/// assert_eq!(on, RetryOn::from_names(&["5xx", "timeout", "connect", "reset", "429"]).unwrap());
+/// assert!(RetryOn::from_names(&["4xx"]).unwrap_err().to_string().contains("R-RES-RE-X2"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RetryOn {
+    /// 5xx responses.
+    pub server_errors: bool,
+    /// Connect timeouts and read/headers timeouts of the client.
+    pub timeouts: bool,
+    /// Refused and otherwise failed connections (the request was not sent).
+    pub connect: bool,
+    /// Reset or aborted connections and incomplete responses.
+    pub reset: bool,
+    /// 408 Request Timeout.
+    pub status_408: bool,
+    /// 429 Too Many Requests.
+    pub status_429: bool,
+    /// 409 Conflict on a keyed write: the original request with this key is
+    /// still being processed (IETF Idempotency-Key draft).
+    pub conflict_in_flight: bool,
+}
+
+impl Default for RetryOn {
+    fn default() -> Self {
+        Self {
+            server_errors: true,
+            timeouts: true,
+            connect: true,
+            reset: true,
+            status_408: false,
+            status_429: false,
+            conflict_in_flight: false,
+        }
+    }
+}
+
+/// A `retry_on` name that is not an outcome class.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown retry_on class {name:?}: use {} (other 4xx are contract errors and are never retried, R-RES-RE-X2)",
+    RetryOn::names().collect::<Vec<_>>().join(", ")
+)]
+pub struct UnknownClass {
+    /// The name given.
+    pub name: String,
+}
+
+impl RetryOn {
+    /// Every class off: nothing is transient but the policy's own attempt timeout.
+    pub const fn none() -> Self {
+        Self {
+            server_errors: false,
+            timeouts: false,
+            connect: false,
+            reset: false,
+            status_408: false,
+            status_429: false,
+            conflict_in_flight: false,
+        }
+    }
+
+    /// The `retry_on` names of the outcomes transient by nature, on by default.
+    pub const TRANSIENT_NAMES: [&'static str; 4] = ["5xx", "timeout", "connect", "reset"];
+
+    /// The `retry_on` names of the 4xx outcomes that are transient only where
+    /// the system documents it, off by default.
+    pub const OPT_IN_NAMES: [&'static str; 3] = ["408", "429", "409-in-flight"];
+
+    /// Every `retry_on` name: [`TRANSIENT_NAMES`](Self::TRANSIENT_NAMES), then
+    /// [`OPT_IN_NAMES`](Self::OPT_IN_NAMES).
+    pub fn names() -> impl Iterator<Item = &'static str> + Clone {
+        Self::TRANSIENT_NAMES.into_iter().chain(Self::OPT_IN_NAMES)
+    }
+
+    /// A `retry_on` entry as it is read: trimmed and lower-cased, so `" 5XX"` names `5xx`.
+    pub fn normalize_name(entry: &str) -> String {
+        entry.trim().to_ascii_lowercase()
+    }
+
+    /// Exactly the named classes, each name read by
+    /// [`normalize_name`](Self::normalize_name): any of [`names`](Self::names)
+    /// (the names of the TOML `retry_on` list).
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> Result<Self, UnknownClass> {
+        let mut on = Self::none();
+        for name in names {
+            let flag = on
+                .flag(&Self::normalize_name(name.as_ref()))
+                .ok_or_else(|| UnknownClass { name: name.as_ref().to_owned() })?;
+            *flag = true;
+        }
+        Ok(on)
+    }
+
+    /// The switch a normalized name stands for.
+    fn flag(&mut self, name: &str) -> Option<&mut bool> {
+        // In the order of `names()`.
+        let flags = [
+            &mut self.server_errors,
+            &mut self.timeouts,
+            &mut self.connect,
+            &mut self.reset,
+            &mut self.status_408,
+            &mut self.status_429,
+            &mut self.conflict_in_flight,
+        ];
+        Self::names().zip(flags).find_map(|(n, flag)| (n == name).then_some(flag))
+    }
+
+    /// Sets whether 5xx responses are transient.
+    pub const fn with_5xx(mut self, on: bool) -> Self {
+        self.server_errors = on;
+        self
+    }
+
+    /// Sets whether client timeouts (connect, read) are transient.
+    pub const fn with_timeouts(mut self, on: bool) -> Self {
+        self.timeouts = on;
+        self
+    }
+
+    /// Sets whether refused and failed connections are transient.
+    pub const fn with_connect(mut self, on: bool) -> Self {
+        self.connect = on;
+        self
+    }
+
+    /// Sets whether reset connections and incomplete messages are transient.
+    pub const fn with_reset(mut self, on: bool) -> Self {
+        self.reset = on;
+        self
+    }
+
+    /// Sets whether 408 is transient.
+    pub const fn with_408(mut self, on: bool) -> Self {
+        self.status_408 = on;
+        self
+    }
+
+    /// Sets whether 429 is transient.
+    pub const fn with_429(mut self, on: bool) -> Self {
+        self.status_429 = on;
+        self
+    }
+
+    /// Sets whether 409 on a keyed write means "original still in flight".
+    pub const fn with_409_in_flight(mut self, on: bool) -> Self {
+        self.conflict_in_flight = on;
+        self
+    }
+
+    /// The class of an error status. `keyed_write` is true only for a keyed
+    /// write to a system that deduplicates by its key.
+    pub fn status_class(&self, status: StatusCode, keyed_write: bool) -> Class {
+        let transient = match status.as_u16() {
+            500..=599 => self.server_errors,
+            408 => self.status_408,
+            429 => self.status_429,
+            409 => keyed_write && self.conflict_in_flight,
+            _ => false,
+        };
+        class(transient)
+    }
+
+    /// The class of a transport failure of this kind.
+    pub fn transport_class(&self, kind: TransportKind) -> Class {
+        class(match kind {
+            TransportKind::Connect => self.connect,
+            TransportKind::ConnectTimeout | TransportKind::ReadTimeout => self.timeouts,
+            TransportKind::Reset | TransportKind::Incomplete => self.reset,
+            TransportKind::Other => false,
+        })
+    }
+}
+
+fn class(transient: bool) -> Class {
+    if transient {
+        Class::Transient
+    } else {
+        Class::Permanent
+    }
+}
+
+/// How a request failed below HTTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TransportKind {
+    /// The connection could not be made (refused, unreachable, DNS): nothing was sent.
+    Connect,
+    /// The connection was not made within the connect timeout.
+    ConnectTimeout,
+    /// No bytes arrived within the read timeout (headers or body).
+    ReadTimeout,
+    /// The connection was reset or aborted, or the pipe broke.
+    Reset,
+    /// The connection closed before a complete response arrived.
+    Incomplete,
+    /// Anything else (TLS, protocol, invalid request): not worth another attempt.
+    Other,
+}
+
+impl TransportKind {
+    /// A short stable name, e.g. `"connect_timeout"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::Connect => "connect",
+            TransportKind::ConnectTimeout => "connect_timeout",
+            TransportKind::ReadTimeout => "read_timeout",
+            TransportKind::Reset => "reset",
+            TransportKind::Incomplete => "incomplete",
+            TransportKind::Other => "other",
+        }
+    }
+
+    /// Finds the kind by walking an error's source chain, where reqwest,
+    /// hyper and the OS leave the facts (`std::io::Error` kinds, hyper's
+    /// incomplete-message flag).
+    pub fn of(error: &(dyn StdError + 'static)) -> Self {
+        let connect = error.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_connect);
+        let mut timed_out = false;
+        let mut found = None;
+        let mut source = Some(error);
+        while let Some(err) = source {
+            if let Some(io) = err.downcast_ref::<io::Error>() {
+                match io.kind() {
+                    io::ErrorKind::TimedOut => timed_out = true,
+                    io::ErrorKind::ConnectionRefused => found = found.or(Some(TransportKind::Connect)),
+                    io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::BrokenPipe => found = found.or(Some(TransportKind::Reset)),
+                    io::ErrorKind::UnexpectedEof => found = found.or(Some(TransportKind::Incomplete)),
+                    _ => {}
+                }
+            }
+            if let Some(h) = err.downcast_ref::<hyper::Error>() {
+                if h.is_timeout() {
+                    timed_out = true;
+                } else if h.is_incomplete_message() {
+                    found = found.or(Some(TransportKind::Incomplete));
+                }
+            }
+            if err.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_timeout) {
+                timed_out = true;
+            }
+            source = err.source();
+        }
+        match (connect, timed_out) {
+            (true, true) => TransportKind::ConnectTimeout,
+            (true, false) => TransportKind::Connect,
+            (false, true) => TransportKind::ReadTimeout,
+            (false, false) => found.unwrap_or(TransportKind::Other),
+        }
+    }
+}
+
+impl RetryOn {
+    /// The class of a reqwest error under these switches: an error made by
+    /// `error_for_status` by its status (as for a write without a key: no
+    /// 409-in-flight), any other by its [`TransportKind`].
+    pub fn classify_reqwest(&self, error: &reqwest::Error) -> Classification {
+        let class = match error.status() {
+            Some(status) => self.status_class(status, false),
+            None => self.transport_class(TransportKind::of(error)),
+        };
+        Classification { class, retry_after: None }
+    }
+}
+
+/// The default [`RetryOn`]: 5xx, timeouts, refused and reset connections are
+/// transient; every 4xx and anything else is permanent (R-RES-RE-X2).
+impl Classify for reqwest::Error {
+    fn classify(&self) -> Classification {
+        RetryOn::default().classify_reqwest(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_table() {
+        let default = RetryOn::default();
+        let all = RetryOn::default().with_408(true).with_429(true).with_409_in_flight(true);
+        let t = Class::Transient;
+        let p = Class::Permanent;
+        for (status, keyed, on, want) in [
+            (500, false, default, t),
+            (503, true, default, t),
+            (400, false, all, p),
+            (404, true, all, p),
+            (408, false, default, p),
+            (408, false, all, t),
+            (429, false, default, p),
+            (429, false, all, t),
+            (409, true, default, p),
+            (409, false, all, p),
+            (409, true, all, t),
+            (503, false, RetryOn::none(), p),
+        ] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert_eq!(on.status_class(status, keyed), want, "{status} keyed={keyed} {on:?}");
+        }
+    }
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_refused() {
+        let every = ["5xx", "timeout", "connect", "reset", "408", "429", "409-in-flight"];
+        let on = RetryOn::from_names(&every).unwrap();
+        assert_eq!(on, RetryOn::default().with_408(true).with_429(true).with_409_in_flight(true));
+        assert_eq!(RetryOn::from_names::<&str>(&[]).unwrap(), RetryOn::none());
+        let err = RetryOn::from_names(&["5xx", "404"]).unwrap_err();
+        assert_eq!(err.name, "404");
+    }
+
+    #[test]
+    fn io_kinds_in_the_source_chain_decide_the_transport_kind() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("wrapped")]
+        struct Wrapped(#[source] io::Error);
+        for (kind, want) in [
+            (io::ErrorKind::ConnectionReset, TransportKind::Reset),
+            (io::ErrorKind::BrokenPipe, TransportKind::Reset),
+            (io::ErrorKind::UnexpectedEof, TransportKind::Incomplete),
+            (io::ErrorKind::TimedOut, TransportKind::ReadTimeout),
+            (io::ErrorKind::ConnectionRefused, TransportKind::Connect),
+            (io::ErrorKind::PermissionDenied, TransportKind::Other),
+        ] {
+            assert_eq!(TransportKind::of(&Wrapped(kind.into())), want, "{kind:?}");
+        }
+    }
+}
