@@ -68,9 +68,12 @@ async fn serve(config: &Config, listen: Option<SocketAddr>) -> anyhow::Result<()
         "ballast serve: listening on http://{} (metrics /metrics, health /health/live /health/ready), \
          {} systems, queue {}",
         server.admin_addr(),
-        server.systems(),
+        server.systems().names().len(),
         server.queue_url()
     );
+    if let Some(gateway) = server.gateway_addr() {
+        println!("ballast serve: gateway on http://{gateway} (/call/{{system}}/{{path}}, /tasks/{{id}})");
+    }
     // Whoever started us may wait for this line before talking to us.
     std::io::stdout().flush()?;
 

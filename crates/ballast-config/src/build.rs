@@ -87,31 +87,6 @@ pub struct QueueSettings {
     pub backoff: ballast_queue::DurableBackoff,
 }
 
-/// How `ballast serve` listens, from `[serve]` (defaults without it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServeSettings {
-    /// The admin listener's address.
-    pub listen: std::net::SocketAddr,
-    /// Connections served at once.
-    pub max_connections: usize,
-    /// How long a client may take to send a request's headers.
-    pub header_read_timeout: Duration,
-    /// How often the queue's counts are refreshed.
-    pub stats_interval: Duration,
-}
-
-impl Default for ServeSettings {
-    /// Loopback port 9464, 256 connections, 5 s for headers, counts every 5 s.
-    fn default() -> Self {
-        Self {
-            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9464)),
-            max_connections: 256,
-            header_read_timeout: Duration::from_secs(5),
-            stats_interval: Duration::from_secs(5),
-        }
-    }
-}
-
 impl QueueSettings {
     /// Connects to the queue's database.
     pub async fn connect(&self) -> ballast_queue::Result<ballast_queue::Queue> {
@@ -181,27 +156,6 @@ impl Config {
     /// Every system's policy, by name.
     pub fn policies(&self) -> Result<BTreeMap<String, Policy>, ConfigError> {
         self.system_names().map(|name| Ok((name.to_owned(), self.policy(name)?))).collect()
-    }
-
-    /// How `ballast serve` listens: `[serve]` over [`ServeSettings::default`].
-    /// Refused when `[serve]` has lint errors.
-    pub fn serve(&self) -> Result<ServeSettings, ConfigError> {
-        let defaults = ServeSettings::default();
-        let Some(serve) = &self.file.serve else { return Ok(defaults) };
-        let errors: Vec<Finding> =
-            crate::rules::serve(serve).into_iter().map(|p| p.locate(&self.source, &self.index)).collect();
-        if !errors.is_empty() {
-            let file = self.source.name().to_owned();
-            return Err(ConfigError::Refused { section: "serve".into(), file, findings: errors });
-        }
-        Ok(ServeSettings {
-            listen: serve.listen.as_deref().and_then(|l| l.parse().ok()).unwrap_or(defaults.listen),
-            max_connections: serve
-                .max_connections
-                .map_or(defaults.max_connections, |n| usize::try_from(n).unwrap_or(usize::MAX)),
-            header_read_timeout: serve.header_read_timeout.map_or(defaults.header_read_timeout, |d| d.get()),
-            stats_interval: serve.stats_interval.map_or(defaults.stats_interval, |d| d.get()),
-        })
     }
 
     /// The durable queue's settings. Refused when `[queue]` has lint errors.

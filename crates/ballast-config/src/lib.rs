@@ -68,15 +68,17 @@ mod http;
 mod lint;
 mod load;
 mod rules;
+mod serving;
 mod source;
 mod translate;
 
 pub mod duration;
 pub mod model;
 pub mod report;
+pub mod size;
 pub mod suggest;
 
-pub use build::{ConfigError, QueueSettings, ServeSettings};
+pub use build::{ConfigError, QueueSettings};
 pub use config::Config;
 pub use durable::DurableSchedule;
 pub use duration::{ConfigDuration, DurationError};
@@ -85,5 +87,7 @@ pub use finding::Finding;
 pub use lint::has_errors;
 pub use load::{Checked, LoadError, MAX_CONFIG_BYTES};
 pub use rules::ORDER;
+pub use serving::{GatewaySettings, ServeSettings};
+pub use size::{ConfigSize, SizeError};
 pub use source::{Location, Source};
 pub use translate::{BACKOFF_KINDS, BREAKER_KINDS, MAX_COUNT_WINDOW, STRATEGIES};

@@ -18,6 +18,7 @@ impl Config {
     pub fn lint(&self) -> Vec<Finding> {
         let mut problems = self.file.queue.as_ref().map(crate::rules::queue).unwrap_or_default();
         problems.extend(self.file.serve.as_ref().map(crate::rules::serve).unwrap_or_default());
+        problems.extend(self.file.gateway.as_ref().map(crate::rules::gateway).unwrap_or_default());
         for (name, system) in &self.file.systems {
             problems.extend(crate::rules::system(&self.file, name, system));
         }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::duration::ConfigDuration;
+use crate::size::ConfigSize;
 
 /// A whole configuration file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -19,6 +20,8 @@ pub struct File {
     pub queue: Option<QueueSection>,
     /// `[serve]`: how `ballast serve` listens.
     pub serve: Option<ServeSection>,
+    /// `[gateway]`: the outbound gateway of `ballast serve`; absent, no gateway.
+    pub gateway: Option<GatewaySection>,
     /// `[systems.NAME]`: one entry per external system.
     #[serde(default)]
     pub systems: BTreeMap<String, System>,
@@ -50,9 +53,33 @@ pub struct ServeSection {
     /// headers before the connection is closed (default in
     /// [`ServeSettings::default`](crate::ServeSettings), 5 s).
     pub header_read_timeout: Option<ConfigDuration>,
+    /// `token_env`: the environment variable holding the token the admin
+    /// listener asks for (required on any address but loopback).
+    pub token_env: Option<String>,
     /// `stats_interval`: how often the queue's counts are refreshed for
     /// `/metrics` and readiness (default in [`ServeSettings::default`](crate::ServeSettings), 5 s).
     pub stats_interval: Option<ConfigDuration>,
+}
+
+/// `[gateway]`: `ballast serve`'s data plane, where services in any language
+/// call the external systems through their policies
+/// (`/call/{system}/{path}`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct GatewaySection {
+    /// `listen`: the gateway's address (default `127.0.0.1:9465`). Any address
+    /// but loopback requires `token_env`.
+    pub listen: Option<String>,
+    /// `max_body`: the largest request body buffered (default `"1MiB"`); a
+    /// larger one is answered 413, nothing sent.
+    pub max_body: Option<ConfigSize>,
+    /// `token_env`: the environment variable holding the token every request
+    /// must carry as `Authorization: Bearer <token>`.
+    pub token_env: Option<String>,
+    /// `max_connections`: connections served at once (default 1024).
+    pub max_connections: Option<u64>,
+    /// `header_read_timeout`: how long a client may take to send a request's
+    /// headers (default 5 s).
+    pub header_read_timeout: Option<ConfigDuration>,
 }
 
 /// `[systems.NAME]`: one external system and its policy.
@@ -173,13 +200,26 @@ pub(crate) enum Schema {
 
 use Schema::{Named, Table, Value};
 
-pub(crate) const ROOT: Schema =
-    Table(&[("queue", Table(QUEUE_KEYS)), ("serve", Table(SERVE_KEYS)), ("systems", Named(SYSTEM_KEYS))]);
+pub(crate) const ROOT: Schema = Table(&[
+    ("queue", Table(QUEUE_KEYS)),
+    ("serve", Table(SERVE_KEYS)),
+    ("gateway", Table(GATEWAY_KEYS)),
+    ("systems", Named(SYSTEM_KEYS)),
+]);
+
+const GATEWAY_KEYS: &[(&str, Schema)] = &[
+    ("listen", Value),
+    ("max_body", Value),
+    ("token_env", Value),
+    ("max_connections", Value),
+    ("header_read_timeout", Value),
+];
 
 const SERVE_KEYS: &[(&str, Schema)] = &[
     ("listen", Value),
     ("max_connections", Value),
     ("header_read_timeout", Value),
+    ("token_env", Value),
     ("stats_interval", Value),
 ];
 

@@ -13,7 +13,7 @@ use ballast_http::RetryOn;
 use crate::durable::DurableSchedule;
 use crate::duration::display;
 use crate::finding::{system_path, Problem};
-use crate::model::{File, QueueSection, ServeSection, System};
+use crate::model::{File, GatewaySection, QueueSection, ServeSection, System};
 use crate::suggest::did_you_mean;
 
 /// The only order the composition has (R-RES-RE-2).
@@ -337,37 +337,105 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
 
 /// The `[serve]` section's values.
 pub(crate) fn serve(s: &ServeSection) -> Vec<Problem> {
+    let mut out = listener(
+        "serve",
+        Listener {
+            listen: s.listen.as_deref(),
+            max_connections: s.max_connections,
+            header_read_timeout: s.header_read_timeout,
+            token_env: s.token_env.as_deref(),
+        },
+    );
+    if s.stats_interval.is_some_and(|d| d.get() < Duration::from_secs(1)) {
+        out.push(Problem::error(
+            None,
+            vec!["serve".to_owned(), "stats_interval".to_owned()],
+            "`stats_interval` is under 1 s: counting the queue that often loads its database".into(),
+            "use a few seconds, e.g. \"5s\"",
+        ));
+    }
+    out
+}
+
+/// The `[gateway]` section's values.
+pub(crate) fn gateway(g: &GatewaySection) -> Vec<Problem> {
+    let mut out = listener(
+        "gateway",
+        Listener {
+            listen: g.listen.as_deref(),
+            max_connections: g.max_connections,
+            header_read_timeout: g.header_read_timeout,
+            token_env: g.token_env.as_deref(),
+        },
+    );
+    if g.max_body.is_some_and(|b| b.bytes() == 0 || b.bytes() > MAX_BODY_LIMIT) {
+        out.push(Problem::error(
+            None,
+            vec!["gateway".to_owned(), "max_body".to_owned()],
+            "`max_body` is outside 1 byte..=1GiB".into(),
+            "use the largest body a call needs, e.g. \"1MiB\" (the default)",
+        ));
+    }
+    out
+}
+
+/// The largest `max_body` accepted: bodies are buffered in memory.
+const MAX_BODY_LIMIT: u64 = 1 << 30;
+
+/// The settings every listener of `ballast serve` has.
+struct Listener<'a> {
+    listen: Option<&'a str>,
+    max_connections: Option<u64>,
+    header_read_timeout: Option<crate::duration::ConfigDuration>,
+    token_env: Option<&'a str>,
+}
+
+/// A listener's values: an address and port, connection and header limits,
+/// and a token for any address but loopback.
+fn listener(section: &str, l: Listener<'_>) -> Vec<Problem> {
     let mut out = Vec::new();
     let mut refuse = |key: &str, message: String, help: &str| {
-        out.push(Problem::error(None, vec!["serve".to_owned(), key.to_owned()], message, help));
+        out.push(Problem::error(None, vec![section.to_owned(), key.to_owned()], message, help));
     };
-    if let Some(listen) = s.listen.as_ref().filter(|l| l.parse::<std::net::SocketAddr>().is_err()) {
-        refuse(
+    let addr = l.listen.map(|listen| (listen, listen.parse::<std::net::SocketAddr>()));
+    match addr {
+        Some((listen, Err(_))) => refuse(
             "listen",
             format!("listen \"{listen}\" is not an address and port"),
             "write an IP address and a port, e.g. \"127.0.0.1:9464\" (port 0 picks a free one)",
-        );
+        ),
+        Some((listen, Ok(addr))) if !addr.ip().is_loopback() && l.token_env.is_none() => refuse(
+            "listen",
+            format!("[{section}] listens on {listen}, beyond this host, without a token"),
+            "set `token_env` to the name of an environment variable holding a token every request must \
+             bring (`Authorization: Bearer …`), or listen on 127.0.0.1",
+        ),
+        _ => {}
     }
-    if s.max_connections.is_some_and(|n| n == 0 || n > 1_000_000) {
+    if l.max_connections.is_some_and(|n| n == 0 || n > 1_000_000) {
         refuse(
             "max_connections",
             "`max_connections` is outside 1..=1000000".into(),
-            "use a few hundred, e.g. 256: enough for scrapers and operators, few enough to keep descriptors for the worker",
+            "use a few hundred, e.g. 256: enough for its clients, few enough to keep descriptors for the worker",
         );
     }
-    if s.header_read_timeout.is_some_and(|d| d.get().is_zero()) {
+    if l.header_read_timeout.is_some_and(|d| d.get().is_zero()) {
         refuse(
             "header_read_timeout",
             "`header_read_timeout` is zero: no request could ever be read".into(),
             "use a few seconds, e.g. \"5s\"",
         );
     }
-    if s.stats_interval.is_some_and(|d| d.get() < Duration::from_secs(1)) {
-        refuse(
-            "stats_interval",
-            "`stats_interval` is under 1 s: counting the queue that often loads its database".into(),
-            "use a few seconds, e.g. \"5s\"",
-        );
+    if let Some(name) = l.token_env {
+        let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            refuse(
+                "token_env",
+                format!("token_env \"{name}\" is not an environment variable name"),
+                "name the variable that holds the token, e.g. \"BALLAST_GATEWAY_TOKEN\" (never the token itself)",
+            );
+        }
     }
     out
 }

@@ -12,7 +12,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use ballast_http::{Health, SystemHealth};
+use ballast_http::{Health, SystemHealth, Systems};
 use ballast_queue::QueueMonitor;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
@@ -21,13 +21,16 @@ use serde::Serialize;
 #[derive(Clone)]
 pub struct Admin {
     prometheus: PrometheusHandle,
-    health: Health,
+    systems: Systems,
     monitor: QueueMonitor,
 }
 
 impl std::fmt::Debug for Admin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Admin").field("health", &self.health).field("monitor", &self.monitor).finish()
+        f.debug_struct("Admin")
+            .field("systems", &self.systems.names())
+            .field("monitor", &self.monitor)
+            .finish()
     }
 }
 
@@ -57,9 +60,10 @@ pub struct QueueHealth {
 
 impl Admin {
     /// Routes reading `prometheus` (already installed as the recorder),
-    /// `health` (the systems' breakers) and `monitor` (the queue).
-    pub fn new(prometheus: PrometheusHandle, health: Health, monitor: QueueMonitor) -> Self {
-        Self { prometheus, health, monitor }
+    /// `systems` (their breakers, as they are after any reload) and
+    /// `monitor` (the queue).
+    pub fn new(prometheus: PrometheusHandle, systems: Systems, monitor: QueueMonitor) -> Self {
+        Self { prometheus, systems, monitor }
     }
 
     /// `/metrics`, `/health/live` and `/health/ready`.
@@ -73,7 +77,7 @@ impl Admin {
 
     /// The readiness report, as `/health/ready` serves it.
     pub fn readiness(&self) -> Readiness {
-        let systems = self.health.report();
+        let systems = Health::from_systems(&self.systems.all()).report();
         let snapshot = self.monitor.snapshot();
         let queue = QueueHealth {
             reachable: snapshot.reachable,

@@ -30,19 +30,24 @@
 //! ```
 
 pub mod admin;
+pub mod auth;
+pub mod gateway;
 pub mod listener;
+pub mod reload;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use ballast_config::{Config, ConfigError};
-use ballast_http::{DeliveryHandler, Health, DELIVERY_KIND};
+use ballast_http::{DeliveryHandler, Systems, DELIVERY_KIND};
 use ballast_queue::{QueueMonitor, RunSummary, Worker};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use admin::Admin;
+use auth::Token;
+pub use gateway::Gateway;
 pub use listener::Limits;
 
 /// How often the Prometheus recorder drains its histograms when nobody scrapes.
@@ -76,19 +81,24 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// A listener beyond loopback without its token, or a token variable unset.
+    #[error(transparent)]
+    Token(#[from] auth::TokenError),
     /// The worker task panicked.
     #[error("the delivery worker panicked")]
     WorkerPanicked,
 }
 
-/// A service built from a configuration, its admin address bound, not yet running.
+/// A service built from a configuration, its listeners bound, not yet running.
 #[derive(Debug)]
 pub struct Server {
     worker: Worker,
     admin: Admin,
     listener: TcpListener,
     limits: Limits,
-    systems: usize,
+    gateway: Option<(Gateway, TcpListener, Limits)>,
+    systems: Systems,
+    config: Config,
     queue_url: String,
     prometheus: PrometheusHandle,
     /// Stops the background tasks started by `bind` (the queue monitor).
@@ -109,7 +119,7 @@ impl Server {
         raise_descriptor_limit();
         ballast_http::metrics::describe();
         let settings = config.serve()?;
-        let systems = config.http_systems()?;
+        let systems = Systems::new(config.http_systems()?);
         let queue_settings = config.queue()?;
         let queue_url = ballast::redact_url(&queue_settings.url);
         let queue_error = |what| {
@@ -130,24 +140,40 @@ impl Server {
             .spawn(background.clone());
         // Readiness reflects the database from the first request on.
         monitor.first_refresh().await;
+        let deferrals = queue.clone();
         let worker = queue_settings
             .worker(queue)
-            .handler(DELIVERY_KIND, DeliveryHandler::new(systems.iter().cloned()))
+            .handler(DELIVERY_KIND, DeliveryHandler::shared(systems.clone()))
             .build()
             .map_err(ServeError::Worker)?;
+        let gateway = match config.gateway()? {
+            None => None,
+            Some(g) => {
+                let token = Token::for_listener("gateway", g.listen, g.token_env.as_deref())?;
+                let listener = TcpListener::bind(g.listen)
+                    .await
+                    .map_err(|source| ServeError::Bind { addr: g.listen, source })?;
+                let limits =
+                    Limits { max_connections: g.max_connections, header_read_timeout: g.header_read_timeout };
+                let gateway = Gateway::new(systems.clone(), deferrals.clone(), g.max_body, token);
+                Some((gateway, listener, limits))
+            }
+        };
         let addr = listen.unwrap_or(settings.listen);
         let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
         let limits = Limits {
             max_connections: settings.max_connections,
             header_read_timeout: settings.header_read_timeout,
         };
-        let admin = Admin::new(prometheus.clone(), Health::from_systems(&systems), monitor);
+        let admin = Admin::new(prometheus.clone(), systems.clone(), monitor);
         Ok(Server {
             worker,
             admin,
             listener,
             limits,
-            systems: systems.len(),
+            gateway,
+            systems,
+            config: config.clone(),
             queue_url,
             prometheus,
             background,
@@ -159,9 +185,14 @@ impl Server {
         self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
-    /// How many external systems receive deliveries.
-    pub fn systems(&self) -> usize {
-        self.systems
+    /// The gateway's address, when `[gateway]` is configured.
+    pub fn gateway_addr(&self) -> Option<SocketAddr> {
+        self.gateway.as_ref().and_then(|(_, listener, _)| listener.local_addr().ok())
+    }
+
+    /// The external systems, as they are now (a reload replaces them).
+    pub fn systems(&self) -> &Systems {
+        &self.systems
     }
 
     /// The queue's URL, its secrets masked.
@@ -169,15 +200,25 @@ impl Server {
         &self.queue_url
     }
 
-    /// Runs the worker and the admin listener until `shutdown` is
-    /// cancelled; then the worker finishes or releases its in-flight
-    /// deliveries and the listener lets its requests finish.
+    /// Runs the worker, the admin listener and the gateway until `shutdown`
+    /// is cancelled; then the worker finishes or releases its in-flight
+    /// deliveries and the listeners let their requests finish. On SIGHUP
+    /// the configuration file is read again ([`reload`]).
     pub async fn run(self, shutdown: CancellationToken) -> Result<RunSummary, ServeError> {
-        let Server { worker, admin, listener, limits, prometheus, background, .. } = self;
+        let Server {
+            worker, admin, listener, limits, gateway, systems, config, prometheus, background, ..
+        } = self;
         let _stop_background = background.drop_guard();
         tokio::spawn(upkeep(prometheus, shutdown.clone()));
+        tokio::spawn(reload::on_sighup(config, systems, shutdown.clone()));
         let worker = tokio::spawn(worker.run(shutdown.clone()));
+        let gateway = gateway.map(|(gateway, listener, limits)| {
+            tokio::spawn(listener::serve(listener, gateway.router(), limits, shutdown.clone()))
+        });
         listener::serve(listener, admin.router(), limits, shutdown).await;
+        if let Some(gateway) = gateway {
+            let _ = gateway.await;
+        }
         worker.await.map_err(|_| ServeError::WorkerPanicked)
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use ballast_http::Health;
+use ballast_http::Systems;
 use ballast_queue::{Queue, QueueMonitor};
 use ballast_server::Admin;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -117,7 +117,7 @@ async fn readiness_reports_an_unreachable_queue_database_and_metrics_keep_answer
         .every(Duration::from_millis(100))
         .timeout(Duration::from_secs(1))
         .spawn(stop.clone());
-    let router = Admin::new(prometheus, Health::new(), monitor).router();
+    let router = Admin::new(prometheus, Systems::default(), monitor).router();
 
     eventually("ready", &router, "/health/ready", |s, _| s == StatusCode::OK).await;
     eventually("reachable", &router, "/metrics", |_, m| m.contains("ballast_queue_reachable 1")).await;

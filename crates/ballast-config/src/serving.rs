@@ -1,0 +1,123 @@
+//! How `ballast serve` listens: the admin listener (`[serve]`) and the
+//! outbound gateway (`[gateway]`), with the defaults of what a file leaves out.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::build::ConfigError;
+use crate::config::Config;
+use crate::finding::{Finding, Problem};
+
+/// The admin listener of `ballast serve` (`/metrics`, `/health/*`, `/ui/`),
+/// from `[serve]` (defaults without it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeSettings {
+    /// The admin listener's address.
+    pub listen: SocketAddr,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// The environment variable holding the admin token, if any.
+    pub token_env: Option<String>,
+    /// How often the queue's counts are refreshed.
+    pub stats_interval: Duration,
+}
+
+impl Default for ServeSettings {
+    /// Loopback port 9464, 256 connections, 5 s for headers, no token,
+    /// counts every 5 s.
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            max_connections: 256,
+            header_read_timeout: Duration::from_secs(5),
+            token_env: None,
+            stats_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The outbound gateway of `ballast serve` (`/call/{system}/…`,
+/// `/tasks/{id}`), from `[gateway]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewaySettings {
+    /// The gateway's address.
+    pub listen: SocketAddr,
+    /// The largest request body buffered, in bytes.
+    pub max_body: usize,
+    /// The environment variable holding the token, if any.
+    pub token_env: Option<String>,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for GatewaySettings {
+    /// Loopback port 9465, 1 MiB bodies, no token, 1024 connections, 5 s for
+    /// headers.
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9465)),
+            max_body: 1 << 20,
+            token_env: None,
+            max_connections: 1024,
+            header_read_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Config {
+    /// The admin listener's settings: `[serve]` over [`ServeSettings::default`].
+    /// Refused when `[serve]` has lint errors.
+    pub fn serve(&self) -> Result<ServeSettings, ConfigError> {
+        let defaults = ServeSettings::default();
+        let Some(serve) = &self.file.serve else { return Ok(defaults) };
+        self.refuse("serve", crate::rules::serve(serve))?;
+        Ok(ServeSettings {
+            listen: serve.listen.as_deref().and_then(|l| l.parse().ok()).unwrap_or(defaults.listen),
+            max_connections: count(serve.max_connections).unwrap_or(defaults.max_connections),
+            header_read_timeout: serve.header_read_timeout.map_or(defaults.header_read_timeout, |d| d.get()),
+            token_env: serve.token_env.clone(),
+            stats_interval: serve.stats_interval.map_or(defaults.stats_interval, |d| d.get()),
+        })
+    }
+
+    /// The gateway's settings, `None` without a `[gateway]` section: `[gateway]`
+    /// over [`GatewaySettings::default`]. Refused when it has lint errors.
+    pub fn gateway(&self) -> Result<Option<GatewaySettings>, ConfigError> {
+        let Some(gateway) = &self.file.gateway else { return Ok(None) };
+        self.refuse("gateway", crate::rules::gateway(gateway))?;
+        let defaults = GatewaySettings::default();
+        Ok(Some(GatewaySettings {
+            listen: gateway.listen.as_deref().and_then(|l| l.parse().ok()).unwrap_or(defaults.listen),
+            max_body: gateway
+                .max_body
+                .map_or(defaults.max_body, |b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
+            token_env: gateway.token_env.clone(),
+            max_connections: count(gateway.max_connections).unwrap_or(defaults.max_connections),
+            header_read_timeout: gateway
+                .header_read_timeout
+                .map_or(defaults.header_read_timeout, |d| d.get()),
+        }))
+    }
+
+    /// `Err` with the errors among `problems` of `section`, if any.
+    fn refuse(&self, section: &str, problems: Vec<Problem>) -> Result<(), ConfigError> {
+        let errors: Vec<Finding> = problems
+            .into_iter()
+            .filter(|p| p.severity == ballast::Severity::Error)
+            .map(|p| p.locate(&self.source, &self.index))
+            .collect();
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let file = self.source.name().to_owned();
+        Err(ConfigError::Refused { section: section.to_owned(), file, findings: errors })
+    }
+}
+
+fn count(n: Option<u64>) -> Option<usize> {
+    n.map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+}

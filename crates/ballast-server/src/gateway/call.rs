@@ -1,0 +1,243 @@
+//! `/call/{system}/{path…}?{query}`: one request of a service, sent to the
+//! system's `base_url` through the system's policy (R-RES-RE-1):
+//!
+//! | request | entry point |
+//! |---|---|
+//! | GET, HEAD, OPTIONS | `read`: retried on transient failures |
+//! | any other method with an `Idempotency-Key` | keyed `write`: retried only if the system dedupes by key; deferred to the queue with `Prefer: respond-async` |
+//! | any other method without one | `write_once`: exactly one attempt (R-RES-RE-X1) |
+//!
+//! The upstream's status, headers and body come back unchanged, a 4xx
+//! included; the gateway answers itself only when there is no answer to pass
+//! on (see [`Problem`]). Every response carries `Ballast-Attempts`.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header::{self, HeaderValue};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ballast::{Failure, IdempotencyKey, Rejection, Rule, StopReason};
+use ballast_http::{Delivery, HttpError, HttpSystem};
+use ballast_queue::{Handover, HandoverError};
+
+use super::headers::{forwarded, wants_async, RESPOND_ASYNC};
+use super::problem::{Problem, Reason};
+use super::{Gateway, ATTEMPTS};
+
+/// How a caller declared its request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Declared {
+    Read,
+    KeyedWrite,
+    WriteOnce,
+}
+
+pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let Some((name, path)) = target(parts.uri.path()) else {
+        let detail = "call a system as /call/{system}/{path}";
+        return Problem::new(StatusCode::NOT_FOUND, Reason::BadRequest, detail).into_response();
+    };
+    let Some(system) = gateway.systems().get(&name) else {
+        let names = gateway.systems().names().join(", ");
+        let detail = format!("no system {name:?} is configured; the systems are: {names}");
+        return Problem::new(StatusCode::NOT_FOUND, Reason::UnknownSystem, detail).into_response();
+    };
+    let key = match parts.headers.get("idempotency-key").map(|v| v.to_str().map(IdempotencyKey::parse)) {
+        None => None,
+        Some(Ok(Ok(key))) => Some(key),
+        Some(Ok(Err(e))) => return bad_key(&e.to_string()),
+        Some(Err(_)) => return bad_key("not visible ASCII"),
+    };
+    let body = match read_body(body, &parts.headers, gateway.max_body()).await {
+        Ok(body) => body,
+        Err(problem) => return problem.into_response(),
+    };
+    let declared = match (&parts.method, &key) {
+        (&Method::GET | &Method::HEAD | &Method::OPTIONS, _) => Declared::Read,
+        (_, Some(_)) => Declared::KeyedWrite,
+        (_, None) => Declared::WriteOnce,
+    };
+    let request = ballast_http::Request::new(parts.method.clone(), &path)
+        .raw_query(parts.uri.query().unwrap_or_default())
+        .headers(&forwarded(&parts.headers, gateway.has_token()))
+        .body(body);
+    let outcome = match (declared, key) {
+        (Declared::KeyedWrite, Some(key)) if wants_async(&parts.headers) && system.dedupes_by_key() => {
+            return deferrable(&gateway, &system, &key, request).await;
+        }
+        (Declared::KeyedWrite, Some(key)) => system.write(&key, request).await,
+        (Declared::Read, _) => system.read(request).await,
+        _ => system.write_once(request).await,
+    };
+    answer(outcome, declared, &system)
+}
+
+/// The system's name (percent-decoded) and the path after it, as sent.
+fn target(path: &str) -> Option<(String, String)> {
+    let rest = path.strip_prefix("/call/")?;
+    let (name, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let name = percent_encoding::percent_decode_str(name).decode_utf8().ok()?;
+    (!name.is_empty()).then(|| (name.into_owned(), path.to_owned()))
+}
+
+fn bad_key(reason: &str) -> Response {
+    let detail = format!("the Idempotency-Key header is not a valid key ({reason}); nothing was sent");
+    Problem::new(StatusCode::BAD_REQUEST, Reason::BadKey, detail).rule(Some(Rule::Re1)).into_response()
+}
+
+/// The body, buffered: refused past `max_body` before anything is sent.
+async fn read_body(
+    body: Body,
+    headers: &axum::http::HeaderMap,
+    max_body: usize,
+) -> Result<bytes::Bytes, Problem> {
+    let too_large = || {
+        let detail = format!("the request body is larger than max_body ({max_body} bytes); nothing was sent");
+        Problem::new(StatusCode::PAYLOAD_TOO_LARGE, Reason::TooLarge, detail)
+    };
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, max_body).await.map_err(|e| {
+        let over = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if over {
+            too_large()
+        } else {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                Reason::BadRequest,
+                format!("the request body broke off: {e}"),
+            )
+        }
+    })
+}
+
+/// A keyed write the caller lets the gateway defer: through the policy, and
+/// handed to the durable queue with its key if in-memory retry cannot finish it.
+async fn deferrable(
+    gateway: &Gateway,
+    system: &HttpSystem,
+    key: &IdempotencyKey,
+    request: ballast_http::Request,
+) -> Response {
+    // Captured before sending: a request that cannot be stored is refused
+    // unsent rather than found out after an attempt that may have applied it.
+    let task = match Delivery::from_request(system.name(), &request) {
+        Ok(delivery) => delivery.task(key),
+        Err(error) => return answer(Err(Failure::unsent(error)), Declared::KeyedWrite, system),
+    };
+    let outcome = system.write(key, request).await;
+    let attempts = outcome.as_ref().map_or_else(Failure::attempts, ballast_http::Response::attempts);
+    match ballast_queue::hand_over(gateway.queue(), key, task, outcome).await {
+        Ok(Handover::Done(response)) => upstream(response.attempts(), response),
+        Ok(Handover::Deferred(task_id)) => {
+            let mut response = (
+                StatusCode::ACCEPTED,
+                [
+                    (header::HeaderName::from_static("preference-applied"), RESPOND_ASYNC.to_owned()),
+                    (header::LOCATION, format!("/tasks/{task_id}")),
+                ],
+                axum::Json(serde_json::json!({ "task_id": task_id, "state": "pending" })),
+            )
+                .into_response();
+            response.headers_mut().insert(ATTEMPTS, HeaderValue::from(attempts));
+            response
+        }
+        Err(HandoverError::Failed(failure)) => answer(Err(failure), Declared::KeyedWrite, system),
+        Err(HandoverError::Enqueue { failure, error }) => {
+            let detail = format!("{failure}; deferring it to the queue failed too: {error}");
+            Problem::new(StatusCode::SERVICE_UNAVAILABLE, Reason::QueueUnavailable, detail)
+                .attempts(failure.attempts())
+                .into_response()
+        }
+    }
+}
+
+/// The response to send for a call's outcome.
+fn answer(
+    outcome: Result<ballast_http::Response, Failure<HttpError>>,
+    declared: Declared,
+    system: &HttpSystem,
+) -> Response {
+    let failure = match outcome {
+        Ok(response) => return upstream(response.attempts(), response),
+        // The upstream answered: its answer is the answer, a 4xx included.
+        Err(Failure::Operation { error: HttpError::Status { response, .. }, attempts, .. }) => {
+            return upstream(attempts, *response);
+        }
+        Err(failure) => failure,
+    };
+    let attempts = failure.attempts();
+    let rule = rule_of(failure.stop_reason(), declared, system);
+    let problem = match &failure {
+        Failure::Rejected { rejection, .. } => rejected(*rejection, &failure),
+        _ if failure.stop_reason() == StopReason::BudgetExhausted => {
+            let detail = format!("{failure}: the retry budget of {} has no retry left", system.name());
+            Problem::new(StatusCode::SERVICE_UNAVAILABLE, Reason::BudgetExhausted, detail)
+                .retry_after(std::time::Duration::from_secs(1))
+        }
+        Failure::Timeout { .. } => {
+            Problem::new(StatusCode::GATEWAY_TIMEOUT, Reason::Timeout, failure.to_string())
+        }
+        Failure::Operation { attempts: 0, .. } => {
+            Problem::new(StatusCode::BAD_REQUEST, Reason::BadRequest, failure.to_string())
+        }
+        _ => Problem::new(StatusCode::BAD_GATEWAY, Reason::Transport, failure.to_string()),
+    };
+    problem.attempts(attempts).rule(rule).into_response()
+}
+
+fn rejected<E: std::fmt::Display>(rejection: Rejection, failure: &Failure<E>) -> Problem {
+    let unavailable = StatusCode::SERVICE_UNAVAILABLE;
+    match rejection {
+        Rejection::BreakerOpen { retry_in } | Rejection::BreakerHalfOpen { retry_in } => {
+            Problem::new(unavailable, Reason::BreakerOpen, failure.to_string()).retry_after(retry_in)
+        }
+        Rejection::BulkheadFull => Problem::new(unavailable, Reason::BulkheadFull, failure.to_string())
+            .retry_after(std::time::Duration::from_secs(1)),
+        _ => Problem::new(unavailable, Reason::BreakerOpen, failure.to_string()),
+    }
+}
+
+/// The rule that decided why no further attempt was made, where one did.
+fn rule_of(stop: StopReason, declared: Declared, system: &HttpSystem) -> Option<Rule> {
+    match stop {
+        StopReason::NotRetryable if declared == Declared::KeyedWrite && !system.dedupes_by_key() => {
+            Some(Rule::Re1)
+        }
+        StopReason::NotRetryable => Some(Rule::ReX1),
+        StopReason::Exhausted => Some(Rule::Re3),
+        StopReason::DeadlineWouldOverrun => Some(Rule::Re4),
+        StopReason::Permanent => Some(Rule::ReX2),
+        _ => None,
+    }
+}
+
+/// The upstream's answer as it came, without hop-by-hop headers, with
+/// `Ballast-Attempts`.
+fn upstream(attempts: u32, response: ballast_http::Response) -> Response {
+    let status = response.status();
+    let mut headers = super::headers::end_to_end(response.headers());
+    headers.remove(header::CONTENT_LENGTH);
+    headers.insert(ATTEMPTS, HeaderValue::from(attempts));
+    let mut out = Response::new(Body::from(response.into_body()));
+    *out.status_mut() = status;
+    *out.headers_mut() = headers;
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::target;
+
+    #[test]
+    fn the_system_and_the_path_come_from_the_url() {
+        assert_eq!(target("/call/sber/api/payments"), Some(("sber".into(), "api/payments".into())));
+        assert_eq!(target("/call/sber"), Some(("sber".into(), String::new())));
+        assert_eq!(target("/call/sms%2Dgw/a%20b"), Some(("sms-gw".into(), "a%20b".into())));
+        assert_eq!(target("/call/"), None);
+        assert_eq!(target("/tasks/1"), None);
+    }
+}

@@ -1,0 +1,131 @@
+//! Which headers cross the gateway: end-to-end ones pass, hop-by-hop ones
+//! (RFC 9110 §7.6.1) stop here, and the few the gateway itself answers to —
+//! its token, the key, the async preference — are taken out of the request.
+
+use axum::http::header::{self, HeaderName};
+use axum::http::HeaderMap;
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// `Prefer` (RFC 7240), which `http` has no constant for.
+const PREFER: HeaderName = HeaderName::from_static("prefer");
+
+/// The preference a client states to have a keyed write deferred (RFC 7240).
+pub(super) const RESPOND_ASYNC: &str = "respond-async";
+
+/// `headers` without the hop-by-hop ones, including any the `Connection`
+/// header names, and without `Upgrade`.
+pub(super) fn end_to_end(headers: &HeaderMap) -> HeaderMap {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|name| name.trim().to_ascii_lowercase())
+        .collect();
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let hop =
+            HOP_BY_HOP.contains(name) || name == header::UPGRADE || named.iter().any(|n| n == name.as_str());
+        if !hop {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// The headers of a request as forwarded upstream: end to end, without
+/// `Host` (the upstream's own is set), `Content-Length` (recomputed), the
+/// client's `Idempotency-Key` (the system adds the key under its own header
+/// name), the gateway's token when it asks for one, and the
+/// `respond-async` preference, which is addressed to the gateway.
+pub(super) fn forwarded(headers: &HeaderMap, token_in_authorization: bool) -> HeaderMap {
+    let mut out = end_to_end(headers);
+    out.remove(header::HOST);
+    out.remove(header::CONTENT_LENGTH);
+    out.remove(HeaderName::from_static("idempotency-key"));
+    if token_in_authorization {
+        out.remove(header::AUTHORIZATION);
+    }
+    let prefer: Vec<String> = out
+        .get_all(PREFER)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && !is_respond_async(p))
+        .map(str::to_owned)
+        .collect();
+    out.remove(PREFER);
+    if !prefer.is_empty() {
+        if let Ok(value) = prefer.join(", ").parse() {
+            out.insert(PREFER, value);
+        }
+    }
+    out
+}
+
+/// Whether the request states `Prefer: respond-async`.
+pub(super) fn wants_async(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(PREFER)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(is_respond_async)
+}
+
+fn is_respond_async(preference: &str) -> bool {
+    let token = preference.split(';').next().unwrap_or_default().trim();
+    token.eq_ignore_ascii_case(RESPOND_ASYNC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+        }
+        m
+    }
+
+    #[test]
+    fn hop_by_hop_and_gateway_headers_stay_behind() {
+        let incoming = map(&[
+            ("host", "127.0.0.1:9465"),
+            ("connection", "keep-alive, x-hop"),
+            ("keep-alive", "timeout=5"),
+            ("x-hop", "1"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("content-length", "3"),
+            ("idempotency-key", "k1"),
+            ("authorization", "Bearer gateway-token"),
+            ("prefer", "respond-async, wait=5"),
+            ("x-request-id", "r-1"),
+            ("accept", "application/json"),
+            ("accept", "text/plain"),
+        ]);
+        let out = forwarded(&incoming, true);
+        let names: Vec<&str> = out.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["prefer", "x-request-id", "accept"]);
+        assert_eq!(out.get_all("accept").iter().count(), 2, "repeated headers stay repeated");
+        assert_eq!(out["prefer"], "wait=5");
+        assert!(wants_async(&incoming));
+        assert!(!wants_async(&map(&[("prefer", "return=minimal")])));
+        assert_eq!(forwarded(&incoming, false)["authorization"], "Bearer gateway-token");
+    }
+}

@@ -1,0 +1,111 @@
+//! The gateway's own answers: `application/problem+json` (RFC 9457) with a
+//! `ballast` member saying why, in words a client can branch on.
+
+use std::time::Duration;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ballast::Rule;
+use serde::Serialize;
+
+/// Why the gateway answered itself rather than with the upstream's answer:
+/// the `reason` of the problem's `ballast` member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// The system's breaker is open: it fails fast until its next probe.
+    BreakerOpen,
+    /// The system's bulkhead is full.
+    BulkheadFull,
+    /// The retry budget had no retry left for the system.
+    BudgetExhausted,
+    /// An attempt or the whole call timed out.
+    Timeout,
+    /// No complete answer from the system after the last attempt.
+    Transport,
+    /// No system of that name is configured.
+    UnknownSystem,
+    /// The `Idempotency-Key` header is not a valid key.
+    BadKey,
+    /// The request body is larger than `[gateway] max_body`.
+    TooLarge,
+    /// The request cannot be forwarded as it is (a header the upstream
+    /// request cannot carry, a path that is not a call).
+    BadRequest,
+    /// The request lacks the gateway's token.
+    Unauthorized,
+    /// No task of that id.
+    NotFound,
+    /// The write should have been deferred, but the queue could not store it.
+    QueueUnavailable,
+}
+
+/// The `ballast` member of a problem.
+#[derive(Debug, Clone, Serialize)]
+struct Detail {
+    reason: Reason,
+    attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<&'static str>,
+}
+
+/// A problem document, ready to send.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    #[serde(skip)]
+    status: StatusCode,
+    #[serde(skip)]
+    retry_after: Option<Duration>,
+    title: String,
+    #[serde(rename = "status")]
+    code: u16,
+    detail: String,
+    ballast: Detail,
+}
+
+impl Problem {
+    /// A problem with `status`, for `reason`, saying `detail`.
+    pub fn new(status: StatusCode, reason: Reason, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            retry_after: None,
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            code: status.as_u16(),
+            detail: detail.into(),
+            ballast: Detail { reason, attempts: 0, rule: None },
+        }
+    }
+
+    /// Attempts made before the gateway answered (also `Ballast-Attempts`).
+    pub fn attempts(mut self, attempts: u32) -> Self {
+        self.ballast.attempts = attempts;
+        self
+    }
+
+    /// The rule that decided the outcome.
+    pub fn rule(mut self, rule: Option<Rule>) -> Self {
+        self.ballast.rule = rule.map(Rule::id);
+        self
+    }
+
+    /// A `Retry-After` to send, rounded up to whole seconds.
+    pub fn retry_after(mut self, wait: Duration) -> Self {
+        self.retry_after = Some(wait);
+        self
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut response = (self.status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        headers.insert(super::ATTEMPTS, HeaderValue::from(self.ballast.attempts));
+        if let Some(wait) = self.retry_after {
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        }
+        response
+    }
+}

@@ -1,0 +1,334 @@
+//! The outbound gateway end to end: a real `ballast serve` (in-process), a
+//! real upstream, requests from a plain HTTP client — as a service in any
+//! language would send them.
+
+mod support;
+
+use std::time::Duration;
+
+use ballast::IdempotencyKey;
+use serde_json::Value;
+use support::{client, eventually, serve, Reply, Upstream};
+
+const SYSTEMS: &str = r#"
+[gateway]
+listen = "127.0.0.1:0"
+max_body = "1KiB"
+
+[systems.pay]
+base_url = "http://{upstream}/v1/"
+dedupes_by_key = true
+key_ttl = "7d"
+idempotency_header = "X-Idem-Key"
+
+[systems.pay.retry]
+max_attempts = 3
+first_delay = "100ms"
+max_delay = "200ms"
+
+[systems.pay.timeout]
+attempt = "2s"
+
+[systems.crm]
+base_url = "http://{upstream}/crm"
+
+[systems.crm.retry]
+max_attempts = 3
+first_delay = "100ms"
+max_delay = "200ms"
+"#;
+
+fn attempts(response: &reqwest::Response) -> Option<u32> {
+    response.headers().get("ballast-attempts")?.to_str().ok()?.parse().ok()
+}
+
+async fn problem(response: reqwest::Response) -> Value {
+    let kind = response.headers()["content-type"].to_str().unwrap().to_owned();
+    assert_eq!(kind, "application/problem+json");
+    response.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_is_retried_and_the_upstream_answer_comes_back_unchanged() {
+    let upstream = Upstream::start(|_, n| match n {
+        1 => Reply::With(503, vec![], "busy"),
+        _ => Reply::With(200, vec![("x-up", "1")], "hello"),
+    })
+    .await;
+    let served = serve(&upstream, SYSTEMS).await;
+
+    let response = client()
+        .get(format!("{}/call/pay/orders/7?expand=items&x=%20y", served.gateway))
+        .header("x-request-id", "r-1")
+        .header("connection", "x-hop")
+        .header("x-hop", "1")
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!((response.status().as_u16(), attempts(&response)), (200, Some(2)));
+    assert_eq!(response.headers()["x-up"], "1");
+    assert_eq!(response.text().await.unwrap(), "hello");
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 2);
+    for s in &seen {
+        assert_eq!((s.method.as_str(), s.target.as_str()), ("GET", "/v1/orders/7?expand=items&x=%20y"));
+        assert_eq!(s.headers.get("x-request-id").map(String::as_str), Some("r-1"));
+        assert!(!s.headers.contains_key("x-hop"), "hop-by-hop headers stay behind: {s:?}");
+        assert_eq!(s.headers.get("host"), Some(&upstream.addr.to_string()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4xx_is_the_upstreams_answer_and_is_not_retried() {
+    let upstream =
+        Upstream::start(|_, _| Reply::With(404, vec![("x-reason", "gone")], "no such order")).await;
+    let served = serve(&upstream, SYSTEMS).await;
+    let response = client().get(format!("{}/call/pay/orders/8", served.gateway)).send().await.unwrap();
+    assert_eq!((response.status().as_u16(), attempts(&response)), (404, Some(1)));
+    assert_eq!(response.headers()["x-reason"], "gone");
+    assert_eq!(response.text().await.unwrap(), "no such order");
+    assert_eq!(upstream.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unkeyed_post_reaches_the_upstream_once_when_its_answer_is_lost() {
+    let upstream = Upstream::start(|_, _| Reply::Drop).await;
+    let served = serve(&upstream, SYSTEMS).await;
+    let response = client()
+        .post(format!("{}/call/pay/payments", served.gateway))
+        .header("content-type", "application/json")
+        .body(r#"{"amount":100}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((response.status().as_u16(), attempts(&response)), (502, Some(1)));
+    let problem = problem(response).await;
+    assert_eq!(problem["ballast"]["reason"], "transport");
+    assert_eq!(problem["ballast"]["rule"], "R-RES-RE-X1");
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1, "sent exactly once");
+    assert_eq!((seen[0].method.as_str(), seen[0].body.as_slice()), ("POST", &br#"{"amount":100}"#[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_post_is_retried_with_its_key_under_the_systems_header() {
+    let upstream = Upstream::start(|_, _| Reply::With(503, vec![], "down")).await;
+    let served = serve(&upstream, SYSTEMS).await;
+    let key = IdempotencyKey::v5("order-1", "pay");
+    let response = client()
+        .post(format!("{}/call/pay/payments", served.gateway))
+        .header("Idempotency-Key", key.as_str())
+        .body("100")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((response.status().as_u16(), attempts(&response)), (503, Some(3)));
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 3, "max_attempts");
+    for s in &seen {
+        assert_eq!(s.headers.get("x-idem-key").map(String::as_str), Some(key.as_str()));
+        assert!(!s.headers.contains_key("idempotency-key"), "{s:?}");
+    }
+
+    // crm does not deduplicate by key: the key goes along, the write goes once.
+    let once = client()
+        .post(format!("{}/call/crm/notes", served.gateway))
+        .header("Idempotency-Key", key.as_str())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((once.status().as_u16(), attempts(&once)), (503, Some(1)));
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 4);
+    assert_eq!(seen[3].headers.get("idempotency-key").map(String::as_str), Some(key.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_keys_unknown_systems_and_large_bodies_are_refused_unsent() {
+    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "")).await;
+    let served = serve(&upstream, SYSTEMS).await;
+    let gateway = &served.gateway;
+
+    let bad =
+        client().post(format!("{gateway}/call/pay/p")).header("Idempotency-Key", "two words").send().await;
+    let bad = bad.unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    let bad = problem(bad).await;
+    assert_eq!(
+        (bad["ballast"]["reason"].as_str(), bad["ballast"]["rule"].as_str()),
+        (Some("bad_key"), Some("R-RES-RE-1"))
+    );
+
+    let unknown = client().get(format!("{gateway}/call/nope/x")).send().await.unwrap();
+    assert_eq!(unknown.status().as_u16(), 404);
+    let unknown = problem(unknown).await;
+    assert_eq!(unknown["ballast"]["reason"], "unknown_system");
+    assert!(unknown["detail"].as_str().unwrap().contains("crm, pay"), "{unknown}");
+
+    let large = client().post(format!("{gateway}/call/pay/p")).body(vec![b'x'; 2048]).send().await.unwrap();
+    assert_eq!(large.status().as_u16(), 413);
+    assert_eq!(problem(large).await["ballast"]["reason"], "too_large");
+    assert!(upstream.requests().is_empty(), "nothing was sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
+    let upstream = Upstream::start(|_, _| Reply::With(503, vec![], "down")).await;
+    let served = serve(&upstream, SYSTEMS).await;
+    let key = IdempotencyKey::v5("order-2", "pay");
+
+    let response = client()
+        .post(format!("{}/call/pay/payments", served.gateway))
+        .header("Idempotency-Key", key.as_str())
+        .header("Prefer", "respond-async")
+        .body("100")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((response.status().as_u16(), attempts(&response)), (202, Some(3)));
+    assert_eq!(response.headers()["preference-applied"], "respond-async");
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["state"], "pending");
+    assert_eq!(location, format!("/tasks/{}", body["task_id"]));
+
+    let task_url = format!("{}{location}", served.gateway);
+    let task: Value = client().get(&task_url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(task["system"], "pay");
+    assert!(["pending", "running"].contains(&task["state"].as_str().unwrap()), "{task}");
+
+    upstream.rescript(|_, _| Reply::With(201, vec![], "paid"));
+    eventually("the deferred write is delivered", || async {
+        let task: Value = client().get(&task_url).send().await.unwrap().json().await.unwrap();
+        task["state"] == "completed"
+    })
+    .await;
+    let seen = upstream.requests();
+    assert!(seen.len() >= 4, "3 in memory, then the worker's: {}", seen.len());
+    assert!(seen.iter().all(|s| s.headers.get("x-idem-key").map(String::as_str) == Some(key.as_str())));
+
+    let missing = client().get(format!("{}/tasks/999999", served.gateway)).send().await.unwrap();
+    assert_eq!(missing.status().as_u16(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_breaker_answers_503_with_retry_after_and_sends_nothing() {
+    let upstream = Upstream::start(|_, _| Reply::With(503, vec![], "down")).await;
+    let systems = r#"
+[gateway]
+listen = "127.0.0.1:0"
+
+[systems.sms]
+base_url = "http://{upstream}/"
+
+[systems.sms.breaker]
+kind = "consecutive"
+threshold = 1
+half_open_after = "60s"
+"#;
+    let served = serve(&upstream, systems).await;
+    let first = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
+    assert_eq!(first.status().as_u16(), 503);
+    let refused = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
+    assert_eq!((refused.status().as_u16(), attempts(&refused)), (503, Some(0)));
+    let wait: u64 = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    assert_eq!(problem(refused).await["ballast"]["reason"], "breaker_open");
+    assert_eq!(upstream.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_only_requests_that_bring_it_pass_and_it_goes_no_further() {
+    std::env::set_var("BALLAST_GATEWAY_TEST_TOKEN", "s3cret-token");
+    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "ok")).await;
+    let systems = r#"
+[gateway]
+listen = "127.0.0.1:0"
+token_env = "BALLAST_GATEWAY_TEST_TOKEN"
+
+[systems.crm]
+base_url = "http://{upstream}/"
+"#;
+    let served = serve(&upstream, systems).await;
+    let url = format!("{}/call/crm/x", served.gateway);
+    let refused = client().get(&url).send().await.unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    assert_eq!(problem(refused).await["ballast"]["reason"], "unauthorized");
+    let wrong = client().get(&url).bearer_auth("s3cret-tokeX").send().await.unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    let admitted = client().get(&url).bearer_auth("s3cret-token").send().await.unwrap();
+    assert_eq!(admitted.status().as_u16(), 200);
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1);
+    assert!(!seen[0].headers.contains_key("authorization"), "the gateway's token stays at the gateway");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_loopback_a_gateway_without_a_usable_token_does_not_start() {
+    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "")).await;
+    for (gateway, says) in [
+        ("listen = \"0.0.0.0:0\"", "without a token"),
+        ("listen = \"0.0.0.0:0\"\ntoken_env = \"BALLAST_GATEWAY_TEST_UNSET\"", "not set"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[queue]\nurl = \"sqlite://{}\"\n[serve]\nlisten = \"127.0.0.1:0\"\n[gateway]\n{gateway}\n[systems.crm]\nbase_url = \"http://{}/\"\n",
+            dir.path().join("q.db").display(),
+            upstream.addr
+        );
+        let config = ballast_config::Config::parse("t.toml", text).unwrap();
+        let err = ballast_server::Server::bind(&config, support::prometheus(), None).await.unwrap_err();
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_unchanged_systems_running_and_refuses_a_bad_file() {
+    let upstream = Upstream::start(|seen, _| {
+        if seen.target.starts_with("/slow") {
+            Reply::Late(Duration::from_millis(600), Box::new(Reply::With(200, vec![], "slow")))
+        } else {
+            Reply::With(503, vec![], "down")
+        }
+    })
+    .await;
+    let systems = r#"
+[gateway]
+listen = "127.0.0.1:0"
+
+[systems.sms]
+base_url = "http://{upstream}/"
+
+[systems.sms.breaker]
+kind = "consecutive"
+threshold = 1
+half_open_after = "60s"
+
+[systems.crm]
+base_url = "http://{upstream}/"
+"#;
+    let served = serve(&upstream, systems).await;
+    let path = served.dir.path().join("ballast.toml");
+    let config = ballast_config::Config::load(&path).unwrap();
+    client().get(format!("{}/call/sms/x", served.gateway)).send().await.unwrap();
+    let sms = served.systems.get("sms").unwrap();
+    assert_eq!(sms.breaker_state(), Some(ballast::BreakerState::Open));
+
+    // A call in flight on crm while crm is rebuilt.
+    let in_flight = tokio::spawn(client().get(format!("{}/call/crm/slow", served.gateway)).send());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let changed = std::fs::read_to_string(&path).unwrap() + "\n[systems.crm.retry]\nmax_attempts = 2\n";
+    std::fs::write(&path, changed).unwrap();
+    let (config, done) = ballast_server::reload::reload(&path, &config, &served.systems).unwrap();
+    assert_eq!((done.kept, done.rebuilt), (vec!["sms".to_owned()], vec!["crm".to_owned()]));
+    assert_eq!(served.systems.get("sms").unwrap().breaker_state(), Some(ballast::BreakerState::Open));
+    assert_eq!(served.systems.get("crm").unwrap().policy().retry().max_attempts(), 2);
+    let slow = in_flight.await.unwrap().unwrap();
+    assert_eq!(slow.status().as_u16(), 200, "the call in flight finished on the system it started with");
+
+    std::fs::write(&path, "[systems.crm.retry]\nmax_attempts = 9\n").unwrap();
+    let refused = ballast_server::reload::reload(&path, &config, &served.systems).unwrap_err();
+    assert!(refused.to_string().contains("R-RES-RE-3"), "{refused}");
+    assert_eq!(served.systems.names(), ["crm", "sms"], "the running systems stay");
+}
