@@ -75,4 +75,5 @@ pub use middleware::{CallFailed, PolicyMiddleware};
 pub use request::{OnceRequest, Request, StreamingRequest};
 pub use response::Response;
 pub use system::{parse_base_url, HttpSystem, HttpSystemBuilder};
+pub use system_policy::CallStats;
 pub use systems::Systems;

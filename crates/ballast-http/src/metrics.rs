@@ -17,6 +17,8 @@
 //! | `ballast_bulkhead_rejections_total` | system | [`SystemMetrics`] |
 //! | `ballast_bulkhead_in_flight` | system | `HttpSystem`, `PolicyLayer` |
 //! | `ballast_call_duration_seconds` | system (histogram) | `HttpSystem`, `PolicyLayer` |
+//! | `ballast_bulkhead_limit` | system: attempts allowed in flight (absent without a bulkhead) | `HttpSystem` |
+//! | `ballast_system_critical` | system: 1 if readiness depends on it, else 0 | `HttpSystem` |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +44,22 @@ const REASONS: [StopReason; 9] = [
 const STATES: [BreakerState; 4] =
     [BreakerState::Closed, BreakerState::HalfOpen, BreakerState::Open, BreakerState::Isolated];
 
+/// The name of every metric this crate records, for checking dashboards and
+/// alerting rules against what the code registers.
+pub const NAMES: [&str; 11] = [
+    "ballast_calls_total",
+    "ballast_attempts_total",
+    "ballast_retries_total",
+    "ballast_giveups_total",
+    "ballast_breaker_state",
+    "ballast_breaker_transitions_total",
+    "ballast_bulkhead_in_flight",
+    "ballast_bulkhead_rejections_total",
+    "ballast_call_duration_seconds",
+    "ballast_bulkhead_limit",
+    "ballast_system_critical",
+];
+
 /// Describes every ballast metric (help text and unit) to the installed
 /// recorder. Optional; call it once after installing the recorder.
 pub fn describe() {
@@ -58,6 +76,21 @@ pub fn describe() {
         Unit::Seconds,
         "Duration of a whole call, retries and waits included"
     );
+    metrics::describe_gauge!("ballast_bulkhead_limit", "Attempts allowed in flight");
+    metrics::describe_gauge!("ballast_system_critical", "1 if readiness depends on the system, else 0");
+}
+
+/// Records what a system is configured with: its bulkhead limit and whether
+/// it is critical.
+pub(crate) fn describe_system(system: &str, bulkhead_limit: Option<usize>, critical: bool) {
+    if let Some(limit) = bulkhead_limit {
+        metrics::gauge!("ballast_bulkhead_limit", "system" => system.to_owned()).set(limit as f64);
+    }
+    metrics::gauge!("ballast_system_critical", "system" => system.to_owned()).set(if critical {
+        1.0
+    } else {
+        0.0
+    });
 }
 
 /// The event-driven metrics of one system: a [`Listener`] to give to

@@ -185,6 +185,7 @@ impl HttpSystemBuilder {
             }
             None => own_client(&policy, self.connect_timeout, self.read_timeout)?,
         };
+        crate::metrics::describe_system(&self.name, policy.bulkhead_limit(), self.critical);
         let system_policy = SystemPolicy::new(policy, self.dedupes_by_key, header, self.retry_on);
         Ok(HttpSystem { inner: Arc::new(Inner { base, client, system_policy, critical: self.critical }) })
     }
@@ -312,6 +313,11 @@ impl HttpSystem {
     /// The outcome classes treated as transient.
     pub fn retry_on(&self) -> RetryOn {
         self.inner.system_policy.retry_on
+    }
+
+    /// Calls, attempts and the last failure since the system was built.
+    pub fn stats(&self) -> crate::CallStats {
+        self.inner.system_policy.stats()
     }
 
     /// The breaker's state, if the policy has a breaker.

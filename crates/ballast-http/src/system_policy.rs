@@ -5,7 +5,9 @@
 //! [`PolicyLayer`](crate::PolicyLayer).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
 
 use ballast::{Classify, Context, Failure, IdempotencyKey, Policy};
 use http::header::{HeaderName, HeaderValue};
@@ -35,12 +37,46 @@ pub(crate) struct SystemPolicy {
     pub(crate) retry_on: RetryOn,
     metrics: CallMetrics,
     warned: AtomicBool,
+    calls: AtomicU64,
+    attempts: AtomicU64,
+    last_error: Mutex<Option<(SystemTime, String)>>,
+}
+
+/// What a system has done since it was built, for an operator's view; see
+/// [`HttpSystem::stats`](crate::HttpSystem::stats).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallStats {
+    /// Calls made.
+    pub calls: u64,
+    /// Attempts made, the first of each call included.
+    pub attempts: u64,
+    /// The last call that failed: when, and why.
+    pub last_error: Option<(SystemTime, String)>,
 }
 
 impl SystemPolicy {
     pub(crate) fn new(policy: Policy, dedupes_by_key: bool, header: HeaderName, retry_on: RetryOn) -> Self {
         let metrics = CallMetrics::register(policy.name());
-        Self { policy, dedupes_by_key, header, retry_on, metrics, warned: AtomicBool::new(false) }
+        Self {
+            policy,
+            dedupes_by_key,
+            header,
+            retry_on,
+            metrics,
+            warned: AtomicBool::new(false),
+            calls: AtomicU64::new(0),
+            attempts: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    /// Calls, attempts and the last failure so far.
+    pub(crate) fn stats(&self) -> CallStats {
+        CallStats {
+            calls: self.calls.load(Ordering::Relaxed),
+            attempts: self.attempts.load(Ordering::Relaxed),
+            last_error: self.last_error.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+        }
     }
 
     /// Whether a 409 on this kind may mean "original still in flight": only
@@ -65,11 +101,14 @@ impl SystemPolicy {
     where
         F: FnMut(Context) -> Fut,
         Fut: Future<Output = Result<T, E>>,
-        E: Classify,
+        E: Classify + std::fmt::Display,
     {
         let started = Instant::now();
+        self.calls.fetch_add(1, Ordering::Relaxed);
         let metrics = &self.metrics;
+        let attempts = &self.attempts;
         let counted = |ctx| {
+            attempts.fetch_add(1, Ordering::Relaxed);
             let in_flight = metrics.attempt_in_flight();
             let attempt = op(ctx);
             async move {
@@ -87,6 +126,10 @@ impl SystemPolicy {
             CallKind::WriteOnce => self.policy.write_once(counted).await,
         };
         metrics.call_took(started.elapsed());
+        if let Err(failure) = &result {
+            *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((SystemTime::now(), failure.to_string()));
+        }
         result
     }
 

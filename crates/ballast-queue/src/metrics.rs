@@ -37,6 +37,8 @@ pub const TASKS: &str = "ballast_queue_tasks";
 pub const LAG: &str = "ballast_queue_lag_seconds";
 /// Gauge: 1 while a monitor's last refresh reached the queue database, else 0.
 pub const REACHABLE: &str = "ballast_queue_reachable";
+/// The name of every metric this crate records.
+pub const NAMES: [&str; 4] = [ATTEMPTS, TASKS, LAG, REACHABLE];
 /// Kinds with gauges of their own; the rest share [`OTHER_KINDS`].
 pub const MAX_KINDS: usize = 100;
 /// The `kind` label of the gauges that sum every kind past [`MAX_KINDS`]

@@ -102,6 +102,16 @@ impl Budget {
     }
 }
 
+/// How much of a retry budget is spent over its current window; see
+/// [`Policy::budget_level`](crate::Policy::budget_level).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BudgetLevel {
+    /// Retries the window allows: `ratio · calls + floor`.
+    pub allowed: f64,
+    /// Retries taken in the window.
+    pub used: u64,
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Bucket {
     epoch: u64,
@@ -176,6 +186,23 @@ impl RetryBudget {
         } else {
             false
         }
+    }
+
+    /// The budget over the current window, without taking from it.
+    pub(crate) fn level(&self) -> BudgetLevel {
+        let now = Instant::now();
+        let w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        let epoch = self.epoch(&w, now);
+        let oldest = epoch.saturating_sub(BUCKETS as u64 - 1);
+        // Calls not yet placed in time count as recent, as the next retry
+        // would place them (approximately, for a view; no state changes).
+        let unplaced = self.unplaced_calls.load(Ordering::Relaxed) as f64;
+        let (calls, used) = w
+            .buckets
+            .iter()
+            .filter(|b| b.epoch >= oldest && b.epoch <= epoch)
+            .fold((unplaced, 0u64), |(c, r), b| (c + b.calls, r + b.retries));
+        BudgetLevel { allowed: self.cfg.floor() as f64 + self.cfg.ratio * calls, used }
     }
 
     fn epoch(&self, w: &Window, now: Instant) -> u64 {

@@ -107,6 +107,11 @@ impl BulkheadState {
         }
     }
 
+    /// The limit on attempts in flight.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Attempts in flight now.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)

@@ -70,7 +70,7 @@ mod timeout;
 
 pub use backoff::{Backoff, DelayBounds, Delays, MIN_FIRST_DELAY, MIN_GROWTH};
 pub use breaker::{Breaker, BreakerSnapshot, BreakerState, CircuitBreaker, HalfOpenAfter};
-pub use budget::Budget;
+pub use budget::{Budget, BudgetLevel};
 pub use bulkhead::Bulkhead;
 pub use classify::{Class, Classification, Classify};
 pub use events::{Event, EventKind, Listener};

@@ -275,6 +275,17 @@ impl Policy {
         self.shared.bulkhead.as_ref().map(BulkheadState::in_flight)
     }
 
+    /// The bulkhead's limit on attempts in flight (`None` without a bulkhead).
+    pub fn bulkhead_limit(&self) -> Option<usize> {
+        self.shared.bulkhead.as_ref().map(BulkheadState::limit)
+    }
+
+    /// How much of the retry budget the current window has spent (`None`
+    /// without a budget): for dashboards; a call never needs it.
+    pub fn budget_level(&self) -> Option<crate::BudgetLevel> {
+        self.shared.budget.as_ref().map(RetryBudget::level)
+    }
+
     /// A view of this policy whose calls stop when `token` is cancelled: an
     /// attempt is dropped (or, cooperative, signalled) and a backoff wait ends
     /// at once, with [`Failure::Cancelled`].
