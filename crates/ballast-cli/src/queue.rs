@@ -192,7 +192,13 @@ async fn act(queue: &Queue, action: &Action) -> anyhow::Result<Output> {
     Ok(match action {
         Action::Stats => stats(&queue.stats().await?),
         Action::List { state, kind, limit, after } => {
-            let filter = ListFilter { kind: kind.clone(), state: *state, after_id: *after, limit: *limit };
+            let filter = ListFilter {
+                kind: kind.clone(),
+                state: *state,
+                after_id: *after,
+                limit: *limit,
+                ..Default::default()
+            };
             list(&queue.list(&filter).await?, *limit)
         }
         Action::Retry { id: Some(id), .. } => {
@@ -385,21 +391,7 @@ fn whole(d: Duration) -> Duration {
 
 /// `2025-01-31T12:00:00Z` (UTC, whole seconds).
 fn rfc3339(t: SystemTime) -> String {
-    let secs = match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
-    };
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let (era, doe) = (z.div_euclid(146_097), z.rem_euclid(146_097));
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 #[cfg(test)]

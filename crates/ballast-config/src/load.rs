@@ -348,7 +348,7 @@ fn expected(key: &str) -> &'static str {
         "max_attempts" | "size" | "min_calls" | "min_throughput" | "limit" | "queue" | "retries"
         | "max_connections" => "write a whole number that is 0 or more, e.g. 3",
         "max_body" => "write a number of bytes or a size string, e.g. \"1MiB\"",
-        "critical" | "dedupes_by_key" => "write true or false",
+        "critical" | "dedupes_by_key" | "protect_metrics" => "write true or false",
         "threshold" | "budget_ratio" => "write a number, e.g. 0.5",
         "retry_on" | "order" => "write a list of strings, e.g. [\"5xx\", \"timeout\"]",
         _ => "write a string, e.g. \"exponential\"",

@@ -56,6 +56,9 @@ pub struct ServeSection {
     /// `token_env`: the environment variable holding the token the admin
     /// listener asks for (required on any address but loopback).
     pub token_env: Option<String>,
+    /// `protect_metrics`: whether `/metrics` and `/health/*` ask for the token
+    /// too (default false: scrapers and probes need none).
+    pub protect_metrics: Option<bool>,
     /// `stats_interval`: how often the queue's counts are refreshed for
     /// `/metrics` and readiness (default in [`ServeSettings::default`](crate::ServeSettings), 5 s).
     pub stats_interval: Option<ConfigDuration>,
@@ -220,6 +223,7 @@ const SERVE_KEYS: &[(&str, Schema)] = &[
     ("max_connections", Value),
     ("header_read_timeout", Value),
     ("token_env", Value),
+    ("protect_metrics", Value),
     ("stats_interval", Value),
 ];
 

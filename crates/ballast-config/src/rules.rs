@@ -346,6 +346,14 @@ pub(crate) fn serve(s: &ServeSection) -> Vec<Problem> {
             token_env: s.token_env.as_deref(),
         },
     );
+    if s.protect_metrics == Some(true) && s.token_env.is_none() {
+        out.push(Problem::error(
+            None,
+            vec!["serve".to_owned(), "protect_metrics".to_owned()],
+            "`protect_metrics` asks scrapers for a token, but [serve] names no `token_env`".into(),
+            "set `token_env`, or drop `protect_metrics`",
+        ));
+    }
     if s.stats_interval.is_some_and(|d| d.get() < Duration::from_secs(1)) {
         out.push(Problem::error(
             None,

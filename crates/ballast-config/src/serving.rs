@@ -20,19 +20,22 @@ pub struct ServeSettings {
     pub header_read_timeout: Duration,
     /// The environment variable holding the admin token, if any.
     pub token_env: Option<String>,
+    /// Whether `/metrics` and `/health/*` ask for the token too.
+    pub protect_metrics: bool,
     /// How often the queue's counts are refreshed.
     pub stats_interval: Duration,
 }
 
 impl Default for ServeSettings {
-    /// Loopback port 9464, 256 connections, 5 s for headers, no token,
-    /// counts every 5 s.
+    /// Loopback port 9464, 256 connections, 5 s for headers, no token (open
+    /// metrics), counts every 5 s.
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
             max_connections: 256,
             header_read_timeout: Duration::from_secs(5),
             token_env: None,
+            protect_metrics: false,
             stats_interval: Duration::from_secs(5),
         }
     }
@@ -80,6 +83,7 @@ impl Config {
             max_connections: count(serve.max_connections).unwrap_or(defaults.max_connections),
             header_read_timeout: serve.header_read_timeout.map_or(defaults.header_read_timeout, |d| d.get()),
             token_env: serve.token_env.clone(),
+            protect_metrics: serve.protect_metrics.unwrap_or(false),
             stats_interval: serve.stats_interval.map_or(defaults.stats_interval, |d| d.get()),
         })
     }

@@ -238,8 +238,10 @@ impl KindStats {
     }
 }
 
-/// Which tasks [`Queue::list`] returns: a page of at most `limit` tasks in id
-/// order, starting after `after_id` (pass the last id of a page to get the next).
+/// Which tasks [`Queue::list`](crate::Queue::list) returns: a page of at most
+/// `limit` tasks in id order, starting after `after_id` (pass the last id of
+/// a page to get the next) — or, [`newest_first`](ListFilter::newest_first),
+/// in descending order before `before_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListFilter {
     /// Only this kind.
@@ -248,13 +250,17 @@ pub struct ListFilter {
     pub state: Option<TaskState>,
     /// Only ids greater than this.
     pub after_id: i64,
+    /// Only ids less than this.
+    pub before_id: Option<i64>,
+    /// Newest first (descending ids) instead of oldest first.
+    pub newest_first: bool,
     /// Page size.
     pub limit: u32,
 }
 
 impl Default for ListFilter {
     fn default() -> Self {
-        Self { kind: None, state: None, after_id: 0, limit: 100 }
+        Self { kind: None, state: None, after_id: 0, before_id: None, newest_first: false, limit: 100 }
     }
 }
 
@@ -274,6 +280,14 @@ impl ListFilter {
     /// Only tasks after `id`.
     pub fn after(mut self, id: i64) -> Self {
         self.after_id = id;
+        self
+    }
+
+    /// Newest first, only tasks before `id` if given: pass the last id of a
+    /// page to get the next, older one.
+    pub fn newest_first(mut self, before: Option<i64>) -> Self {
+        self.newest_first = true;
+        self.before_id = before;
         self
     }
 

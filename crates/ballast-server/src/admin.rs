@@ -15,6 +15,8 @@ use axum::{Json, Router};
 use ballast_http::{Health, SystemHealth, Systems};
 use ballast_queue::QueueMonitor;
 use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::auth::Token;
 use serde::Serialize;
 
 /// What the admin routes read.
@@ -23,6 +25,8 @@ pub struct Admin {
     prometheus: PrometheusHandle,
     systems: Systems,
     monitor: QueueMonitor,
+    /// Asked of scrapers and probes too, when set.
+    token: Option<Token>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -63,7 +67,13 @@ impl Admin {
     /// `systems` (their breakers, as they are after any reload) and
     /// `monitor` (the queue).
     pub fn new(prometheus: PrometheusHandle, systems: Systems, monitor: QueueMonitor) -> Self {
-        Self { prometheus, systems, monitor }
+        Self { prometheus, systems, monitor, token: None }
+    }
+
+    /// Asks `/metrics` and `/health/*` for `token` (`Authorization: Bearer`).
+    pub fn protected(mut self, token: Token) -> Self {
+        self.token = Some(token);
+        self
     }
 
     /// `/metrics`, `/health/live` and `/health/ready`.
@@ -72,6 +82,7 @@ impl Admin {
             .route("/metrics", get(metrics))
             .route("/health/live", get(live))
             .route("/health/ready", get(ready))
+            .route_layer(axum::middleware::from_fn_with_state(self.clone(), admit))
             .with_state(self)
     }
 
@@ -90,6 +101,21 @@ impl Admin {
 
 fn seconds(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Lets a scrape or probe through unless a token is asked and missing.
+async fn admit(
+    State(admin): State<Admin>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    match &admin.token {
+        Some(token) if !token.admits(request.headers()) => {
+            (StatusCode::UNAUTHORIZED, "this endpoint asks for `Authorization: Bearer <token>`\n")
+                .into_response()
+        }
+        _ => next.run(request).await,
+    }
 }
 
 async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {

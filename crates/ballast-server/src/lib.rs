@@ -34,6 +34,7 @@ pub mod auth;
 pub mod gateway;
 pub mod listener;
 pub mod reload;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -49,6 +50,7 @@ pub use admin::Admin;
 use auth::Token;
 pub use gateway::Gateway;
 pub use listener::Limits;
+pub use ui::Ui;
 
 /// How often the Prometheus recorder drains its histograms when nobody scrapes.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -94,6 +96,7 @@ pub enum ServeError {
 pub struct Server {
     worker: Worker,
     admin: Admin,
+    ui: Ui,
     listener: TcpListener,
     limits: Limits,
     gateway: Option<(Gateway, TcpListener, Limits)>,
@@ -160,15 +163,29 @@ impl Server {
             }
         };
         let addr = listen.unwrap_or(settings.listen);
+        // Refused before anything listens: beyond loopback only with a token.
+        let admin_token = Token::for_listener("serve", addr, settings.token_env.as_deref())?;
         let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
         let limits = Limits {
             max_connections: settings.max_connections,
             header_read_timeout: settings.header_read_timeout,
         };
-        let admin = Admin::new(prometheus.clone(), systems.clone(), monitor);
+        let ui = Ui::new(
+            systems.clone(),
+            deferrals.clone(),
+            monitor.clone(),
+            admin_token.clone().zip(settings.token_env.clone()),
+        );
+        let admin = match (&admin_token, settings.protect_metrics) {
+            (Some(token), true) => {
+                Admin::new(prometheus.clone(), systems.clone(), monitor).protected(token.clone())
+            }
+            _ => Admin::new(prometheus.clone(), systems.clone(), monitor),
+        };
         Ok(Server {
             worker,
             admin,
+            ui,
             listener,
             limits,
             gateway,
@@ -206,7 +223,17 @@ impl Server {
     /// the configuration file is read again ([`reload`]).
     pub async fn run(self, shutdown: CancellationToken) -> Result<RunSummary, ServeError> {
         let Server {
-            worker, admin, listener, limits, gateway, systems, config, prometheus, background, ..
+            worker,
+            admin,
+            ui,
+            listener,
+            limits,
+            gateway,
+            systems,
+            config,
+            prometheus,
+            background,
+            ..
         } = self;
         let _stop_background = background.drop_guard();
         tokio::spawn(upkeep(prometheus, shutdown.clone()));
@@ -215,7 +242,7 @@ impl Server {
         let gateway = gateway.map(|(gateway, listener, limits)| {
             tokio::spawn(listener::serve(listener, gateway.router(), limits, shutdown.clone()))
         });
-        listener::serve(listener, admin.router(), limits, shutdown).await;
+        listener::serve(listener, admin.router().merge(ui.router()), limits, shutdown).await;
         if let Some(gateway) = gateway {
             let _ = gateway.await;
         }

@@ -414,16 +414,18 @@ impl Store for PgStore {
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
+        let order = if filter.newest_first { "DESC" } else { "ASC" };
         let sql = format!(
             "SELECT {COLUMNS} FROM ballast_tasks
-             WHERE ($1::text IS NULL OR kind = $1) AND ($2::text IS NULL OR state = $2) AND id > $3
-             ORDER BY id LIMIT $4"
+             WHERE ($1::text IS NULL OR kind = $1) AND ($2::text IS NULL OR state = $2) AND id > $3 AND id < $5
+             ORDER BY id {order} LIMIT $4"
         );
         let rows = sqlx::query(&sql)
             .bind(filter.kind.as_deref())
             .bind(filter.state.map(TaskState::as_str))
             .bind(filter.after_id)
             .bind(i64::from(filter.limit))
+            .bind(filter.before_id.unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(task_info).collect()

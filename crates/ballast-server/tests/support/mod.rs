@@ -156,9 +156,14 @@ impl Drop for Served {
 /// temp dir, listeners on free loopback ports, and `rest`, in which
 /// `{upstream}` stands for `upstream`'s address.
 pub async fn serve(upstream: &Upstream, rest: &str) -> Served {
+    serve_with(upstream, "", rest).await
+}
+
+/// [`serve`] with `serve_lines` added to `[serve]`.
+pub async fn serve_with(upstream: &Upstream, serve_lines: &str, rest: &str) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
-        "[queue]\nurl = \"sqlite://{}\"\npoll_interval = \"100ms\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n\n{}",
+        "[queue]\nurl = \"sqlite://{}\"\npoll_interval = \"100ms\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n{serve_lines}\n{}",
         dir.path().join("queue.db").display(),
         rest.replace("{upstream}", &upstream.addr.to_string())
     );

@@ -1,0 +1,125 @@
+//! What an operator can do from the dashboard: retry a failed task (or make
+//! a pending one due now), cancel a pending or running task, retry every
+//! failed task of a kind. Each is a POST carrying the page's CSRF token, is
+//! logged with who did it, and sends the operator back with what happened.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form};
+use ballast_queue::TaskState;
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+
+use super::session::Operator;
+use super::Ui;
+
+/// The fields of every action form.
+#[derive(Deserialize)]
+pub(super) struct ActionForm {
+    csrf: String,
+}
+
+impl Ui {
+    /// Whether a form carries this dashboard's CSRF token.
+    fn genuine(&self, form: &ActionForm) -> bool {
+        bool::from(self.0.csrf.as_bytes().ct_eq(form.csrf.as_bytes()))
+    }
+
+    /// The CSRF token forms carry.
+    pub(super) fn csrf(&self) -> &str {
+        &self.0.csrf
+    }
+}
+
+fn forged() -> Response {
+    (StatusCode::FORBIDDEN, "the form's CSRF token does not match: reload the page and try again\n")
+        .into_response()
+}
+
+fn back_to(page: &str, said: &str) -> Response {
+    let said: String = url_escape(said);
+    Redirect::to(&format!("{page}?said={said}")).into_response()
+}
+
+/// `text` as a query value.
+fn url_escape(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+fn queue_error(e: ballast_queue::Error) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, format!("the queue did not answer: {e}\n")).into_response()
+}
+
+pub(super) async fn retry(
+    State(ui): State<Ui>,
+    Extension(operator): Extension<Operator>,
+    Path(id): Path<i64>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if !ui.genuine(&form) {
+        return forged();
+    }
+    let page = format!("/ui/tasks/{id}");
+    let task = match ui.0.queue.get(id).await {
+        Ok(Some(task)) => task,
+        Ok(None) => return back_to("/ui/tasks", &format!("no task {id}")),
+        Err(e) => return queue_error(e),
+    };
+    let done = match task.state {
+        TaskState::Failed => ui.0.queue.retry(id).await,
+        TaskState::Pending => ui.0.queue.run_now(id).await,
+        other => {
+            return back_to(&page, &format!("task {id} is {other}: only failed or pending tasks are retried"))
+        }
+    };
+    match done {
+        Ok(true) => {
+            tracing::info!(task_id = id, kind = %task.kind, who = %operator.0, "dashboard: task retried (was {})", task.state);
+            ui.0.monitor.refresh_soon();
+            back_to(&page, &format!("task {id} retried: pending, due now"))
+        }
+        Ok(false) => back_to(&page, &format!("task {id} changed meanwhile; nothing done")),
+        Err(e) => queue_error(e),
+    }
+}
+
+pub(super) async fn cancel(
+    State(ui): State<Ui>,
+    Extension(operator): Extension<Operator>,
+    Path(id): Path<i64>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if !ui.genuine(&form) {
+        return forged();
+    }
+    let page = format!("/ui/tasks/{id}");
+    match ui.0.queue.cancel(id).await {
+        Ok(true) => {
+            tracing::info!(task_id = id, who = %operator.0, "dashboard: task cancelled");
+            ui.0.monitor.refresh_soon();
+            back_to(&page, &format!("task {id} cancelled"))
+        }
+        Ok(false) => back_to(&page, &format!("task {id} is already final; nothing done")),
+        Err(e) => queue_error(e),
+    }
+}
+
+pub(super) async fn retry_failed(
+    State(ui): State<Ui>,
+    Extension(operator): Extension<Operator>,
+    Path(kind): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if !ui.genuine(&form) {
+        return forged();
+    }
+    match ui.0.queue.retry_failed(&kind).await {
+        Ok(n) => {
+            tracing::info!(kind = %kind, retried = n, who = %operator.0, "dashboard: every failed task of a kind retried");
+            ui.0.monitor.refresh_soon();
+            back_to("/ui/", &format!("{n} failed task(s) of {kind} retried"))
+        }
+        Err(e) => queue_error(e),
+    }
+}

@@ -1,0 +1,106 @@
+//! The operator's window: a dashboard at `/ui/` on the admin listener.
+//!
+//! - **Overview**: per external system its breaker (and when it probes),
+//!   attempts in flight against the bulkhead's limit, calls and attempts per
+//!   second, the retry budget and the last error; the queue's tasks per kind
+//!   and state and each kind's lag. Counts refresh every few seconds with
+//!   JavaScript, and the pages read the same without it.
+//! - **Tasks**: filtered by kind and state, newest first, a page at a time;
+//!   a task's page shows its payload, key, attempts, schedule, error history
+//!   and lease.
+//! - **Actions**: retry or cancel a task, retry every failed task of a kind.
+//!   Each is a POST form carrying the page's CSRF token, and is logged with
+//!   who and when.
+//!
+//! Every asset is served by the binary; nothing comes from a CDN. Pages read
+//! the queue through its admin API (parameterised queries) and the overview
+//! reads the queue monitor's snapshot, never the table; everything shown is
+//! HTML-escaped by the templates.
+
+mod actions;
+mod assets;
+mod pages;
+mod rates;
+mod session;
+
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+use ballast_http::Systems;
+use ballast_queue::{Queue, QueueMonitor};
+
+use crate::auth::Token;
+use rates::Rates;
+use session::Sessions;
+
+/// 128 random bits from the thread's CSPRNG, in hex: a CSRF token or a
+/// session id.
+fn secret() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// What the dashboard reads and acts on. Cheap to clone.
+#[derive(Clone)]
+pub struct Ui(Arc<Inner>);
+
+struct Inner {
+    systems: Systems,
+    queue: Queue,
+    monitor: QueueMonitor,
+    rates: Rates,
+    /// Every form carries it; a POST without it is refused (CSRF).
+    csrf: String,
+    sessions: Sessions,
+    /// The token and the name of the variable it came from.
+    token: Option<(Token, String)>,
+}
+
+impl std::fmt::Debug for Ui {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ui").field("systems", &self.0.systems.names()).finish_non_exhaustive()
+    }
+}
+
+impl Ui {
+    /// A dashboard over `systems` and `queue` (acted on), with counts from
+    /// `monitor`; with a `token` (and the name of its variable, for the log of
+    /// actions) only operators who bring it get in.
+    pub fn new(
+        systems: Systems,
+        queue: Queue,
+        monitor: QueueMonitor,
+        token: Option<(Token, String)>,
+    ) -> Self {
+        let csrf = secret();
+        Self(Arc::new(Inner {
+            systems,
+            queue,
+            monitor,
+            rates: Rates::default(),
+            csrf,
+            sessions: Sessions::default(),
+            token,
+        }))
+    }
+
+    /// The routes under `/ui/`.
+    pub fn router(self) -> Router {
+        let pages = Router::new()
+            .route("/ui/", get(pages::overview))
+            .route("/ui/live", get(pages::live))
+            .route("/ui/tasks", get(pages::tasks))
+            .route("/ui/tasks/{id}", get(pages::task))
+            .route("/ui/tasks/{id}/retry", post(actions::retry))
+            .route("/ui/tasks/{id}/cancel", post(actions::cancel))
+            .route("/ui/kinds/{kind}/retry-failed", post(actions::retry_failed))
+            .route("/ui/logout", post(session::logout))
+            .route_layer(axum::middleware::from_fn_with_state(self.clone(), session::require));
+        Router::new()
+            .merge(pages)
+            .route("/ui", get(|| async { axum::response::Redirect::permanent("/ui/") }))
+            .route("/ui/login", get(session::login_form).post(session::login))
+            .route("/ui/assets/{file}", get(assets::serve))
+            .with_state(self)
+    }
+}

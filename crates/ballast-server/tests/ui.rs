@@ -1,0 +1,170 @@
+//! The dashboard over HTTP, as a browser without JavaScript sees it: the
+//! overview, the task list and a task's page, the actions and their CSRF
+//! token, and the login that a token beyond loopback requires.
+
+mod support;
+
+use ballast::{Classification, Classify};
+use ballast_queue::{Handler, NewTask, Queue, TaskContext, TaskState, Worker};
+use support::{client, eventually, serve, serve_with, Reply, Upstream};
+use tokio_util::sync::CancellationToken;
+
+const SYSTEMS: &str = r#"
+[systems.pay]
+base_url = "http://{upstream}/"
+critical = true
+
+[systems.pay.breaker]
+kind = "consecutive"
+threshold = 3
+half_open_after = "30s"
+
+[systems.pay.bulkhead]
+limit = 8
+queue = 4
+"#;
+
+#[derive(Debug)]
+struct Declined;
+
+impl std::fmt::Display for Declined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("card declined <script>alert(1)</script>")
+    }
+}
+
+impl Classify for Declined {
+    fn classify(&self) -> Classification {
+        Classification::permanent()
+    }
+}
+
+/// Fails every task permanently.
+struct Decline;
+
+impl Handler for Decline {
+    type Payload = serde_json::Value;
+    type Error = Declined;
+    async fn handle(&self, _: TaskContext, _: serde_json::Value) -> Result<(), Declined> {
+        Err(Declined)
+    }
+}
+
+/// Makes task 1 (`charge`) fail and leaves task 2 pending for an hour.
+async fn tasks(queue: &Queue) {
+    queue.enqueue(NewTask::new("charge", &serde_json::json!({"order": 42, "amount": 100}))).await.unwrap();
+    let later = std::time::Duration::from_secs(3600);
+    queue.enqueue(NewTask::new("charge", &serde_json::json!({"order": 43})).run_after(later)).await.unwrap();
+    let worker = Worker::builder(queue.clone()).handler("charge", Decline).build().unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    eventually("task 1 fails", || async { queue.get(1).await.unwrap().unwrap().state == TaskState::Failed })
+        .await;
+    stop.cancel();
+    running.await.unwrap();
+}
+
+fn csrf(page: &str) -> String {
+    let at = page.find("name=\"csrf\" value=\"").expect("a form with a CSRF token") + 19;
+    page[at..at + 32].to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_sees_a_failed_task_and_retries_it() {
+    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "")).await;
+    let served = serve(&upstream, SYSTEMS).await;
+    let queue =
+        Queue::connect(&format!("sqlite://{}", served.dir.path().join("queue.db").display())).await.unwrap();
+    tasks(&queue).await;
+
+    let overview = client().get(format!("{}/ui/", served.admin)).send().await.unwrap().text().await.unwrap();
+    assert!(overview.contains("data-system=\"pay\"") && overview.contains("(critical)"), "{overview}");
+    assert!(overview.contains("0 / 8"), "in flight against the bulkhead's limit");
+    eventually("the queue is counted", || async {
+        let live =
+            client().get(format!("{}/ui/live", served.admin)).send().await.unwrap().text().await.unwrap();
+        live.contains("data-kind=\"charge\"") && live.contains("Retry all failed")
+    })
+    .await;
+
+    let list = client()
+        .get(format!("{}/ui/tasks?kind=charge", served.admin))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (two, one) = (list.find("/ui/tasks/2").unwrap(), list.find("/ui/tasks/1").unwrap());
+    assert!(two < one, "newest first");
+
+    let page =
+        client().get(format!("{}/ui/tasks/1", served.admin)).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("&quot;amount&quot;: 100"), "the payload, pretty and escaped: {page}");
+    assert!(page.contains("card declined &lt;script&gt;"), "errors are escaped: {page}");
+    assert!(!page.contains("<script>alert"), "nothing from the table runs in the page");
+
+    let url = format!("{}/ui/tasks/1/retry", served.admin);
+    let forged = client().post(&url).form(&[("csrf", "0".repeat(32))]).send().await.unwrap();
+    assert_eq!(forged.status().as_u16(), 403);
+    assert_eq!(
+        queue.get(1).await.unwrap().unwrap().state,
+        TaskState::Failed,
+        "a forged form changes nothing"
+    );
+    let done = client().post(&url).form(&[("csrf", csrf(&page))]).send().await.unwrap();
+    assert_eq!(done.status().as_u16(), 303);
+    assert_eq!(queue.get(1).await.unwrap().unwrap().state, TaskState::Pending);
+    let back = done.headers()["location"].to_str().unwrap().to_owned();
+    let shown = client().get(format!("{}{back}", served.admin)).send().await.unwrap().text().await.unwrap();
+    assert!(shown.contains("task 1 retried"), "{shown}");
+
+    let cancel = format!("{}/ui/tasks/2/cancel", served.admin);
+    assert_eq!(
+        client().post(&cancel).form(&[("csrf", csrf(&page))]).send().await.unwrap().status().as_u16(),
+        303
+    );
+    assert_eq!(queue.get(2).await.unwrap().unwrap().state, TaskState::Cancelled);
+
+    let css = client().get(format!("{}/ui/assets/style.css", served.admin)).send().await.unwrap();
+    assert_eq!(css.headers()["content-type"], "text/css; charset=utf-8");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_the_dashboard_asks_for_it_and_scrapers_need_none() {
+    std::env::set_var("BALLAST_UI_TEST_TOKEN", "operator-s3cret");
+    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "")).await;
+    let served = serve_with(&upstream, "token_env = \"BALLAST_UI_TEST_TOKEN\"", SYSTEMS).await;
+
+    let refused = client().get(format!("{}/ui/", served.admin)).send().await.unwrap();
+    assert_eq!(
+        (refused.status().as_u16(), refused.headers()["location"].to_str().unwrap()),
+        (303, "/ui/login")
+    );
+    let bearer =
+        client().get(format!("{}/ui/", served.admin)).bearer_auth("operator-s3cret").send().await.unwrap();
+    assert_eq!(bearer.status().as_u16(), 200);
+    assert_eq!(
+        client().get(format!("{}/metrics", served.admin)).send().await.unwrap().status().as_u16(),
+        200
+    );
+    assert_eq!(
+        client().get(format!("{}/health/live", served.admin)).send().await.unwrap().status().as_u16(),
+        200
+    );
+
+    let wrong =
+        client().post(format!("{}/ui/login", served.admin)).form(&[("token", "guess")]).send().await.unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    let login = client()
+        .post(format!("{}/ui/login", served.admin))
+        .form(&[("token", "operator-s3cret")])
+        .send()
+        .await;
+    let login = login.unwrap();
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let session = cookie.split(';').next().unwrap();
+    let page = client().get(format!("{}/ui/", served.admin)).header("cookie", session).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+}
