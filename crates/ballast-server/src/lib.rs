@@ -158,7 +158,8 @@ impl Server {
                     .map_err(|source| ServeError::Bind { addr: g.listen, source })?;
                 let limits =
                     Limits { max_connections: g.max_connections, header_read_timeout: g.header_read_timeout };
-                let gateway = Gateway::new(systems.clone(), deferrals.clone(), g.max_body, token);
+                let gateway = Gateway::new(systems.clone(), deferrals.clone(), g.max_body, token)
+                    .keep_alive_hint(g.header_read_timeout);
                 Some((gateway, listener, limits))
             }
         };

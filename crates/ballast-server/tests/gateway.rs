@@ -332,3 +332,38 @@ base_url = "http://{upstream}/"
     assert!(refused.to_string().contains("R-RES-RE-3"), "{refused}");
     assert_eq!(served.systems.names(), ["crm", "sms"], "the running systems stay");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferrable_write_goes_on_when_its_caller_hangs_up() {
+    let upstream = Upstream::start(|_, _| Reply::With(503, vec![], "down")).await;
+    let served = serve(&upstream, SYSTEMS).await;
+    let key = IdempotencyKey::v5("order-3", "pay");
+    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(50)).build().unwrap();
+    let gave_up = impatient
+        .post(format!("{}/call/pay/payments", served.gateway))
+        .header("Idempotency-Key", key.as_str())
+        .header("Prefer", "respond-async")
+        .body("100")
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the caller hung up before the answer");
+    eventually("the write is deferred all the same", || async {
+        client().get(format!("{}/tasks/1", served.gateway)).send().await.unwrap().status().as_u16() == 200
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateways_own_answers_say_so_and_say_whether_anything_was_sent() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "")).await;
+    let systems =
+        format!("[gateway]\nlisten = \"127.0.0.1:0\"\n\n[systems.gone]\nbase_url = \"http://{closed}/\"\n");
+    let served = serve(&upstream, &systems).await;
+    let response = client().post(format!("{}/call/gone/x", served.gateway)).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 502);
+    assert_eq!(response.headers()["ballast-problem"], "transport");
+    assert!(response.headers()["keep-alive"].to_str().unwrap().starts_with("timeout="));
+    let problem = problem(response).await;
+    assert_eq!(problem["ballast"]["sent"], false, "a refused connection sent nothing: {problem}");
+}

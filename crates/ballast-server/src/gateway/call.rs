@@ -17,7 +17,7 @@ use axum::http::header::{self, HeaderValue};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ballast::{Failure, IdempotencyKey, Rejection, Rule, StopReason};
-use ballast_http::{Delivery, HttpError, HttpSystem};
+use ballast_http::{Delivery, HttpError, HttpSystem, TransportKind};
 use ballast_queue::{Handover, HandoverError};
 
 use super::headers::{forwarded, wants_async, RESPOND_ASYNC};
@@ -64,7 +64,14 @@ pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Re
         .body(body);
     let outcome = match (declared, key) {
         (Declared::KeyedWrite, Some(key)) if wants_async(&parts.headers) && system.dedupes_by_key() => {
-            return deferrable(&gateway, &system, &key, request).await;
+            // Detached: a caller that hangs up must not take the deferral
+            // with it — the write goes on, to the queue if need be.
+            let call = tokio::spawn(async move { deferrable(&gateway, &system, &key, request).await });
+            return call.await.unwrap_or_else(|e| {
+                let detail = format!("the deferrable write stopped: {e}");
+                Problem::new(StatusCode::INTERNAL_SERVER_ERROR, Reason::QueueUnavailable, detail)
+                    .into_response()
+            });
         }
         (Declared::KeyedWrite, Some(key)) => system.write(&key, request).await,
         (Declared::Read, _) => system.read(request).await,
@@ -184,7 +191,15 @@ fn answer(
         Failure::Operation { attempts: 0, .. } => {
             Problem::new(StatusCode::BAD_REQUEST, Reason::BadRequest, failure.to_string())
         }
-        _ => Problem::new(StatusCode::BAD_GATEWAY, Reason::Transport, failure.to_string()),
+        _ => {
+            let sent = match failure.error() {
+                Some(HttpError::Transport { kind, .. }) => {
+                    !matches!(kind, TransportKind::Connect | TransportKind::ConnectTimeout)
+                }
+                _ => true,
+            };
+            Problem::new(StatusCode::BAD_GATEWAY, Reason::Transport, failure.to_string()).sent(sent)
+        }
     };
     problem.attempts(attempts).rule(rule).into_response()
 }

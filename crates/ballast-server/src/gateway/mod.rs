@@ -18,9 +18,10 @@ pub mod problem;
 mod tasks;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::header::HeaderName;
+use axum::http::header::{HeaderName, HeaderValue};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -35,16 +36,22 @@ use problem::{Problem, Reason};
 /// The header every gateway response carries: the attempts the call made.
 pub const ATTEMPTS: HeaderName = HeaderName::from_static("ballast-attempts");
 
+/// The header of the gateway's own answers: the problem's reason.
+pub const PROBLEM: HeaderName = HeaderName::from_static("ballast-problem");
+
 /// What the gateway's routes share. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Gateway(Arc<Inner>);
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Inner {
     systems: Systems,
     queue: Queue,
     max_body: usize,
     token: Option<Token>,
+    /// `Keep-Alive: timeout=…` on every response, so clients drop an idle
+    /// connection before the listener closes it under them.
+    keep_alive: Option<HeaderValue>,
 }
 
 impl Gateway {
@@ -52,7 +59,18 @@ impl Gateway {
     /// bodies up to `max_body` bytes and, with a `token`, admits only requests
     /// that bring it.
     pub fn new(systems: Systems, queue: Queue, max_body: usize, token: Option<Token>) -> Self {
-        Self(Arc::new(Inner { systems, queue, max_body, token }))
+        Self(Arc::new(Inner { systems, queue, max_body, token, keep_alive: None }))
+    }
+
+    /// Tells clients, on every response, to drop a connection idle for
+    /// `idle` (a second less than the listener waits for the next request's
+    /// headers): a request sent on a connection the listener is closing
+    /// fails without knowing whether it was sent.
+    pub fn keep_alive_hint(self, idle: Duration) -> Self {
+        let secs = idle.as_secs().saturating_sub(1).max(1);
+        let hint = HeaderValue::from_str(&format!("timeout={secs}")).ok();
+        let Inner { systems, queue, max_body, token, .. } = Arc::unwrap_or_clone(self.0);
+        Self(Arc::new(Inner { systems, queue, max_body, token, keep_alive: hint }))
     }
 
     /// `/call/{system}/…` and `/tasks/{id}`, behind the token if there is one.
@@ -62,6 +80,7 @@ impl Gateway {
             .route("/tasks/{id}", get(tasks::task))
             .fallback(not_found)
             .route_layer(axum::middleware::from_fn_with_state(self.clone(), admit))
+            .layer(axum::middleware::from_fn_with_state(self.clone(), hint))
             .with_state(self)
     }
 
@@ -96,6 +115,15 @@ async fn admit(State(gateway): State<Gateway>, request: Request, next: Next) -> 
         }
         _ => next.run(request).await,
     }
+}
+
+/// Adds the keep-alive hint to every response.
+async fn hint(State(gateway): State<Gateway>, request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    if let Some(hint) = &gateway.0.keep_alive {
+        response.headers_mut().insert(HeaderName::from_static("keep-alive"), hint.clone());
+    }
+    response
 }
 
 async fn not_found() -> Response {

@@ -47,6 +47,10 @@ struct Detail {
     attempts: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     rule: Option<&'static str>,
+    /// For `transport`: whether the request may have reached the system
+    /// (false: the connection never opened, nothing was sent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sent: Option<bool>,
 }
 
 /// A problem document, ready to send.
@@ -72,7 +76,7 @@ impl Problem {
             title: status.canonical_reason().unwrap_or("Error").to_owned(),
             code: status.as_u16(),
             detail: detail.into(),
-            ballast: Detail { reason, attempts: 0, rule: None },
+            ballast: Detail { reason, attempts: 0, rule: None, sent: None },
         }
     }
 
@@ -85,6 +89,12 @@ impl Problem {
     /// The rule that decided the outcome.
     pub fn rule(mut self, rule: Option<Rule>) -> Self {
         self.ballast.rule = rule.map(Rule::id);
+        self
+    }
+
+    /// Whether the request may have reached the system.
+    pub fn sent(mut self, sent: bool) -> Self {
+        self.ballast.sent = Some(sent);
         self
     }
 
@@ -102,6 +112,13 @@ impl IntoResponse for Problem {
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         headers.insert(super::ATTEMPTS, HeaderValue::from(self.ballast.attempts));
+        // Tells the gateway's own answers from an upstream's problem+json
+        // without parsing the body.
+        if let Ok(reason) = serde_json::to_value(self.ballast.reason) {
+            if let Some(reason) = reason.as_str().and_then(|r| HeaderValue::from_str(r).ok()) {
+                headers.insert(super::PROBLEM, reason);
+            }
+        }
         if let Some(wait) = self.retry_after {
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
