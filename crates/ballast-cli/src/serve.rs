@@ -10,7 +10,6 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use ballast_config::{report, Config};
 use ballast_server::Server;
-use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio_util::sync::CancellationToken;
 
 /// Arguments of `ballast serve`.
@@ -62,7 +61,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 async fn serve(config: &Config, listen: Option<SocketAddr>) -> anyhow::Result<()> {
     // Before the systems are built: metric handles taken earlier record nowhere.
     let prometheus =
-        PrometheusBuilder::new().install_recorder().context("cannot install the Prometheus recorder")?;
+        ballast_server::admin::install_recorder().context("cannot install the Prometheus recorder")?;
     let server = Server::bind(config, prometheus, listen).await?;
     println!(
         "ballast serve: listening on http://{} (metrics /metrics, health /health/live /health/ready), \

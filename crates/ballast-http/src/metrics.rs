@@ -19,6 +19,12 @@
 //! | `ballast_call_duration_seconds` | system (histogram) | `HttpSystem`, `PolicyLayer` |
 //! | `ballast_bulkhead_limit` | system: attempts allowed in flight (absent without a bulkhead) | `HttpSystem` |
 //! | `ballast_system_critical` | system: 1 if readiness depends on it, else 0 | `HttpSystem` |
+//!
+//! `metrics-exporter-prometheus` renders a histogram as a summary unless it
+//! is given buckets; give it [`CALL_DURATION_BUCKETS`] for
+//! `ballast_call_duration_seconds`, so quantiles can be taken over several
+//! instances (`histogram_quantile` over `ballast_call_duration_seconds_bucket`,
+//! as the dashboard in `examples/monitoring` does). `ballast serve` does.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +65,12 @@ pub const NAMES: [&str; 11] = [
     "ballast_bulkhead_limit",
     "ballast_system_critical",
 ];
+
+/// Upper bounds, in seconds, of the `ballast_call_duration_seconds` buckets:
+/// a whole call, retries and backoff included, which R-RES-RE-4 keeps under
+/// 30 s in memory.
+pub const CALL_DURATION_BUCKETS: [f64; 13] =
+    [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0];
 
 /// Describes every ballast metric (help text and unit) to the installed
 /// recorder. Optional; call it once after installing the recorder.

@@ -14,10 +14,26 @@ use axum::routing::get;
 use axum::{Json, Router};
 use ballast_http::{Health, SystemHealth, Systems};
 use ballast_queue::QueueMonitor;
-use metrics_exporter_prometheus::PrometheusHandle;
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use serde::Serialize;
 
 use crate::auth::Token;
-use serde::Serialize;
+
+/// Installs the global Prometheus recorder `ballast serve` records into,
+/// with call durations as a histogram
+/// ([`CALL_DURATION_BUCKETS`](ballast_http::metrics::CALL_DURATION_BUCKETS))
+/// rather than the exporter's default summary: a summary's quantiles cannot
+/// be combined over instances, and the dashboard in `examples/monitoring`
+/// reads `ballast_call_duration_seconds_bucket`. Install it before building
+/// any system: metric handles taken earlier record nowhere.
+pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("ballast_call_duration_seconds".to_owned()),
+            &ballast_http::metrics::CALL_DURATION_BUCKETS,
+        )?
+        .install_recorder()
+}
 
 /// What the admin routes read.
 #[derive(Clone)]

@@ -17,11 +17,10 @@
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use ballast_config::Config;
-//! use metrics_exporter_prometheus::PrometheusBuilder;
 //! use tokio_util::sync::CancellationToken;
 //!
 //! let config = Config::load("ballast.toml")?;
-//! let prometheus = PrometheusBuilder::new().install_recorder()?;
+//! let prometheus = ballast_server::admin::install_recorder()?;
 //! let server = ballast_server::Server::bind(&config, prometheus, None).await?;
 //! println!("admin on http://{}", server.admin_addr());
 //! let summary = server.run(CancellationToken::new()).await?;
@@ -112,8 +111,8 @@ impl Server {
     /// Builds every system of `config`, opens and migrates its queue, starts
     /// the queue monitor on a connection of its own and binds the admin
     /// listener (`listen`, else `[serve] listen`). `prometheus` must already be
-    /// installed as the global recorder: metric handles taken before that
-    /// record nowhere.
+    /// installed as the global recorder ([`admin::install_recorder`]): metric
+    /// handles taken before that record nowhere.
     pub async fn bind(
         config: &Config,
         prometheus: PrometheusHandle,

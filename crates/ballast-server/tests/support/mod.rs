@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use ballast_config::Config;
 use ballast_server::Server;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -131,10 +131,11 @@ async fn answer(mut socket: TcpStream, log: Arc<Mutex<Vec<Seen>>>, script: Arc<S
     }
 }
 
-/// The recorder every server of this test binary records into.
+/// The recorder every server of this test binary records into, as
+/// `ballast serve` installs it.
 pub fn prometheus() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| PrometheusBuilder::new().install_recorder().expect("recorder")).clone()
+    HANDLE.get_or_init(|| ballast_server::admin::install_recorder().expect("recorder")).clone()
 }
 
 /// `ballast serve` running in-process; stopped when dropped.
