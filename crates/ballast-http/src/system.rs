@@ -242,6 +242,15 @@ pub fn parse_base_url(url: &str) -> Result<Url, HttpError> {
     Ok(base)
 }
 
+/// A request's URL as spans and logs show it: without the query string
+/// (whose values may be secrets) and with any userinfo masked.
+fn span_url(url: &Url) -> String {
+    let mut shown = url.clone();
+    shown.set_query(None);
+    shown.set_fragment(None);
+    ballast::redact_url(shown.as_str())
+}
+
 /// One external system: its own client and connection pool (rustls, no
 /// client-level retries, connect and read timeouts) and its [`Policy`].
 ///
@@ -357,7 +366,7 @@ impl HttpSystem {
                     Ok(prepared) => prepared,
                     Err(e) => return Err(Failure::unsent(e)),
                 };
-                let head = &request.head;
+                let (head, url) = (&request.head, &url);
                 let mut body = Some(request.body);
                 let call = self.inner.system_policy.run(CallKind::WriteOnce, |ctx| {
                     let builder = self.inner.client.request(head.method.clone(), url.clone());
@@ -367,10 +376,10 @@ impl HttpSystem {
                     async move {
                         let builder =
                             builder.ok_or_else(|| HttpError::invalid("a streaming body is sent once"))?;
-                        self.attempt(builder, false, ctx.attempt()).await
+                        self.attempt(builder, false, ctx.attempt(), url).await
                     }
                 });
-                self.traced(head, call).await
+                self.traced(head, url, call).await
             }
         }
     }
@@ -384,31 +393,48 @@ impl HttpSystem {
         let (head, body) = (&request.head, &request.body);
         let call = self.inner.system_policy.run(kind, |ctx| {
             let builder = self.inner.client.request(head.method.clone(), url.clone());
-            self.attempt(builder.headers(headers.clone()).body(body.clone()), keyed_write, ctx.attempt())
+            self.attempt(
+                builder.headers(headers.clone()).body(body.clone()),
+                keyed_write,
+                ctx.attempt(),
+                &url,
+            )
         });
-        self.traced(head, call).await
+        self.traced(head, &url, call).await
     }
 
-    /// Runs a call inside its span, recording the final status on it.
+    /// Runs a call inside its span, recording the final status on it. The
+    /// span is made only when a tracing subscriber is installed.
     async fn traced(
         &self,
         head: &Head,
+        url: &Url,
         call: impl std::future::Future<Output = Result<Response, Failure<HttpError>>>,
     ) -> Result<Response, Failure<HttpError>> {
+        if !tracing::dispatcher::has_been_set() {
+            return call.await;
+        }
+        // OpenTelemetry's HTTP client conventions; the call is internal, each
+        // attempt a client span of its own.
         let span = tracing::info_span!(
             "ballast.http",
-            system = %self.name(),
-            method = %head.method,
-            path = %head.path,
-            status = tracing::field::Empty,
+            ballast.system = %self.name(),
+            http.request.method = %head.method,
+            url.full = %span_url(url),
+            http.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
         );
         let result = call.instrument(span.clone()).await;
-        let status = match &result {
-            Ok(response) => Some(response.status()),
-            Err(failure) => failure.error().and_then(HttpError::status),
-        };
-        if let Some(status) = status {
-            span.record("status", status.as_u16());
+        match &result {
+            Ok(response) => {
+                span.record("http.response.status_code", response.status().as_u16());
+            }
+            Err(failure) => {
+                if let Some(status) = failure.error().and_then(HttpError::status) {
+                    span.record("http.response.status_code", status.as_u16());
+                }
+                span.record("error.type", failure.error_type());
+            }
         }
         result
     }
@@ -434,17 +460,17 @@ impl HttpSystem {
         request: reqwest::RequestBuilder,
         keyed_write: bool,
         attempt: u32,
+        url: &Url,
     ) -> Result<Response, HttpError> {
-        let span = tracing::debug_span!("ballast.http.attempt", status = tracing::field::Empty);
         let retry_on = self.retry_on();
         let transport = |source: reqwest::Error| {
             let kind = TransportKind::of(&source);
             HttpError::transport(kind, retry_on.transport_class(kind), source)
         };
-        async move {
+        let number = attempt;
+        let attempt = async move {
             let response = request.send().await.map_err(transport)?;
             let status = response.status();
-            tracing::Span::current().record("status", status.as_u16());
             let headers = response.headers().clone();
             let body = response.bytes().await.map_err(transport)?;
             let response = Response { status, headers, body, attempts: attempt };
@@ -454,8 +480,40 @@ impl HttpSystem {
                 return Err(HttpError::Status { status, class, retry_after, response: Box::new(response) });
             }
             Ok(response)
+        };
+        if !tracing::dispatcher::has_been_set() {
+            return attempt.await;
         }
-        .instrument(span)
-        .await
+        let span = tracing::debug_span!(
+            "ballast.http.attempt",
+            otel.kind = "client",
+            http.request.method = tracing::field::Empty,
+            server.address = url.host_str().unwrap_or_default(),
+            server.port = url.port_or_known_default(),
+            url.full = %span_url(url),
+            http.request.resend_count = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        if number > 1 {
+            span.record("http.request.resend_count", number - 1);
+        }
+        let result = attempt.instrument(span.clone()).await;
+        match &result {
+            Ok(response) => {
+                span.record("http.response.status_code", response.status().as_u16());
+            }
+            Err(HttpError::Status { status, .. }) => {
+                span.record("http.response.status_code", status.as_u16())
+                    .record("error.type", status.as_str());
+            }
+            Err(HttpError::Transport { kind, .. }) => {
+                span.record("error.type", kind.as_str());
+            }
+            Err(_) => {
+                span.record("error.type", "other");
+            }
+        }
+        result
     }
 }

@@ -125,12 +125,17 @@ where
         }
         call.deadline = call.inner.timeout.total_deadline().map(|t| deadline_after(Instant::now(), t));
         if tracing_is_on() {
+            // Field names follow the OpenTelemetry conventions where one
+            // applies (`error.type`, `otel.status_code`), `ballast.*` otherwise.
             call.span = tracing::info_span!(
                 "ballast.call",
-                system = %call.inner.events.system(),
-                kind = call.kind.as_str(),
-                attempts = tracing::field::Empty,
-                outcome = tracing::field::Empty,
+                ballast.system = %call.inner.events.system(),
+                ballast.kind = call.kind.as_str(),
+                ballast.attempts = tracing::field::Empty,
+                ballast.stop_reason = tracing::field::Empty,
+                ballast.rule = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
             );
         }
         // Unpacked before the next await, so the step does not stay in the
@@ -166,7 +171,16 @@ impl<F> Call<'_, F> {
 
     fn gave_up<E>(&self, failure: Failure<E>) -> Failure<E> {
         let (attempts, reason) = (failure.attempts(), failure.stop_reason());
-        self.span.record("attempts", attempts).record("outcome", reason.as_str());
+        if !self.span.is_none() {
+            self.span
+                .record("ballast.attempts", attempts)
+                .record("ballast.stop_reason", reason.as_str())
+                .record("error.type", failure.error_type())
+                .record("otel.status_code", "ERROR");
+            if let Some(rule) = reason.rule() {
+                self.span.record("ballast.rule", rule.id());
+            }
+        }
         self.inner.events.emit(EventKind::GaveUp { op: self.kind, attempts, reason });
         failure
     }
@@ -231,10 +245,9 @@ impl<F> Call<'_, F> {
             tracing::debug_span!(
                 parent: &self.span,
                 "ballast.attempt",
-                attempt = n,
-                outcome = tracing::field::Empty,
-                class = tracing::field::Empty,
-                next_delay_ms = tracing::field::Empty,
+                ballast.attempt = n,
+                error.type = tracing::field::Empty,
+                ballast.next_delay_ms = tracing::field::Empty,
             )
         } else {
             tracing::Span::none()
@@ -258,8 +271,7 @@ impl<F> Call<'_, F> {
                 if let Some(a) = admission {
                     a.record(false);
                 }
-                span.record("outcome", "ok");
-                self.span.record("attempts", n).record("outcome", "ok");
+                self.span.record("ballast.attempts", n);
                 inner.events.emit(EventKind::Succeeded { op: self.kind, attempts: n });
                 return Step::Succeeded(value);
             }
@@ -280,7 +292,7 @@ impl<F> Call<'_, F> {
         if let (Some(a), Some(b)) = (admission, inner.breaker.as_ref()) {
             a.record(b.config().is_failure(class));
         }
-        span.record("outcome", if timed_out { "timeout" } else { "error" }).record("class", class.as_str());
+        span.record("error.type", if timed_out { "timeout" } else { class.as_str() });
         inner.events.emit(EventKind::AttemptFailed { op: self.kind, attempt: n, class, timed_out });
 
         let stop = if class == Class::Permanent {
@@ -338,7 +350,7 @@ impl<F> Call<'_, F> {
             if overruns {
                 return Err(self.gave_up(failure.into_failure(attempt, StopReason::DeadlineWouldOverrun)));
             }
-            span.record("next_delay_ms", delay.as_millis() as u64);
+            span.record("ballast.next_delay_ms", delay.as_millis() as u64);
             inner.events.emit(EventKind::RetryScheduled { op: self.kind, attempt, delay });
             if !self.sleep(delay).await {
                 return Err(self.gave_up(Failure::Cancelled { attempts: attempt }));

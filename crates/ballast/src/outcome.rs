@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::Class;
+use crate::{Class, Rule};
 
 /// Why a call stopped without success.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -46,6 +46,18 @@ impl StopReason {
             StopReason::Rejected => "rejected",
             StopReason::Cancelled => "cancelled",
             StopReason::Nested => "nested",
+        }
+    }
+
+    /// The rule that decided no further attempt would be made, where one did.
+    pub const fn rule(self) -> Option<Rule> {
+        match self {
+            StopReason::Permanent => Some(Rule::ReX2),
+            StopReason::Exhausted => Some(Rule::Re3),
+            StopReason::NotRetryable => Some(Rule::ReX1),
+            StopReason::DeadlineWouldOverrun => Some(Rule::Re4),
+            StopReason::Nested => Some(Rule::ReX4),
+            _ => None,
         }
     }
 }
@@ -205,6 +217,20 @@ impl<E> Failure<E> {
             Failure::Operation { class, .. } => *class == Class::Transient,
             Failure::Timeout { .. } | Failure::Rejected { .. } => true,
             Failure::Cancelled { .. } => false,
+        }
+    }
+
+    /// A short, low-cardinality name of what went wrong, for the
+    /// OpenTelemetry attribute `error.type`: `"transient"` or `"permanent"`
+    /// (the operation's own error), `"timeout"`, `"breaker_open"`,
+    /// `"bulkhead_full"` or `"cancelled"`.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Failure::Operation { class, .. } => class.as_str(),
+            Failure::Timeout { .. } => "timeout",
+            Failure::Rejected { rejection: Rejection::BulkheadFull, .. } => "bulkhead_full",
+            Failure::Rejected { .. } => "breaker_open",
+            Failure::Cancelled { .. } => "cancelled",
         }
     }
 

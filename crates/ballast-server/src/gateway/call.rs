@@ -216,17 +216,15 @@ fn rejected<E: std::fmt::Display>(rejection: Rejection, failure: &Failure<E>) ->
     }
 }
 
-/// The rule that decided why no further attempt was made, where one did.
+/// The rule that decided why no further attempt was made, where one did: a
+/// keyed write to a system that does not dedupe is stopped by R-RES-RE-1,
+/// not by R-RES-RE-X1.
 fn rule_of(stop: StopReason, declared: Declared, system: &HttpSystem) -> Option<Rule> {
     match stop {
         StopReason::NotRetryable if declared == Declared::KeyedWrite && !system.dedupes_by_key() => {
             Some(Rule::Re1)
         }
-        StopReason::NotRetryable => Some(Rule::ReX1),
-        StopReason::Exhausted => Some(Rule::Re3),
-        StopReason::DeadlineWouldOverrun => Some(Rule::Re4),
-        StopReason::Permanent => Some(Rule::ReX2),
-        _ => None,
+        other => other.rule(),
     }
 }
 
