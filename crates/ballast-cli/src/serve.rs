@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The configuration file: its systems receive the deliveries, its
-    /// [queue] holds them, its [serve] says how to listen.
+    /// `[queue]` holds them, its `[serve]` says how to listen.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// Where to serve /metrics and /health (port 0 picks a free port);

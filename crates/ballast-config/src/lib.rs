@@ -91,3 +91,8 @@ pub use serving::{GatewaySettings, ServeSettings};
 pub use size::{ConfigSize, SizeError};
 pub use source::{Location, Source};
 pub use translate::{BACKOFF_KINDS, BREAKER_KINDS, MAX_COUNT_WINDOW, STRATEGIES};
+
+/// The README's example, compiled and run as a doc test so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -2,6 +2,7 @@
 //! not finish becomes a [`Delivery`] task in a [`ballast_queue::Queue`],
 //! carrying the same idempotency key, and a worker running a
 //! [`DeliveryHandler`] sends it again later (R-RES-RE-4, R-RES-RE-1).
+//! Available with the crate's `queue` feature.
 //!
 //! ```no_run
 //! use ballast::IdempotencyKey;

@@ -17,7 +17,7 @@
 //!
 //! [`PolicyLayer`] does the same for any tower service; [`metrics`] exports
 //! Prometheus metrics and [`Health`] derives readiness from breaker states.
-//! With the `queue` feature (on by default), [`delivery`] hands a keyed write
+//! With the `queue` feature (off by default), [`delivery`] hands a keyed write
 //! that in-memory retry could not finish to the durable queue
 //! (`HttpSystem::write_or_defer`) and delivers it later (`DeliveryHandler`).
 //!
@@ -47,16 +47,19 @@
 //! ```
 //!
 //! The classification table is in the [`classify`] module's documentation.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod classify;
 mod decode;
 #[cfg(feature = "queue")]
+#[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub mod delivery;
 mod error;
 mod health;
 mod layer;
 pub mod metrics;
 #[cfg(feature = "middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "middleware")))]
 pub mod middleware;
 mod request;
 mod response;
@@ -66,14 +69,21 @@ mod systems;
 
 pub use classify::{RetryOn, TransportKind, UnknownClass};
 #[cfg(feature = "queue")]
+#[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub use delivery::{Delivery, DeliveryError, DeliveryHandler, DELIVERY_KIND};
 pub use error::HttpError;
 pub use health::{Health, HealthReport, SystemHealth};
 pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
 #[cfg(feature = "middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "middleware")))]
 pub use middleware::{CallFailed, PolicyMiddleware};
 pub use request::{OnceRequest, Request, StreamingRequest};
 pub use response::Response;
 pub use system::{parse_base_url, HttpSystem, HttpSystemBuilder};
 pub use system_policy::CallStats;
 pub use systems::Systems;
+
+/// The README's example, compiled and run as a doc test so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,5 +1,5 @@
 //! ballast inside a [`reqwest_middleware`] chain, where `reqwest-retry`
-//! usually sits (feature `middleware`).
+//! usually sits. Available with the crate's `middleware` feature.
 //!
 //! `reqwest-retry` retries every request whose answer looks transient —
 //! POSTs without a key included, which is how a lost answer becomes a second

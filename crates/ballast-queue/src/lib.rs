@@ -94,3 +94,8 @@ pub use types::{
     ERROR_HISTORY, TABLE,
 };
 pub use worker::{RunSummary, Worker, WorkerBuilder, DEFAULT_POLL_INTERVAL};
+
+/// The README's example, compiled and run as a doc test so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -14,9 +14,9 @@
 //! or in the background by a [`QueueMonitor`](crate::QueueMonitor) — never
 //! by a scrape itself, nor by every worker poll.
 //!
-//! At most [`MAX_KINDS`] kinds get series of their own, in the order they
+//! At most [`MAX_KINDS`](crate::metrics::MAX_KINDS) kinds get series of their own, in the order they
 //! are first seen; the counts of any further kind are added to the kind
-//! [`OTHER_KINDS`], so a table holding thousands of kinds cannot blow up a
+//! [`OTHER_KINDS`](crate::metrics::OTHER_KINDS), so a table holding thousands of kinds cannot blow up a
 //! scrape.
 //!
 //! Handles bind to the recorder installed when they are registered: install

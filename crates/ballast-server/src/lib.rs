@@ -265,3 +265,8 @@ fn raise_descriptor_limit() {
         Err(e) => tracing::debug!(error = %e, "cannot raise the open-file limit"),
     }
 }
+
+/// The README's example, compiled and run as a doc test so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,6 +1,6 @@
-//! Which HTTP outcomes are worth another attempt (R-RES-RE-X2), for reqwest
-//! (feature `reqwest`): the one classification `ballast-http` uses for its
-//! systems, and what [`Classify`](crate::Classify) says of a bare
+//! Which HTTP outcomes are worth another attempt (R-RES-RE-X2), for reqwest.
+//! Available with the crate's `reqwest` feature: the one classification `ballast-http` uses for its
+//! systems, and what [`Classify`] says of a bare
 //! `reqwest::Error` — so a policy can wrap plain reqwest calls without a newtype:
 //!
 //! ```no_run

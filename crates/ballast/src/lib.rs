@@ -45,6 +45,7 @@
 //! # let _: Option<Failure<std::io::Error>> = None;
 //! # }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
 pub mod breaker;
@@ -55,6 +56,7 @@ mod classify;
 mod events;
 mod fallback;
 #[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod http_class;
 mod key;
 mod nesting;
@@ -84,3 +86,8 @@ pub use retry::{Retry, MAX_ATTEMPTS};
 pub use rules::{BuildError, Rule, Severity, Violation};
 pub use timeline::{Timeline, TimelineAttempt};
 pub use timeout::{Strategy, Timeout};
+
+/// The README's example, compiled and run as a doc test so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

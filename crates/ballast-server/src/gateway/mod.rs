@@ -6,8 +6,8 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `/call/{system}/{path…}?{query}` (any method) | the request, sent to the system's `base_url` + `{path…}?{query}` through its policy ([`call`]) |
-//! | `GET /tasks/{id}` | a deferred write's state ([`tasks`]) |
+//! | `/call/{system}/{path…}?{query}` (any method) | the request, sent to the system's `base_url` + `{path…}?{query}` through its policy |
+//! | `GET /tasks/{id}` | a deferred write's state |
 //!
 //! The gateway's own answers are `application/problem+json`
 //! ([`problem`]); every response carries `Ballast-Attempts`.
