@@ -85,7 +85,16 @@ pub struct QueueSettings {
     pub max_attempts: u32,
     /// The backoff between durable attempts.
     pub backoff: ballast_queue::DurableBackoff,
+    /// How long completed and cancelled tasks are kept before pruning.
+    pub retain_completed: Duration,
+    /// How long failed tasks are kept before pruning.
+    pub retain_failed: Duration,
 }
+
+/// Completed and cancelled tasks are kept a week by default.
+pub const RETAIN_COMPLETED: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Failed tasks are kept thirty days by default: a human has to look at them.
+pub const RETAIN_FAILED: Duration = Duration::from_secs(30 * 24 * 3600);
 
 impl QueueSettings {
     /// Connects to the queue's database.
@@ -176,6 +185,8 @@ impl Config {
             poll_interval: schedule.poll_interval,
             max_attempts: schedule.max_attempts,
             backoff: schedule.backoff,
+            retain_completed: queue.retain_completed.map_or(RETAIN_COMPLETED, |d| d.get()),
+            retain_failed: queue.retain_failed.map_or(RETAIN_FAILED, |d| d.get()),
         })
     }
 }

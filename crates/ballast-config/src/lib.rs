@@ -78,7 +78,7 @@ pub mod report;
 pub mod size;
 pub mod suggest;
 
-pub use build::{ConfigError, QueueSettings};
+pub use build::{ConfigError, QueueSettings, RETAIN_COMPLETED, RETAIN_FAILED};
 pub use config::Config;
 pub use durable::DurableSchedule;
 pub use duration::{ConfigDuration, DurationError};
@@ -87,7 +87,7 @@ pub use finding::Finding;
 pub use lint::has_errors;
 pub use load::{Checked, LoadError, MAX_CONFIG_BYTES};
 pub use rules::ORDER;
-pub use serving::{GatewaySettings, ServeSettings};
+pub use serving::{AlertFormat, GatewaySettings, ServeSettings, WebhookSettings};
 pub use size::{ConfigSize, SizeError};
 pub use source::{Location, Source};
 pub use translate::{BACKOFF_KINDS, BREAKER_KINDS, MAX_COUNT_WINDOW, STRATEGIES};

@@ -19,6 +19,7 @@ impl Config {
         let mut problems = self.file.queue.as_ref().map(crate::rules::queue).unwrap_or_default();
         problems.extend(self.file.serve.as_ref().map(crate::rules::serve).unwrap_or_default());
         problems.extend(self.file.gateway.as_ref().map(crate::rules::gateway).unwrap_or_default());
+        problems.extend(self.file.alerts.as_ref().map(crate::rules::alerts).unwrap_or_default());
         for (name, system) in &self.file.systems {
             problems.extend(crate::rules::system(&self.file, name, system));
         }

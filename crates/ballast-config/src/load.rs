@@ -279,6 +279,16 @@ fn descend(
 ) {
     // A value of the wrong shape (a string where a table belongs) is the
     // type check's business; here only the keys of real tables are checked.
+    if let (Schema::Tables(keys), DeValue::Array(items)) = (schema, value) {
+        for (i, item) in items.iter().enumerate() {
+            path.push(i.to_string());
+            if let DeValue::Table(inner) = item.get_ref() {
+                check_keys(source, inner, keys, path, out);
+            }
+            path.pop();
+        }
+        return;
+    }
     let DeValue::Table(table) = value else { return };
     match schema {
         Schema::Table(keys) => check_keys(source, table, keys, path, out),
@@ -291,7 +301,7 @@ fn descend(
                 path.pop();
             }
         }
-        Schema::Value => {}
+        Schema::Value | Schema::Tables(_) => {}
     }
 }
 
@@ -348,7 +358,9 @@ fn expected(key: &str) -> &'static str {
         "max_attempts" | "size" | "min_calls" | "min_throughput" | "limit" | "queue" | "retries"
         | "max_connections" => "write a whole number that is 0 or more, e.g. 3",
         "max_body" => "write a number of bytes or a size string, e.g. \"1MiB\"",
+        "retain_completed" | "retain_failed" | "timeout" => "write a duration string, e.g. \"7d\" or \"5s\"",
         "critical" | "dedupes_by_key" | "protect_metrics" => "write true or false",
+        "webhook" => "write [[alerts.webhook]] tables, each with url_env and format",
         "threshold" | "budget_ratio" => "write a number, e.g. 0.5",
         "retry_on" | "order" => "write a list of strings, e.g. [\"5xx\", \"timeout\"]",
         _ => "write a string, e.g. \"exponential\"",

@@ -22,6 +22,8 @@ pub struct File {
     pub serve: Option<ServeSection>,
     /// `[gateway]`: the outbound gateway of `ballast serve`; absent, no gateway.
     pub gateway: Option<GatewaySection>,
+    /// `[alerts]`: where a task that failed for good is reported (R-RES-RE-5).
+    pub alerts: Option<AlertsSection>,
     /// `[systems.NAME]`: one entry per external system.
     #[serde(default)]
     pub systems: BTreeMap<String, System>,
@@ -38,6 +40,11 @@ pub struct QueueSection {
     /// `max_attempts`: durable attempts before the task fails and a human is
     /// alerted (default [`ballast_queue::DEFAULT_MAX_ATTEMPTS`], 10).
     pub max_attempts: Option<u64>,
+    /// `retain_completed`: how long `ballast serve` keeps completed and
+    /// cancelled tasks before pruning them (default 7 days).
+    pub retain_completed: Option<ConfigDuration>,
+    /// `retain_failed`: how long it keeps failed tasks (default 30 days).
+    pub retain_failed: Option<ConfigDuration>,
 }
 
 /// `[serve]`: the admin listener of `ballast serve` (`/metrics`, `/health/*`).
@@ -83,6 +90,33 @@ pub struct GatewaySection {
     /// `header_read_timeout`: how long a client may take to send a request's
     /// headers (default 5 s).
     pub header_read_timeout: Option<ConfigDuration>,
+}
+
+/// `[alerts]`: the sinks every task that fails for good is reported to
+/// (R-RES-RE-5: "a human is alerted"), besides the log.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct AlertsSection {
+    /// `[[alerts.webhook]]`: HTTP endpoints that receive each alert.
+    pub webhook: Option<Vec<WebhookSection>>,
+}
+
+/// `[[alerts.webhook]]`: one HTTP endpoint alerts are posted to.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct WebhookSection {
+    /// `url_env`: the environment variable holding the endpoint's URL
+    /// (webhook URLs carry secrets; the file names only the variable).
+    pub url_env: Option<String>,
+    /// `format`: `"json"` (ballast's own document), `"slack"` (an incoming
+    /// webhook's `text`) or `"alertmanager"` (the body of Alertmanager's
+    /// `POST /api/v2/alerts`).
+    pub format: Option<String>,
+    /// `dedupes_by_key`: whether the endpoint deduplicates posts by their
+    /// `Idempotency-Key`, so a post may be retried (R-RES-RE-1). Default:
+    /// true for `alertmanager` (an alert is identified by its labels), false
+    /// otherwise.
+    pub dedupes_by_key: Option<bool>,
+    /// `timeout`: how long one post may take (default 5 s).
+    pub timeout: Option<ConfigDuration>,
 }
 
 /// `[systems.NAME]`: one external system and its policy.
@@ -197,18 +231,24 @@ pub(crate) enum Schema {
     Table(&'static [(&'static str, Schema)]),
     /// A table whose keys are names chosen by the user (`[systems.NAME]`).
     Named(&'static [(&'static str, Schema)]),
+    /// An array of tables with these keys (`[[alerts.webhook]]`).
+    Tables(&'static [(&'static str, Schema)]),
     /// A plain value.
     Value,
 }
 
-use Schema::{Named, Table, Value};
+use Schema::{Named, Table, Tables, Value};
 
 pub(crate) const ROOT: Schema = Table(&[
     ("queue", Table(QUEUE_KEYS)),
     ("serve", Table(SERVE_KEYS)),
     ("gateway", Table(GATEWAY_KEYS)),
+    ("alerts", Table(&[("webhook", Tables(WEBHOOK_KEYS))])),
     ("systems", Named(SYSTEM_KEYS)),
 ]);
+
+const WEBHOOK_KEYS: &[(&str, Schema)] =
+    &[("url_env", Value), ("format", Value), ("dedupes_by_key", Value), ("timeout", Value)];
 
 const GATEWAY_KEYS: &[(&str, Schema)] = &[
     ("listen", Value),
@@ -227,7 +267,13 @@ const SERVE_KEYS: &[(&str, Schema)] = &[
     ("stats_interval", Value),
 ];
 
-const QUEUE_KEYS: &[(&str, Schema)] = &[("url", Value), ("poll_interval", Value), ("max_attempts", Value)];
+const QUEUE_KEYS: &[(&str, Schema)] = &[
+    ("url", Value),
+    ("poll_interval", Value),
+    ("max_attempts", Value),
+    ("retain_completed", Value),
+    ("retain_failed", Value),
+];
 
 const SYSTEM_KEYS: &[(&str, Schema)] = &[
     ("base_url", Value),

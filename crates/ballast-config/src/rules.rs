@@ -13,7 +13,7 @@ use ballast_http::RetryOn;
 use crate::durable::DurableSchedule;
 use crate::duration::display;
 use crate::finding::{system_path, Problem};
-use crate::model::{File, GatewaySection, QueueSection, ServeSection, System};
+use crate::model::{AlertsSection, File, GatewaySection, QueueSection, ServeSection, System};
 use crate::suggest::did_you_mean;
 
 /// The only order the composition has (R-RES-RE-2).
@@ -332,7 +332,90 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
         }
         _ => {}
     }
+    for key in ["retain_completed", "retain_failed"] {
+        let value = if key == "retain_completed" { q.retain_completed } else { q.retain_failed };
+        if value.is_some_and(|d| d.get().is_zero()) {
+            refuse(
+                key,
+                format!(
+                    "`{key}` is zero: tasks would be pruned as soon as they end, and their keys with them"
+                ),
+                "keep finished tasks for days, e.g. \"7d\"; a pruned task's key no longer deduplicates"
+                    .into(),
+            );
+        }
+    }
     out
+}
+
+/// The alert formats that exist.
+pub const ALERT_FORMATS: [&str; 3] = ["json", "slack", "alertmanager"];
+
+/// The `[alerts]` section's sinks.
+pub(crate) fn alerts(a: &AlertsSection) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for (i, hook) in a.webhook.iter().flatten().enumerate() {
+        let at = |key: &str| vec!["alerts".to_owned(), "webhook".to_owned(), i.to_string(), key.to_owned()];
+        match hook.url_env.as_deref() {
+            None => out.push(Problem::error(
+                None,
+                at("url_env"),
+                "`url_env` is missing from this [[alerts.webhook]]".into(),
+                "name the environment variable holding the webhook's URL, e.g. `url_env = \"BALLAST_ALERT_URL\"`",
+            )),
+            Some(name) if !is_env_name(name) => out.push(Problem::error(
+                None,
+                at("url_env"),
+                format!("url_env \"{name}\" is not an environment variable name"),
+                "name the variable that holds the URL (never the URL itself: it carries a secret)",
+            )),
+            Some(_) => {}
+        }
+        match hook.format.as_deref() {
+            None => out.push(Problem::error(
+                None,
+                at("format"),
+                "`format` is missing from this [[alerts.webhook]]".into(),
+                "add `format = \"json\"`, `\"slack\"` or `\"alertmanager\"`",
+            )),
+            Some(format) if !ALERT_FORMATS.contains(&format) => {
+                let help = match did_you_mean(format, ALERT_FORMATS) {
+                    Some(s) => format!("did you mean \"{s}\"?"),
+                    None => "use \"json\", \"slack\" or \"alertmanager\"".to_owned(),
+                };
+                out.push(Problem::error(
+                    None,
+                    at("format"),
+                    format!("alert format \"{format}\" does not exist"),
+                    help,
+                ));
+            }
+            Some("slack") if hook.dedupes_by_key == Some(true) => out.push(Problem::at(
+                Some(Rule::Re1),
+                Severity::Warning,
+                at("dedupes_by_key"),
+                "Slack's incoming webhooks do not deduplicate by key: a retried alert may be posted twice"
+                    .into(),
+                "leave `dedupes_by_key` out for Slack: each alert is then posted once",
+            )),
+            Some(_) => {}
+        }
+        if hook.timeout.is_some_and(|d| d.get().is_zero()) {
+            out.push(Problem::error(
+                None,
+                at("timeout"),
+                "`timeout` is zero: no alert could be posted".into(),
+                "use a few seconds, e.g. \"5s\"",
+            ));
+        }
+    }
+    out
+}
+
+/// Whether `name` can name an environment variable.
+pub(crate) fn is_env_name(name: &str) -> bool {
+    name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The `[serve]` section's values.
@@ -435,9 +518,7 @@ fn listener(section: &str, l: Listener<'_>) -> Vec<Problem> {
         );
     }
     if let Some(name) = l.token_env {
-        let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
+        if !is_env_name(name) {
             refuse(
                 "token_env",
                 format!("token_env \"{name}\" is not an environment variable name"),

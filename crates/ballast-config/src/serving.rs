@@ -71,7 +71,52 @@ impl Default for GatewaySettings {
     }
 }
 
+/// What an alert webhook expects to receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlertFormat {
+    /// ballast's own JSON document: the failed task's fields and the rule.
+    Json,
+    /// A Slack incoming webhook's `{"text": …}`.
+    Slack,
+    /// The body of Alertmanager's `POST /api/v2/alerts`.
+    Alertmanager,
+}
+
+/// One `[[alerts.webhook]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookSettings {
+    /// The environment variable holding its URL.
+    pub url_env: String,
+    /// What it expects.
+    pub format: AlertFormat,
+    /// Whether it deduplicates by `Idempotency-Key`, so a post may be retried.
+    pub dedupes_by_key: bool,
+    /// How long one post may take.
+    pub timeout: Duration,
+}
+
 impl Config {
+    /// The alert webhooks of `[alerts]` (none without it). Refused when
+    /// `[alerts]` has lint errors.
+    pub fn alerts(&self) -> Result<Vec<WebhookSettings>, ConfigError> {
+        let Some(alerts) = &self.file.alerts else { return Ok(Vec::new()) };
+        self.refuse("alerts", crate::rules::alerts(alerts))?;
+        let hooks = alerts.webhook.iter().flatten().map(|hook| {
+            let format = match hook.format.as_deref() {
+                Some("slack") => AlertFormat::Slack,
+                Some("alertmanager") => AlertFormat::Alertmanager,
+                _ => AlertFormat::Json,
+            };
+            WebhookSettings {
+                url_env: hook.url_env.clone().unwrap_or_default(),
+                format,
+                dedupes_by_key: hook.dedupes_by_key.unwrap_or(format == AlertFormat::Alertmanager),
+                timeout: hook.timeout.map_or(Duration::from_secs(5), |d| d.get()),
+            }
+        });
+        Ok(hooks.collect())
+    }
+
     /// The admin listener's settings: `[serve]` over [`ServeSettings::default`].
     /// Refused when `[serve]` has lint errors.
     pub fn serve(&self) -> Result<ServeSettings, ConfigError> {

@@ -99,6 +99,9 @@ impl SpanIndex {
                 let mut item_path = path.to_vec();
                 item_path.push(i.to_string());
                 self.insert(&item_path, item.span(), item);
+                if let DeValue::Table(inner) = item.get_ref() {
+                    self.index_table(&mut item_path, inner);
+                }
             }
         }
     }

@@ -418,3 +418,57 @@ fn the_caret_stands_under_the_value_after_tabs_and_wide_characters() {
     assert_eq!(column(caret, caret.find('^').unwrap()), column(source, source.find('8').unwrap()), "{re3}");
     assert!(re3.contains("t.toml:2:37"), "the location counts characters in the file: {re3}");
 }
+
+#[test]
+fn serve_gateway_alerts_and_retention_keys_are_checked() {
+    let text = r#"
+[queue]
+url = "sqlite://q.db"
+retain_completed = "0"
+
+[serve]
+protect_metrics = true
+
+[gateway]
+listen = "0.0.0.0:9465"
+max_body = "2GiB"
+
+[[alerts.webhook]]
+url_env = "ALERT_URL"
+format = "slak"
+
+[[alerts.webhook]]
+format = "slack"
+dedupes_by_key = true
+retries = 3
+"#;
+    let checked = Config::check("t.toml", text).unwrap();
+    let at = |line: usize| {
+        checked
+            .findings
+            .iter()
+            .filter(|f| f.location.map(|l| l.line) == Some(line))
+            .map(|f| f.message.clone())
+            .collect::<Vec<_>>()
+    };
+    assert!(at(4).iter().any(|m| m.contains("retain_completed")), "{:?}", checked.findings);
+    assert!(at(7).iter().any(|m| m.contains("protect_metrics")), "{:?}", checked.findings);
+    assert!(at(10).iter().any(|m| m.contains("without a token")), "{:?}", checked.findings);
+    assert!(at(11).iter().any(|m| m.contains("max_body")), "{:?}", checked.findings);
+    assert!(at(15).iter().any(|m| m.contains("\"slak\" does not exist")), "{:?}", checked.findings);
+    assert!(at(17).iter().any(|m| m.contains("`url_env` is missing")), "{:?}", checked.findings);
+    assert!(at(19).iter().any(|m| m.contains("do not deduplicate")), "{:?}", checked.findings);
+    assert!(at(20).iter().any(|m| m.contains("unknown key `retries`")), "{:?}", checked.findings);
+    let slack_help = checked.findings.iter().find(|f| f.message.contains("slak")).unwrap();
+    assert!(slack_help.help.contains("did you mean \"slack\""), "{}", slack_help.help);
+
+    let good = Config::parse(
+        "t.toml",
+        "[gateway]\nlisten = \"0.0.0.0:9465\"\ntoken_env = \"GW_TOKEN\"\nmax_body = \"512KiB\"\n[[alerts.webhook]]\nurl_env = \"AM_URL\"\nformat = \"alertmanager\"\n",
+    )
+    .unwrap();
+    assert_eq!(good.lint(), vec![]);
+    assert_eq!(good.gateway().unwrap().unwrap().max_body, 512 * 1024);
+    let hooks = good.alerts().unwrap();
+    assert_eq!((hooks[0].format, hooks[0].dedupes_by_key), (ballast_config::AlertFormat::Alertmanager, true));
+}
