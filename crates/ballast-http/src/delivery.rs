@@ -196,7 +196,9 @@ impl HttpSystem {
 ///
 /// Success completes the task. A transient failure or a rejection
 /// reschedules it with the queue's `2^n s` backoff (or at the breaker's next
-/// probe); a permanent one (a 4xx) fails it and fires the queue's alert.
+/// probe); a permanent one (a 4xx) fails it and fires the queue's alert. For
+/// a system that does not deduplicate by key, only a failure that sent
+/// nothing (a rejection, a refused connection) is tried again.
 ///
 /// ```no_run
 /// # fn f(queue: ballast_queue::Queue, sber: ballast_http::HttpSystem) -> Result<(), ballast_queue::Error> {
@@ -308,6 +310,7 @@ impl Classify for DeliveryError {
                 Classification::transient().with_retry_after(*retry_in)
             }
             Failure::Rejected { .. } => Classification::transient(),
+            _ if failure.error().is_some_and(HttpError::nothing_sent) => Classification::transient(),
             _ if !dedupes_by_key => Classification::permanent(),
             Failure::Cancelled { .. } => Classification::transient(),
             _ if failure.is_deferrable() => match failure.error().map(Classify::classify) {

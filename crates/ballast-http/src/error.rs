@@ -136,6 +136,17 @@ impl HttpError {
         }
     }
 
+    /// Whether the request certainly did not reach the system: the
+    /// connection was never made, so a write without a guarantee of
+    /// deduplication may be sent again (R-RES-RE-X1 forbids repeating a
+    /// write that may have been applied, not one that never left).
+    pub fn nothing_sent(&self) -> bool {
+        matches!(
+            self,
+            HttpError::Transport { kind: TransportKind::Connect | TransportKind::ConnectTimeout, .. }
+        )
+    }
+
     /// A transport failure; the URL reqwest quotes in its message has its
     /// secrets masked.
     pub(crate) fn transport(kind: TransportKind, class: Class, source: reqwest::Error) -> Self {

@@ -281,7 +281,8 @@ impl HttpSystem {
     /// A request's path is appended to the base URL's path, a leading `/`
     /// or not: with `https://gw.example/api/v2`, `Request::get("orders/7")`
     /// and `Request::get("/orders/7")` both go to
-    /// `https://gw.example/api/v2/orders/7`. Put query parameters in
+    /// `https://gw.example/api/v2/orders/7`; an empty path is the base URL
+    /// itself, as given. Put query parameters in
     /// [`Request::query`]; a `?` in the path is sent encoded, as part of the path.
     pub fn builder(name: impl Into<String>, base_url: &str) -> HttpSystemBuilder {
         let name = name.into();
@@ -443,8 +444,12 @@ impl HttpSystem {
     fn prepare(&self, head: &Head, kind: CallKind<'_>) -> Result<(Url, HeaderMap), HttpError> {
         head.check()?;
         let mut url = self.inner.base.clone();
-        let path = format!("{}/{}", url.path().trim_end_matches('/'), head.path.trim_start_matches('/'));
-        url.set_path(&path);
+        // An empty path is the base URL itself: a webhook's URL is often
+        // the whole endpoint, and a trailing `/` would be another route.
+        if !head.path.is_empty() {
+            let path = format!("{}/{}", url.path().trim_end_matches('/'), head.path.trim_start_matches('/'));
+            url.set_path(&path);
+        }
         url.set_query(head.raw_query.as_deref());
         if !head.query.is_empty() {
             url.query_pairs_mut().extend_pairs(&head.query);

@@ -2,8 +2,19 @@
 //! failures the task is marked failed and a human is alerted"): the
 //! [`Alert`] hook the worker calls once per failed task, and the default
 //! that logs it.
+//!
+//! An alert that must reach someone is itself a side effect on an external
+//! system, so it gets the queue's guarantees: [`Alert::enqueue`] returns tasks
+//! that are stored in the same transaction that marks the task failed, each
+//! keyed by [`FailedTask::failure_key`]. A crash cannot lose the alert, and a
+//! redelivery carries the same key.
 
-use ballast::Rule;
+use std::time::SystemTime;
+
+use ballast::{IdempotencyKey, Rule};
+use uuid::Uuid;
+
+use crate::task::NewTask;
 
 /// Why a task ended in the `failed` state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +29,20 @@ pub enum FailReason {
     BadPayload,
     /// The lease of the last allowed attempt expired: its worker died or hung.
     LeaseExpired,
+}
+
+impl FailReason {
+    /// The reason as alerts and logs spell it: `exhausted`, `permanent`,
+    /// `panicked`, `bad_payload` or `lease_expired`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailReason::Exhausted => "exhausted",
+            FailReason::Permanent => "permanent",
+            FailReason::Panicked => "panicked",
+            FailReason::BadPayload => "bad_payload",
+            FailReason::LeaseExpired => "lease_expired",
+        }
+    }
 }
 
 /// A task that failed for good: a human must look at it.
@@ -37,6 +62,22 @@ pub struct FailedTask {
     pub reason: FailReason,
     /// The last error message.
     pub error: String,
+    /// When the failure was recorded.
+    pub failed_at: SystemTime,
+    /// Identifies this failure: the lease of the attempt that failed, so a
+    /// task an operator retried that fails again is a new failure.
+    pub failure_id: Uuid,
+}
+
+impl FailedTask {
+    /// The idempotency key of this failure's alert to `purpose` (a sink's
+    /// name): derived from the task id, the attempt and that attempt's lease,
+    /// so every redelivery of one alert carries the same key and a later
+    /// failure of the same task gets a new one.
+    pub fn failure_key(&self, purpose: &str) -> IdempotencyKey {
+        let failure = format!("task {} attempt {} failure {}", self.id, self.attempt, self.failure_id);
+        IdempotencyKey::v5(failure, purpose)
+    }
 }
 
 /// Told about every task that reaches the `failed` state
@@ -44,6 +85,18 @@ pub struct FailedTask {
 pub trait Alert: Send + Sync + 'static {
     /// Called once per failed task, after the failure is stored.
     fn task_failed(&self, task: &FailedTask);
+
+    /// Tasks to enqueue in the same transaction that marks `task` failed
+    /// (none by default): the durable half of an alert, delivered by a
+    /// worker like any task. Key each with [`FailedTask::failure_key`]; a
+    /// task whose kind and key are already queued is not added twice.
+    ///
+    /// Return nothing for a failed task of the alerts' own kind: an alert
+    /// about an undeliverable alert would loop.
+    fn enqueue(&self, task: &FailedTask) -> Vec<NewTask> {
+        let _ = task;
+        Vec::new()
+    }
 }
 
 /// The default alert: an error-level `tracing` event naming R-RES-RE-5.

@@ -6,7 +6,7 @@ use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use ballast::IdempotencyKey;
 use futures_util::FutureExt;
@@ -649,19 +649,22 @@ impl Shared {
     /// Marks the task failed and alerts; always returns `None` (nothing to complete).
     async fn fail(&self, task: &ClaimedTask, reason: FailReason, error: String) -> Option<Lease> {
         self.held.finishing(task.lease);
-        match self.store.fail(task.lease, &error).await {
+        let failed = FailedTask {
+            id: task.lease.id,
+            kind: task.kind.clone(),
+            key: task.key.clone(),
+            attempt: count(task.attempt),
+            max_attempts: count(task.max_attempts),
+            reason,
+            error,
+            failed_at: SystemTime::now(),
+            failure_id: task.lease.token,
+        };
+        match self.store.fail(task.lease, &failed.error).await {
             Ok(true) => {
                 Counts::bump(&self.counts.failed, 1);
                 self.counters(&task.kind).failed.increment(1);
-                self.alert.task_failed(&FailedTask {
-                    id: task.lease.id,
-                    kind: task.kind.clone(),
-                    key: task.key.clone(),
-                    attempt: count(task.attempt),
-                    max_attempts: count(task.max_attempts),
-                    reason,
-                    error,
-                });
+                self.alert.task_failed(&failed);
             }
             Ok(false) => self.lost(task),
             Err(e) => {

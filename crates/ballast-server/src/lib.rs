@@ -29,6 +29,7 @@
 //! ```
 
 pub mod admin;
+pub mod alerts;
 pub mod auth;
 pub mod gateway;
 pub mod listener;
@@ -46,6 +47,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use admin::Admin;
+use alerts::{Webhooks, ALERT_KIND};
 use auth::Token;
 pub use gateway::Gateway;
 pub use listener::Limits;
@@ -85,6 +87,9 @@ pub enum ServeError {
     /// A listener beyond loopback without its token, or a token variable unset.
     #[error(transparent)]
     Token(#[from] auth::TokenError),
+    /// An alert webhook's URL is missing or unusable.
+    #[error(transparent)]
+    Alerts(#[from] alerts::AlertsError),
     /// The worker task panicked.
     #[error("the delivery worker panicked")]
     WorkerPanicked,
@@ -142,10 +147,13 @@ impl Server {
             .spawn(background.clone());
         // Readiness reflects the database from the first request on.
         monitor.first_refresh().await;
+        let webhooks = Webhooks::from_settings(&config.alerts()?)?;
         let deferrals = queue.clone();
         let worker = queue_settings
             .worker(queue)
             .handler(DELIVERY_KIND, DeliveryHandler::shared(systems.clone()))
+            .handler(ALERT_KIND, webhooks.handler())
+            .alert(webhooks)
             .build()
             .map_err(ServeError::Worker)?;
         let gateway = match config.gateway()? {

@@ -17,7 +17,7 @@ use axum::http::header::{self, HeaderValue};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ballast::{Failure, IdempotencyKey, Rejection, Rule, StopReason};
-use ballast_http::{Delivery, HttpError, HttpSystem, TransportKind};
+use ballast_http::{Delivery, HttpError, HttpSystem};
 use ballast_queue::{Handover, HandoverError};
 
 use super::headers::{forwarded, wants_async, RESPOND_ASYNC};
@@ -192,12 +192,7 @@ fn answer(
             Problem::new(StatusCode::BAD_REQUEST, Reason::BadRequest, failure.to_string())
         }
         _ => {
-            let sent = match failure.error() {
-                Some(HttpError::Transport { kind, .. }) => {
-                    !matches!(kind, TransportKind::Connect | TransportKind::ConnectTimeout)
-                }
-                _ => true,
-            };
+            let sent = !failure.error().is_some_and(HttpError::nothing_sent);
             Problem::new(StatusCode::BAD_GATEWAY, Reason::Transport, failure.to_string()).sent(sent)
         }
     };
