@@ -13,8 +13,10 @@
 //! - [`upstream`]: the upstream (hyper, one thread, 64-byte body, keep-alive);
 //! - [`gateway`]: ballast's gateway in-process;
 //! - [`nginx`]: nginx as a child process;
-//! - [`load`]: the closed-loop load generator and its latency histogram.
+//! - [`load`]: the closed-loop load generator and its latency histogram;
+//! - [`cpu`]: the CPU time each proxy spent per request.
 
+pub mod cpu;
 pub mod gateway;
 pub mod load;
 pub mod nginx;
@@ -106,6 +108,9 @@ pub struct Row {
     pub p50: Duration,
     /// 99th percentile latency.
     pub p99: Duration,
+    /// The proxy's CPU time (user and system) per request, warm-up
+    /// included; `None` for the direct call or where `/proc` cannot tell.
+    pub cpu: Option<Duration>,
 }
 
 /// The target ratios at one connection count.
@@ -153,51 +158,73 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> anyhow::Result<Rep
     let direct_path = "/orders/7";
     let proxied_path = format!("{}{}", nginx::PREFIX, direct_path.trim_start_matches('/'));
     let gateway_path = format!("/call/{}{direct_path}", gateway::SYSTEM);
-    let mut hops: Vec<(Hop, SocketAddr, &str)> = vec![(Hop::Direct, upstream.addr(), direct_path)];
+    let mut hops: Vec<(Hop, SocketAddr, &str, Option<cpu::Who>)> =
+        vec![(Hop::Direct, upstream.addr(), direct_path, None)];
     if let Some(nginx) = &nginx {
-        hops.push((Hop::Nginx, nginx.addr(), &proxied_path));
+        hops.push((Hop::Nginx, nginx.addr(), &proxied_path, Some(cpu::Who::Process(nginx.pid()))));
     }
-    hops.push((Hop::Ballast, gateway.addr(), &gateway_path));
+    hops.push((Hop::Ballast, gateway.addr(), &gateway_path, Some(cpu::Who::Threads(gateway::THREAD_NAME))));
 
     let client = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let mut samples: BTreeMap<(usize, Hop), Vec<Sample>> = BTreeMap::new();
+    let mut samples: BTreeMap<(usize, Hop), Vec<Measured>> = BTreeMap::new();
     for round in 1..=opts.rounds {
         for &connections in &opts.connections {
-            for &(hop, addr, path) in &hops {
+            for &(hop, addr, path, who) in &hops {
                 let load = Load { connections, warm_up: opts.warm_up, measure: opts.measure };
-                let before = upstream.served();
+                let before = (upstream.served(), who.and_then(cpu::used));
                 let sample = client
                     .block_on(load::run(addr, path, upstream::BODY, load))
                     .with_context(|| format!("{} at {connections} connections", hop.label()))?;
                 anyhow::ensure!(
-                    upstream.served() - before >= sample.requests,
+                    upstream.served() - before.0 >= sample.total,
                     "{} answered requests the upstream never saw",
                     hop.label()
                 );
+                let cpu = match (before.1, who.and_then(cpu::used)) {
+                    (Some(before), Some(after)) => {
+                        Some(after.saturating_sub(before).div_f64(sample.total.max(1) as f64))
+                    }
+                    _ => None,
+                };
                 progress(&format!(
-                    "round {round}/{}: {} at {connections} connections: {} requests, {:.0}/s, p50 {}, p99 {}",
+                    "round {round}/{}: {} at {connections} connections: {} requests, {:.0}/s, p50 {}, p99 {}, CPU/request {}",
                     opts.rounds,
                     hop.label(),
                     sample.requests,
                     sample.rate(),
                     micros(sample.latency(0.5)),
                     micros(sample.latency(0.99)),
+                    cpu.map_or("–".to_owned(), micros),
                 ));
-                samples.entry((connections, hop)).or_default().push(sample);
+                samples.entry((connections, hop)).or_default().push(Measured { sample, cpu });
             }
         }
     }
-    let rows = samples
-        .into_iter()
-        .map(|((connections, hop), samples)| Row {
-            hop,
-            connections,
-            rate: median(samples.iter().map(Sample::rate)),
-            p50: Duration::from_secs_f64(median(samples.iter().map(|s| s.latency(0.5).as_secs_f64()))),
-            p99: Duration::from_secs_f64(median(samples.iter().map(|s| s.latency(0.99).as_secs_f64()))),
-        })
-        .collect();
+    let rows =
+        samples.into_iter().map(|((connections, hop), rounds)| medians(hop, connections, &rounds)).collect();
     Ok(Report { rows, nginx: nginx_label })
+}
+
+/// One measurement: the load's sample and the proxy's CPU time per request.
+struct Measured {
+    sample: Sample,
+    cpu: Option<Duration>,
+}
+
+/// The row of `hop` at `connections`: each figure the median over the rounds.
+fn medians(hop: Hop, connections: usize, rounds: &[Measured]) -> Row {
+    let seconds = |f: fn(&Measured) -> f64| Duration::from_secs_f64(median(rounds.iter().map(f)));
+    Row {
+        hop,
+        connections,
+        rate: median(rounds.iter().map(|m| m.sample.rate())),
+        p50: seconds(|m| m.sample.latency(0.5).as_secs_f64()),
+        p99: seconds(|m| m.sample.latency(0.99).as_secs_f64()),
+        cpu: rounds
+            .iter()
+            .all(|m| m.cpu.is_some())
+            .then(|| seconds(|m| m.cpu.unwrap_or_default().as_secs_f64())),
+    }
 }
 
 /// The middle value (the mean of the two middle ones for an even count).
@@ -256,7 +283,7 @@ impl Report {
     /// The measurements as a markdown table.
     pub fn table(&self) -> String {
         let mut out = String::from(
-            "| hop | connections | requests/s | p50 | p99 | p50 added to direct |\n|---|---|---|---|---|---|\n",
+            "| hop | connections | requests/s | p50 | p99 | p50 added to direct | proxy CPU/request |\n|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             let added = match self.row(Hop::Direct, row.connections) {
@@ -267,12 +294,13 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {added} |",
+                "| {} | {} | {} | {} | {} | {added} | {} |",
                 row.hop.label(),
                 row.connections,
                 thousands(row.rate),
                 micros(row.p50),
-                micros(row.p99)
+                micros(row.p99),
+                row.cpu.map_or("–".to_owned(), micros),
             );
         }
         out

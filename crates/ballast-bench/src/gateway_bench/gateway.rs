@@ -12,6 +12,9 @@ use ballast_server::Server;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
+/// The name of the gateway runtime's threads, by which its CPU time is found.
+pub const THREAD_NAME: &str = "ballast";
+
 /// The system's name, as it appears in `/call/{system}/…`.
 pub const SYSTEM: &str = "up";
 
@@ -67,7 +70,7 @@ impl Gateway {
         if let Some(threads) = threads {
             runtime.worker_threads(threads);
         }
-        let runtime = runtime.enable_all().thread_name("ballast").build()?;
+        let runtime = runtime.enable_all().thread_name(THREAD_NAME).build()?;
         let server = runtime.block_on(Server::bind(&config, prometheus(), None))?;
         let addr = server.gateway_addr().context("the configuration has a [gateway]")?;
         let stop = CancellationToken::new();

@@ -34,6 +34,8 @@ pub struct Load {
 pub struct Sample {
     /// Requests started in the measured window, all answered as expected.
     pub requests: u64,
+    /// Requests answered in all, the warm-up's included.
+    pub total: u64,
     /// From the start of the measured window to the last answer.
     pub elapsed: Duration,
     /// Their latencies in ns, from sending the request to having read the
@@ -69,29 +71,32 @@ pub async fn run(addr: SocketAddr, path: &str, body: &[u8], load: Load) -> anyho
     }
     let mut latencies = histogram();
     let mut last = window.0;
+    let mut total = 0;
     for connection in connections {
-        let (histogram, done) = connection.await.context("a connection task failed")??;
+        let (histogram, answered, done) = connection.await.context("a connection task failed")??;
         latencies.add(&histogram).context("merging latencies")?;
+        total += answered;
         last = last.max(done);
     }
     let requests = latencies.len();
     if requests == 0 {
         bail!("no request was answered within the measured window");
     }
-    Ok(Sample { requests, elapsed: last.duration_since(window.0), latencies })
+    Ok(Sample { requests, total, elapsed: last.duration_since(window.0), latencies })
 }
 
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
 }
 
-/// One connection's loop: its latencies and when its last answer came.
+/// One connection's loop: its latencies, how many answers it read in all
+/// and when its last measured answer came.
 async fn connection(
     addr: SocketAddr,
     path: String,
     expected: Bytes,
     (from, until): (Instant, Instant),
-) -> anyhow::Result<(Histogram<u64>, Instant)> {
+) -> anyhow::Result<(Histogram<u64>, u64, Instant)> {
     let stream =
         tokio::net::TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
     stream.set_nodelay(true)?;
@@ -99,6 +104,7 @@ async fn connection(
     let connection = tokio::spawn(connection);
     let host = addr.to_string();
     let mut latencies = histogram();
+    let mut answered = 0;
     let mut last = from;
     loop {
         sender.ready().await.with_context(|| format!("{addr} closed the connection"))?;
@@ -120,6 +126,7 @@ async fn connection(
         if status != StatusCode::OK || body != expected {
             bail!("GET {path} on {addr} answered {status}: {:?}", String::from_utf8_lossy(&body));
         }
+        answered += 1;
         if sent >= from {
             latencies.record(done.duration_since(sent).as_nanos() as u64)?;
             last = done;
@@ -129,5 +136,5 @@ async fn connection(
     // idle connection of this run is left open on the hop during the next.
     drop(sender);
     let _ = connection.await;
-    Ok((latencies, last))
+    Ok((latencies, answered, last))
 }

@@ -95,6 +95,11 @@ impl Nginx {
         self.addr
     }
 
+    /// The master process's id (the workers are its children).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     fn error_log(&self) -> String {
         let log = std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default();
         format!("error.log: {}", log.trim())
