@@ -1,6 +1,7 @@
-//! Prints the gateway overhead table of BENCHMARKS.md: requests/s and
-//! p50/p99 latency of a direct call, nginx's `proxy_pass` and ballast's
-//! gateway to the same local upstream, with the target ratios.
+//! Prints the gateway overhead table of BENCHMARKS.md: requests/s, p50/p99
+//! latency and the proxy's CPU time per request for a direct call, nginx's
+//! `proxy_pass` and ballast's gateway to the same local upstream, with the
+//! target ratios.
 //!
 //! `cargo run --release -p ballast-bench --bin gateway_bench -- [--seconds 5] [--warm-up 1] [--rounds 3] [--connections 1,32]`
 //!
