@@ -8,7 +8,10 @@
 //!   (ns/call) and the `success_allocs` bin (heap allocations per call).
 //! - `queue_bench`: throughput and latency of the durable queue on SQLite and
 //!   PostgreSQL beside the bare SQL loop, for the `queue_bench` bin.
+//! - `gateway_bench`: the overhead of one hop through ballast's gateway
+//!   beside a direct call and nginx's `proxy_pass`, for the `gateway_bench` bin.
 
 pub mod amplification;
+pub mod gateway_bench;
 pub mod queue_bench;
 pub mod success_path;

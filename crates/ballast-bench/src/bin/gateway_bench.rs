@@ -1,0 +1,93 @@
+//! Prints the gateway overhead table of BENCHMARKS.md: requests/s, p50/p99
+//! latency and the proxy's CPU time per request for a direct call, nginx's
+//! `proxy_pass` and ballast's gateway to the same local upstream, with the
+//! target ratios.
+//!
+//! `cargo run --release -p ballast-bench --bin gateway_bench -- [--seconds 5] [--warm-up 1] [--rounds 3] [--connections 1,32]`
+//!
+//! The gateway runs with the tracing subscriber `ballast serve` installs
+//! (`info` unless `RUST_LOG` says otherwise), so its hop costs what it costs
+//! there. Without nginx on the machine, only direct and ballast are measured.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ballast_bench::gateway_bench::{run, NginxUse, Options};
+use clap::Parser;
+
+/// The overhead of one hop through ballast's gateway, beside nginx.
+#[derive(Parser, Debug)]
+struct Args {
+    /// Measured seconds per hop and connection count.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Unmeasured seconds before each measurement.
+    #[arg(long, default_value_t = 1.0)]
+    warm_up: f64,
+    /// Times the whole sequence runs; the table gives medians.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Connection counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,32")]
+    connections: Vec<usize>,
+    /// nginx's worker_processes.
+    #[arg(long, default_value = "auto")]
+    nginx_workers: String,
+    /// The gateway's worker threads (default: one per core, as `ballast serve`).
+    #[arg(long)]
+    ballast_threads: Option<usize>,
+    /// The nginx executable (default: `nginx` on PATH or /usr/sbin/nginx).
+    #[arg(long, conflicts_with = "no_nginx")]
+    nginx: Option<PathBuf>,
+    /// Measure direct and ballast only.
+    #[arg(long)]
+    no_nginx: bool,
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let seconds = |s: f64| Duration::try_from_secs_f64(s).map_err(|e| anyhow::anyhow!("{s} s: {e}"));
+    let opts = Options {
+        connections: args.connections,
+        warm_up: seconds(args.warm_up)?,
+        measure: seconds(args.seconds)?,
+        rounds: args.rounds,
+        nginx: match (args.no_nginx, args.nginx) {
+            (true, _) => NginxUse::Skip,
+            (false, Some(path)) => NginxUse::At(path),
+            (false, None) => NginxUse::IfInstalled,
+        },
+        nginx_workers: args.nginx_workers,
+        ballast_threads: args.ballast_threads,
+    };
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let before = loadavg();
+    let report = run(&opts, |line| eprintln!("{line}"))?;
+    let after = loadavg();
+    println!(
+        "{} s measured after {} s warm-up per hop, {} rounds interleaved, medians; {cores} cores; nginx: {}",
+        args.seconds,
+        args.warm_up,
+        opts.rounds,
+        match &report.nginx {
+            Ok(version) => format!("{version}, worker_processes {}", opts.nginx_workers),
+            Err(why) => why.clone(),
+        }
+    );
+    println!("load average before: {before}; after: {after}\n");
+    println!("{}", report.table());
+    print!("{}", report.ratio_table());
+    Ok(())
+}

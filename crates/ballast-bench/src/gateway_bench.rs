@@ -1,0 +1,391 @@
+//! The overhead of one hop through ballast's gateway: a local upstream that
+//! answers at once, called directly, through nginx's `proxy_pass` (the
+//! reference hop) and through the gateway (`/call/up/…`), in the same run.
+//!
+//! Shared by the `gateway_bench` bin (the table of BENCHMARKS.md) and a smoke
+//! test that runs it for a fraction of a second so it cannot rot.
+//!
+//! For every connection count, the three hops are measured one after the
+//! other, and the whole sequence is repeated `rounds` times, so a burst of
+//! load elsewhere on the machine hits one round of each hop rather than all
+//! rounds of one; each figure of the report is the median over the rounds.
+//!
+//! - [`upstream`]: the upstream (hyper, one thread, 64-byte body, keep-alive);
+//! - [`gateway`]: ballast's gateway in-process;
+//! - [`nginx`]: nginx as a child process;
+//! - [`load`]: the closed-loop load generator and its latency histogram;
+//! - [`cpu`]: the CPU time each proxy spent per request.
+
+pub mod cpu;
+pub mod gateway;
+pub mod load;
+pub mod nginx;
+pub mod upstream;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+pub use load::{Load, Sample};
+
+/// Set, the smoke test runs the nginx hop too, and fails if nginx is missing.
+pub const NGINX_ENV: &str = "BALLAST_TEST_NGINX";
+
+/// The most ballast's added median latency may be, as a multiple of nginx's.
+pub const LATENCY_TARGET: f64 = 1.2;
+
+/// The least ballast's requests/s may be, as a fraction of nginx's.
+pub const THROUGHPUT_TARGET: f64 = 0.8;
+
+/// A way to the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Hop {
+    /// Straight to the upstream.
+    Direct,
+    /// Through nginx's `proxy_pass`.
+    Nginx,
+    /// Through ballast's gateway.
+    Ballast,
+}
+
+impl Hop {
+    /// How the table names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Hop::Direct => "direct",
+            Hop::Nginx => "nginx proxy_pass",
+            Hop::Ballast => "ballast gateway",
+        }
+    }
+}
+
+/// Whether to measure the nginx hop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NginxUse {
+    /// Not at all.
+    Skip,
+    /// If an nginx executable is found; otherwise the report says it is missing.
+    IfInstalled,
+    /// Always: a missing nginx is an error.
+    Required,
+    /// This executable.
+    At(PathBuf),
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The connection counts, each a measurement of every hop.
+    pub connections: Vec<usize>,
+    /// Unmeasured requests before each measurement.
+    pub warm_up: Duration,
+    /// The measured window of each measurement.
+    pub measure: Duration,
+    /// How often the whole sequence runs; the report gives medians.
+    pub rounds: usize,
+    /// Whether to measure nginx.
+    pub nginx: NginxUse,
+    /// nginx's `worker_processes` (`auto` or a number).
+    pub nginx_workers: String,
+    /// The gateway's worker threads (`None`: one per core, as `ballast serve`).
+    pub ballast_threads: Option<usize>,
+}
+
+/// One row of the report: one hop at one connection count, medians over the rounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The hop.
+    pub hop: Hop,
+    /// Concurrent connections.
+    pub connections: usize,
+    /// Requests per second.
+    pub rate: f64,
+    /// Median latency.
+    pub p50: Duration,
+    /// 99th percentile latency.
+    pub p99: Duration,
+    /// The proxy's CPU time (user and system) per request, warm-up
+    /// included; `None` for the direct call or where `/proc` cannot tell.
+    pub cpu: Option<Duration>,
+}
+
+/// The target ratios at one connection count.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ratios {
+    /// Concurrent connections.
+    pub connections: usize,
+    /// ballast's p50 minus the direct p50, divided by nginx's; `None` when
+    /// nginx added nothing measurable.
+    pub added_p50: Option<f64>,
+    /// ballast's requests/s divided by nginx's.
+    pub throughput: f64,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Every hop at every connection count.
+    pub rows: Vec<Row>,
+    /// The nginx used (its version line), or why there is none.
+    pub nginx: Result<String, String>,
+}
+
+/// Runs every measurement of `opts`; `progress` hears of each one as it ends.
+pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> anyhow::Result<Report> {
+    if opts.connections.is_empty() || opts.rounds == 0 {
+        anyhow::bail!("give at least one connection count and one round");
+    }
+    let upstream = upstream::Upstream::start()?;
+    let binary = match &opts.nginx {
+        NginxUse::Skip => Err("not measured".to_owned()),
+        NginxUse::IfInstalled => nginx::find().ok_or_else(|| "not installed".to_owned()),
+        NginxUse::Required => Ok(nginx::find().with_context(|| {
+            format!("{NGINX_ENV} is set but nginx is not installed (apt-get install nginx)")
+        })?),
+        NginxUse::At(path) => Ok(path.clone()),
+    };
+    let nginx = match &binary {
+        Ok(binary) => Some(nginx::Nginx::start(binary, upstream.addr(), &opts.nginx_workers)?),
+        Err(_) => None,
+    };
+    let nginx_label = binary.map(|b| nginx::version(&b).unwrap_or_else(|| b.display().to_string()));
+    let gateway = gateway::Gateway::start(upstream.addr(), opts.ballast_threads)?;
+
+    let direct_path = "/orders/7";
+    let proxied_path = format!("{}{}", nginx::PREFIX, direct_path.trim_start_matches('/'));
+    let gateway_path = format!("/call/{}{direct_path}", gateway::SYSTEM);
+    let mut hops: Vec<(Hop, SocketAddr, &str, Option<cpu::Who>)> =
+        vec![(Hop::Direct, upstream.addr(), direct_path, None)];
+    if let Some(nginx) = &nginx {
+        hops.push((Hop::Nginx, nginx.addr(), &proxied_path, Some(cpu::Who::Process(nginx.pid()))));
+    }
+    hops.push((Hop::Ballast, gateway.addr(), &gateway_path, Some(cpu::Who::Threads(gateway::THREAD_NAME))));
+
+    let client = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let mut samples: BTreeMap<(usize, Hop), Vec<Measured>> = BTreeMap::new();
+    for round in 1..=opts.rounds {
+        for &connections in &opts.connections {
+            for &(hop, addr, path, who) in &hops {
+                let load = Load { connections, warm_up: opts.warm_up, measure: opts.measure };
+                let before = (upstream.served(), who.and_then(cpu::used));
+                let sample = client
+                    .block_on(load::run(addr, path, upstream::BODY, load))
+                    .with_context(|| format!("{} at {connections} connections", hop.label()))?;
+                anyhow::ensure!(
+                    upstream.served() - before.0 >= sample.total,
+                    "{} answered requests the upstream never saw",
+                    hop.label()
+                );
+                let cpu = match (before.1, who.and_then(cpu::used)) {
+                    (Some(before), Some(after)) => {
+                        Some(after.saturating_sub(before).div_f64(sample.total.max(1) as f64))
+                    }
+                    _ => None,
+                };
+                progress(&format!(
+                    "round {round}/{}: {} at {connections} connections: {} requests, {:.0}/s, p50 {}, p99 {}, CPU/request {}",
+                    opts.rounds,
+                    hop.label(),
+                    sample.requests,
+                    sample.rate(),
+                    micros(sample.latency(0.5)),
+                    micros(sample.latency(0.99)),
+                    cpu.map_or("–".to_owned(), micros),
+                ));
+                samples.entry((connections, hop)).or_default().push(Measured { sample, cpu });
+            }
+        }
+    }
+    let rows =
+        samples.into_iter().map(|((connections, hop), rounds)| medians(hop, connections, &rounds)).collect();
+    Ok(Report { rows, nginx: nginx_label })
+}
+
+/// One measurement: the load's sample and the proxy's CPU time per request.
+struct Measured {
+    sample: Sample,
+    cpu: Option<Duration>,
+}
+
+/// The row of `hop` at `connections`: each figure the median over the rounds.
+fn medians(hop: Hop, connections: usize, rounds: &[Measured]) -> Row {
+    let seconds = |f: fn(&Measured) -> f64| Duration::from_secs_f64(median(rounds.iter().map(f)));
+    Row {
+        hop,
+        connections,
+        rate: median(rounds.iter().map(|m| m.sample.rate())),
+        p50: seconds(|m| m.sample.latency(0.5).as_secs_f64()),
+        p99: seconds(|m| m.sample.latency(0.99).as_secs_f64()),
+        cpu: rounds
+            .iter()
+            .all(|m| m.cpu.is_some())
+            .then(|| seconds(|m| m.cpu.unwrap_or_default().as_secs_f64())),
+    }
+}
+
+/// The middle value (the mean of the two middle ones for an even count).
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+/// `12345.6` as `12,346`.
+fn thousands(n: f64) -> String {
+    let digits = format!("{:.0}", n.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl Report {
+    fn row(&self, hop: Hop, connections: usize) -> Option<&Row> {
+        self.rows.iter().find(|r| r.hop == hop && r.connections == connections)
+    }
+
+    /// The target ratios at each connection count, when nginx was measured.
+    pub fn ratios(&self) -> Vec<Ratios> {
+        let mut counts: Vec<usize> = self.rows.iter().map(|r| r.connections).collect();
+        counts.dedup();
+        counts
+            .into_iter()
+            .filter_map(|connections| {
+                let direct = self.row(Hop::Direct, connections)?;
+                let nginx = self.row(Hop::Nginx, connections)?;
+                let ballast = self.row(Hop::Ballast, connections)?;
+                let added = |r: &Row| r.p50.as_secs_f64() - direct.p50.as_secs_f64();
+                Some(Ratios {
+                    connections,
+                    added_p50: (added(nginx) > 0.0).then(|| added(ballast) / added(nginx)),
+                    throughput: ballast.rate / nginx.rate,
+                })
+            })
+            .collect()
+    }
+
+    /// The measurements as a markdown table.
+    pub fn table(&self) -> String {
+        let mut out = String::from(
+            "| hop | connections | requests/s | p50 | p99 | p50 added to direct | proxy CPU/request |\n|---|---|---|---|---|---|---|\n",
+        );
+        for row in &self.rows {
+            let added = match self.row(Hop::Direct, row.connections) {
+                Some(direct) if row.hop != Hop::Direct => {
+                    format!("{:+.1} µs", (row.p50.as_secs_f64() - direct.p50.as_secs_f64()) * 1e6)
+                }
+                _ => "–".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {added} | {} |",
+                row.hop.label(),
+                row.connections,
+                thousands(row.rate),
+                micros(row.p50),
+                micros(row.p99),
+                row.cpu.map_or("–".to_owned(), micros),
+            );
+        }
+        out
+    }
+
+    /// The target ratios as a markdown table, or why there are none.
+    pub fn ratio_table(&self) -> String {
+        let ratios = self.ratios();
+        if ratios.is_empty() {
+            let why = self.nginx.as_ref().err().map_or("not measured", String::as_str);
+            return format!("No ratios: nginx {why}; only direct and ballast were measured.\n");
+        }
+        let verdict = |met: bool| if met { "met" } else { "missed" };
+        let mut out = format!(
+            "| connections | ballast added p50 ÷ nginx added p50 (target ≤ {LATENCY_TARGET}×) | ballast requests/s ÷ nginx (target ≥ {THROUGHPUT_TARGET}×) |\n|---|---|---|\n"
+        );
+        for r in ratios {
+            let latency = r.added_p50.map_or_else(
+                || "– (nginx added nothing measurable)".to_owned(),
+                |x| format!("{x:.2}×: {}", verdict(x <= LATENCY_TARGET)),
+            );
+            let throughput = format!("{:.2}×: {}", r.throughput, verdict(r.throughput >= THROUGHPUT_TARGET));
+            let _ = writeln!(out, "| {} | {latency} | {throughput} |", r.connections);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_numbers_read_as_the_table_shows_them() {
+        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), 2.0);
+        assert_eq!(median([4.0, 1.0, 2.0, 3.0].into_iter()), 2.5);
+        assert_eq!(thousands(1234567.4), "1,234,567");
+        assert_eq!(thousands(999.0), "999");
+    }
+
+    #[test]
+    fn an_nginx_that_cannot_start_fails_the_run_and_says_why() {
+        let opts = Options {
+            connections: vec![1],
+            warm_up: Duration::ZERO,
+            measure: Duration::from_millis(10),
+            rounds: 1,
+            nginx: NginxUse::At("/nonexistent/nginx".into()),
+            nginx_workers: "1".to_owned(),
+            ballast_threads: None,
+        };
+        let err = run(&opts, |_| {}).expect_err("no nginx there");
+        assert!(format!("{err:#}").contains("cannot start /nonexistent/nginx"), "{err:#}");
+    }
+
+    /// Every hop at two connection counts for a fraction of a second; nginx
+    /// only when `BALLAST_TEST_NGINX` is set, and then it must be there.
+    #[test]
+    fn smoke() {
+        let nginx = if std::env::var_os(NGINX_ENV).is_some() {
+            NginxUse::Required
+        } else {
+            eprintln!("nginx hop skipped: {NGINX_ENV} not set");
+            NginxUse::Skip
+        };
+        let measured_nginx = nginx == NginxUse::Required;
+        let opts = Options {
+            connections: vec![1, 4],
+            warm_up: Duration::from_millis(50),
+            measure: Duration::from_millis(200),
+            rounds: 1,
+            nginx,
+            nginx_workers: "1".to_owned(),
+            ballast_threads: None,
+        };
+        let report = run(&opts, |line| eprintln!("{line}")).expect("the bench runs");
+        let hops = if measured_nginx { 3 } else { 2 };
+        assert_eq!(report.rows.len(), 2 * hops, "{report:#?}");
+        for row in &report.rows {
+            assert!(row.rate > 0.0 && row.p50 > Duration::ZERO && row.p50 <= row.p99, "{row:?}");
+        }
+        let table = report.table();
+        assert_eq!(table.lines().count(), 2 + report.rows.len(), "{table}");
+        assert!(table.contains("| ballast gateway | 4 |"), "{table}");
+        assert_eq!(report.ratios().len(), if measured_nginx { 2 } else { 0 });
+        assert!(report.ratio_table().contains(if measured_nginx { "target" } else { "No ratios" }));
+    }
+}

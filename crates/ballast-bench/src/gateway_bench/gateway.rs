@@ -1,0 +1,108 @@
+//! ballast's gateway, in-process: `ballast_server::Server` on a runtime of
+//! its own (one worker thread per core, as `ballast serve` builds it, unless
+//! told otherwise) and one system pointing at the upstream.
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::Context;
+use ballast_config::Config;
+use ballast_server::Server;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio_util::sync::CancellationToken;
+
+/// The name of the gateway runtime's threads, by which its CPU time is found.
+pub const THREAD_NAME: &str = "ballast";
+
+/// The system's name, as it appears in `/call/{system}/…`.
+pub const SYSTEM: &str = "up";
+
+/// The guide's stack (retry 3 with the default budget → count breaker 0.5
+/// over 50 → bulkhead → aggressive timeout), the bulkhead 64 wide so that
+/// no run's connections fill it: a rejected call would be an error, not a
+/// faster hop.
+const SYSTEM_CONFIG: &str = r#"
+[systems.up]
+base_url = "http://{upstream}/"
+
+[systems.up.retry]
+max_attempts = 3
+backoff = "exponential"
+first_delay = "500ms"
+max_delay = "2s"
+
+[systems.up.breaker]
+kind = "count"
+threshold = 0.5
+size = 50
+
+[systems.up.bulkhead]
+limit = 64
+
+[systems.up.timeout]
+attempt = "1s"
+total = "4s"
+strategy = "aggressive"
+"#;
+
+/// A running gateway; stopped when dropped.
+pub struct Gateway {
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: CancellationToken,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    /// Starts `ballast serve` with a SQLite queue in a temp dir, its admin
+    /// listener and gateway on free loopback ports, and the one system, on
+    /// `threads` worker threads (`None`: one per core).
+    pub fn start(upstream: SocketAddr, threads: Option<usize>) -> anyhow::Result<Gateway> {
+        let dir = tempfile::tempdir().context("a temp dir for the gateway's queue")?;
+        let text = format!(
+            "[queue]\nurl = \"sqlite://{}\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n\n[gateway]\nlisten = \"127.0.0.1:0\"\n{}",
+            dir.path().join("queue.db").display(),
+            SYSTEM_CONFIG.replace("{upstream}", &upstream.to_string())
+        );
+        let config = Config::parse("gateway-bench.toml", text)?;
+        let mut runtime = tokio::runtime::Builder::new_multi_thread();
+        if let Some(threads) = threads {
+            runtime.worker_threads(threads);
+        }
+        let runtime = runtime.enable_all().thread_name(THREAD_NAME).build()?;
+        let server = runtime.block_on(Server::bind(&config, prometheus(), None))?;
+        let addr = server.gateway_addr().context("the configuration has a [gateway]")?;
+        let stop = CancellationToken::new();
+        runtime.spawn(server.run(stop.clone()));
+        Ok(Gateway { runtime: Some(runtime), stop, addr, _dir: dir })
+    }
+
+    /// Where the gateway listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(Duration::from_secs(5));
+        }
+    }
+}
+
+/// The process's Prometheus recorder, installed on first use as `ballast
+/// serve` installs it (metric handles taken before that record nowhere).
+fn prometheus() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            PrometheusBuilder::new()
+                .install_recorder()
+                // Another recorder is installed: ballast records into that one.
+                .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder().handle())
+        })
+        .clone()
+}
