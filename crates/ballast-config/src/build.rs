@@ -91,11 +91,6 @@ pub struct QueueSettings {
     pub retain_failed: Duration,
 }
 
-/// Completed and cancelled tasks are kept a week by default.
-pub const RETAIN_COMPLETED: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Failed tasks are kept thirty days by default: a human has to look at them.
-pub const RETAIN_FAILED: Duration = Duration::from_secs(30 * 24 * 3600);
-
 impl QueueSettings {
     /// Connects to the queue's database.
     pub async fn connect(&self) -> ballast_queue::Result<ballast_queue::Queue> {
@@ -105,6 +100,11 @@ impl QueueSettings {
     /// A worker builder with this poll interval and backoff; add handlers and build.
     pub fn worker(&self, queue: ballast_queue::Queue) -> ballast_queue::WorkerBuilder {
         ballast_queue::Worker::builder(queue).poll_interval(self.poll_interval).backoff(self.backoff)
+    }
+
+    /// The pruning of final tasks with these retentions; spawn it beside the worker.
+    pub fn retention(&self) -> ballast_queue::Retention {
+        ballast_queue::Retention::default().completed(self.retain_completed).failed(self.retain_failed)
     }
 }
 
@@ -185,8 +185,8 @@ impl Config {
             poll_interval: schedule.poll_interval,
             max_attempts: schedule.max_attempts,
             backoff: schedule.backoff,
-            retain_completed: queue.retain_completed.map_or(RETAIN_COMPLETED, |d| d.get()),
-            retain_failed: queue.retain_failed.map_or(RETAIN_FAILED, |d| d.get()),
+            retain_completed: queue.retain_completed.map_or(ballast_queue::RETAIN_COMPLETED, |d| d.get()),
+            retain_failed: queue.retain_failed.map_or(ballast_queue::RETAIN_FAILED, |d| d.get()),
         })
     }
 }

@@ -78,7 +78,7 @@ pub mod report;
 pub mod size;
 pub mod suggest;
 
-pub use build::{ConfigError, QueueSettings, RETAIN_COMPLETED, RETAIN_FAILED};
+pub use build::{ConfigError, QueueSettings};
 pub use config::Config;
 pub use durable::DurableSchedule;
 pub use duration::{ConfigDuration, DurationError};

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::Store;
-use crate::types::{KindStats, ListFilter, TaskInfo};
+use crate::types::{KindStats, ListFilter, TaskInfo, TaskState};
 use crate::Queue;
 
 impl Queue {
@@ -51,7 +51,18 @@ impl Queue {
     /// `older_than` ago; returns how many. Their idempotency keys become free
     /// again, so keep them longer than the external systems' key TTL (R-RES-RE-1).
     pub async fn prune(&self, older_than: Duration) -> Result<u64> {
-        self.store.prune(older_than).await
+        self.store.prune(None, older_than, None).await
+    }
+
+    /// Deletes at most `limit` tasks in `state` (a final one: completed,
+    /// failed or cancelled) finalized more than `older_than` ago, oldest
+    /// first; returns how many. Small batches keep each delete's locks short
+    /// — what [`Retention`](crate::Retention) does on an interval.
+    pub async fn prune_batch(&self, state: TaskState, older_than: Duration, limit: u32) -> Result<u64> {
+        if !state.is_final() {
+            return Err(Error::Config(format!("prune_batch: {} is not a final state", state.as_str())));
+        }
+        self.store.prune(Some(state), older_than, Some(limit)).await
     }
 }
 

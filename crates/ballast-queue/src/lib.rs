@@ -76,6 +76,7 @@ mod lease;
 pub mod metrics;
 mod monitor;
 mod queue;
+mod retention;
 mod store;
 mod task;
 mod types;
@@ -88,6 +89,7 @@ pub use handler::{Handler, TaskContext};
 pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
 pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
 pub use queue::{Queue, TxConnection};
+pub use retention::{Retention, RETAIN_COMPLETED, RETAIN_FAILED};
 pub use task::{check_kind, NewTask, DEFAULT_MAX_ATTEMPTS, MAX_KIND_LEN};
 pub use types::{
     Backend, EnqueueOutcome, ErrorRecord, KindStats, ListFilter, TaskInfo, TaskState, UnknownState,

@@ -8,6 +8,7 @@
 //! | `ballast_queue_tasks` | gauge | `kind`, `state` | tasks in the table per state, as of the last [`Queue::record_metrics`] |
 //! | `ballast_queue_lag_seconds` | gauge | `kind` | age of the oldest due pending task (0 when none), as of the last [`Queue::record_metrics`] |
 //! | `ballast_queue_reachable` | gauge | — | 1 while a [`QueueMonitor`](crate::QueueMonitor)'s last refresh reached the database, else 0 |
+//! | `ballast_queue_pruned_total` | counter | `state` | final tasks deleted by [`Retention`](crate::Retention) |
 //!
 //! The gauges come from [`Queue::stats`], a `GROUP BY` over the whole table:
 //! they are refreshed when the application calls [`Queue::record_metrics`],
@@ -37,8 +38,10 @@ pub const TASKS: &str = "ballast_queue_tasks";
 pub const LAG: &str = "ballast_queue_lag_seconds";
 /// Gauge: 1 while a monitor's last refresh reached the queue database, else 0.
 pub const REACHABLE: &str = "ballast_queue_reachable";
+/// Counter of final tasks deleted past their retention.
+pub const PRUNED: &str = "ballast_queue_pruned_total";
 /// The name of every metric this crate records.
-pub const NAMES: [&str; 4] = [ATTEMPTS, TASKS, LAG, REACHABLE];
+pub const NAMES: [&str; 5] = [ATTEMPTS, TASKS, LAG, REACHABLE, PRUNED];
 /// Kinds with gauges of their own; the rest share [`OTHER_KINDS`].
 pub const MAX_KINDS: usize = 100;
 /// The `kind` label of the gauges that sum every kind past [`MAX_KINDS`]

@@ -84,6 +84,12 @@ impl TaskState {
         TaskState::Cancelled,
     ];
 
+    /// Whether no worker will run it again unless an operator retries it:
+    /// completed, failed or cancelled.
+    pub fn is_final(self) -> bool {
+        matches!(self, TaskState::Completed | TaskState::Failed | TaskState::Cancelled)
+    }
+
     /// The name stored in the `state` column.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -556,6 +556,45 @@ async fn admin_stats_list_retry_cancel_prune(h: &Harness) {
     assert_eq!(h.scalar("SELECT count(*) FROM ballast_tasks").await, 2);
 }
 
+/// Retention deletes final tasks by state, past each state's own age, a
+/// bounded batch per statement, and never a live task.
+async fn retention_prunes_by_state_in_batches(h: &Harness) {
+    let handler = Scripted::default();
+    let mut done = Vec::new();
+    for _ in 0..5 {
+        done.push(enqueue(&h.queue, "ok").await);
+    }
+    let failed = enqueue(&h.queue, "permanent").await;
+    let w = start(worker(&h.queue, handler.clone()));
+    for id in done.iter().chain([&failed]) {
+        wait_for(&h.queue, *id, SOON, |t| t.state.is_final()).await;
+    }
+    w.stop().await;
+    let cancelled = h.queue.enqueue(NewTask::new("other", &1)).await.unwrap().id;
+    assert!(h.queue.cancel(cancelled).await.unwrap());
+    let live =
+        h.queue.enqueue(NewTask::new("other", &2).run_after(Duration::from_secs(60))).await.unwrap().id;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let err = h.queue.prune_batch(TaskState::Pending, Duration::ZERO, 10).await.unwrap_err();
+    assert!(err.to_string().contains("pending is not a final state"), "{err}");
+    assert_eq!(h.queue.prune_batch(TaskState::Completed, Duration::from_secs(3600), 10).await.unwrap(), 0);
+    assert_eq!(h.queue.prune_batch(TaskState::Completed, Duration::from_millis(1), 2).await.unwrap(), 2);
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let keep_failed = ballast_queue::Retention::default()
+        .completed(Duration::from_millis(1))
+        .failed(Duration::from_secs(3600))
+        .batch(2);
+    // Three completed left (two batches, the second short), one cancelled.
+    assert_eq!(keep_failed.prune(&h.queue, &stop).await.unwrap(), 4);
+    let left: Vec<i64> = h.queue.list(&ListFilter::default()).await.unwrap().iter().map(|t| t.id).collect();
+    assert_eq!(left, vec![failed, live]);
+    assert_eq!(keep_failed.failed(Duration::from_millis(1)).prune(&h.queue, &stop).await.unwrap(), 1);
+    let left: Vec<i64> = h.queue.list(&ListFilter::default()).await.unwrap().iter().map(|t| t.id).collect();
+    assert_eq!(left, vec![live], "a live task is never pruned");
+}
+
 async fn error_history_is_bounded(h: &Harness) {
     let handler = Scripted::default();
     let id = h.queue.enqueue(NewTask::new("job", &job("transient")).max_attempts(13)).await.unwrap().id;
@@ -766,6 +805,7 @@ conformance!(
     claim_answered_after_its_lease_starts_no_handler,
     shutdown_finishes_in_flight_then_releases_the_rest,
     admin_stats_list_retry_cancel_prune,
+    retention_prunes_by_state_in_batches,
     error_history_is_bounded,
     many_workers_never_share_a_task,
     new_task_wakes_an_idle_worker,

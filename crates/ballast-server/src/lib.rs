@@ -147,6 +147,7 @@ impl Server {
             .spawn(background.clone());
         // Readiness reflects the database from the first request on.
         monitor.first_refresh().await;
+        queue_settings.retention().spawn(queue.clone(), background.clone());
         let webhooks = Webhooks::from_settings(&config.alerts()?)?;
         let deferrals = queue.clone();
         let worker = queue_settings

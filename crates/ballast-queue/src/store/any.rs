@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 
 use super::{postgres, sqlite, ClaimRequest, Exchange, Lease, Store, ValidTask};
 use crate::error::Result;
-use crate::types::{Backend, EnqueueOutcome, KindStats, ListFilter, TaskInfo};
+use crate::types::{Backend, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
 
 /// The backend a [`Queue`](crate::Queue) was connected to.
 #[derive(Debug, Clone)]
@@ -81,7 +81,7 @@ impl Store for AnyStore {
     async fn cancel(&self, id: i64) -> Result<bool> {
         dispatch!(self, s => s.cancel(id))
     }
-    async fn prune(&self, older_than: Duration) -> Result<u64> {
-        dispatch!(self, s => s.prune(older_than))
+    async fn prune(&self, state: Option<TaskState>, older_than: Duration, limit: Option<u32>) -> Result<u64> {
+        dispatch!(self, s => s.prune(state, older_than, limit))
     }
 }

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use crate::error::Result;
-use crate::types::{EnqueueOutcome, KindStats, ListFilter, TaskInfo};
+use crate::types::{EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
 
 pub(crate) mod any;
 pub(crate) mod postgres;
@@ -103,5 +103,7 @@ pub(crate) trait Store: Send + Sync {
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64>;
     async fn run_now(&self, id: i64) -> Result<bool>;
     async fn cancel(&self, id: i64) -> Result<bool>;
-    async fn prune(&self, older_than: Duration) -> Result<u64>;
+    /// Deletes final tasks (of `state` only, when given) finalized more than
+    /// `older_than` ago, oldest first, at most `limit` of them when given.
+    async fn prune(&self, state: Option<TaskState>, older_than: Duration, limit: Option<u32>) -> Result<u64>;
 }

@@ -479,12 +479,19 @@ impl Store for PgStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn prune(&self, older_than: Duration) -> Result<u64> {
+    async fn prune(&self, state: Option<TaskState>, older_than: Duration, limit: Option<u32>) -> Result<u64> {
+        // Oldest first along the finalized index; LIMIT NULL is none.
         let done = sqlx::query(
-            "DELETE FROM ballast_tasks
-             WHERE finalized_at IS NOT NULL AND finalized_at < now() - $1 * interval '1 microsecond'",
+            "DELETE FROM ballast_tasks WHERE id IN (
+                 SELECT id FROM ballast_tasks
+                 WHERE finalized_at IS NOT NULL
+                   AND finalized_at < now() - $1 * interval '1 microsecond'
+                   AND ($2::text IS NULL OR state = $2)
+                 ORDER BY finalized_at LIMIT $3)",
         )
         .bind(duration_micros(older_than))
+        .bind(state.map(TaskState::as_str))
+        .bind(limit.map(i64::from))
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())

@@ -422,12 +422,19 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn prune(&self, older_than: Duration) -> Result<u64> {
-        let done =
-            sqlx::query("DELETE FROM ballast_tasks WHERE finalized_at IS NOT NULL AND finalized_at < ?1")
-                .bind(now().saturating_sub(duration_micros(older_than)))
-                .execute(&self.pool)
-                .await?;
+    async fn prune(&self, state: Option<TaskState>, older_than: Duration, limit: Option<u32>) -> Result<u64> {
+        // Oldest first along the finalized index; a negative LIMIT is none.
+        let done = sqlx::query(
+            "DELETE FROM ballast_tasks WHERE id IN (
+                 SELECT id FROM ballast_tasks
+                 WHERE finalized_at IS NOT NULL AND finalized_at < ?1 AND (?2 IS NULL OR state = ?2)
+                 ORDER BY finalized_at LIMIT ?3)",
+        )
+        .bind(now().saturating_sub(duration_micros(older_than)))
+        .bind(state.map(TaskState::as_str))
+        .bind(limit.map_or(-1, i64::from))
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected())
     }
 }
