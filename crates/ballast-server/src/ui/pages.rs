@@ -98,8 +98,8 @@ fn live_part(ui: &Ui) -> Markup {
                     @let rate = ui.0.rates.of(system);
                     @let stats = system.stats();
                     tr data-system=(system.name()) {
-                        td class="name" { (system.name()) @if system.is_critical() { " " span class="tag" { "critical" } } }
-                        td class="name" { (breaker(system.breaker_state(), policy.breaker().and_then(|b| b.next_probe_in()))) }
+                        td class="nowrap" { (system.name()) @if system.is_critical() { " " span class="tag" { "critical" } } }
+                        td class="nowrap" { (breaker(system.breaker_state(), policy.breaker().and_then(|b| b.next_probe_in()))) }
                         td class="num" {
                             (policy.bulkhead_in_flight().unwrap_or(0)) " / "
                             (policy.bulkhead_limit().map_or("∞".to_owned(), |l| l.to_string()))
