@@ -78,7 +78,10 @@ async fn an_operator_sees_a_failed_task_and_retries_it() {
     tasks(&queue).await;
 
     let overview = client().get(format!("{}/ui/", served.admin)).send().await.unwrap().text().await.unwrap();
-    assert!(overview.contains("data-system=\"pay\"") && overview.contains("(critical)"), "{overview}");
+    assert!(
+        overview.contains("data-system=\"pay\"") && overview.contains("class=\"tag\">critical<"),
+        "{overview}"
+    );
     assert!(overview.contains("0 / 8"), "in flight against the bulkhead's limit");
     eventually("the queue is counted", || async {
         let live =

@@ -16,6 +16,21 @@ use super::Ui;
 const PAGE: u32 = 50;
 
 fn layout(ui: &Ui, title: &str, body: Markup) -> Html<String> {
+    let navigation = html! {
+        nav { a href="/ui/" { "Overview" } a href="/ui/tasks" { "Tasks" } }
+        @if ui.0.token.is_some() {
+            form class="inline" method="post" action="/ui/logout" {
+                input type="hidden" name="csrf" value=(ui.csrf());
+                button type="submit" { "Log out" }
+            }
+        }
+    };
+    document(title, navigation, body)
+}
+
+/// A whole page: `navigation` goes in the header, beside the name (the
+/// login form has none: there is nowhere to go and nothing to log out of).
+fn document(title: &str, navigation: Markup, body: Markup) -> Html<String> {
     let page = html! {
         (DOCTYPE)
         html lang="en" {
@@ -27,16 +42,7 @@ fn layout(ui: &Ui, title: &str, body: Markup) -> Html<String> {
                 script src="/ui/assets/live.js" defer {}
             }
             body {
-                header {
-                    h1 { "ballast" }
-                    nav { a href="/ui/" { "Overview" } a href="/ui/tasks" { "Tasks" } }
-                    @if ui.0.token.is_some() {
-                        form class="inline" method="post" action="/ui/logout" {
-                            input type="hidden" name="csrf" value=(ui.csrf());
-                            button type="submit" { "Log out" }
-                        }
-                    }
-                }
+                header { h1 { "ballast" } (navigation) }
                 main { (body) }
             }
         }
@@ -83,8 +89,8 @@ fn live_part(ui: &Ui) -> Markup {
         h2 { "External systems" }
         table {
             thead { tr {
-                th { "system" } th { "breaker" } th { "in flight / limit" } th { "calls/s" } th { "attempts/s" }
-                th { "retry budget (used / allowed)" } th { "last error" }
+                th { "system" } th { "breaker" } th class="num" { "in flight / limit" } th class="num" { "calls/s" }
+                th class="num" { "attempts/s" } th class="num" { "retry budget (used / allowed)" } th { "last error" }
             } }
             tbody {
                 @for system in &systems {
@@ -92,8 +98,8 @@ fn live_part(ui: &Ui) -> Markup {
                     @let rate = ui.0.rates.of(system);
                     @let stats = system.stats();
                     tr data-system=(system.name()) {
-                        td { (system.name()) @if system.is_critical() { " " span class="muted" { "(critical)" } } }
-                        td { (breaker(system.breaker_state(), policy.breaker().and_then(|b| b.next_probe_in()))) }
+                        td class="nowrap" { (system.name()) @if system.is_critical() { " " span class="tag" { "critical" } } }
+                        td class="nowrap" { (breaker(system.breaker_state(), policy.breaker().and_then(|b| b.next_probe_in()))) }
                         td class="num" {
                             (policy.bulkhead_in_flight().unwrap_or(0)) " / "
                             (policy.bulkhead_limit().map_or("∞".to_owned(), |l| l.to_string()))
@@ -129,17 +135,18 @@ fn live_part(ui: &Ui) -> Markup {
         table {
             thead { tr {
                 th { "kind" }
-                @for state in TaskState::ALL { th { (state.as_str()) } }
-                th { "lag (oldest due)" } th {}
+                @for state in TaskState::ALL { th class="num" { (state.as_str()) } }
+                th class="num" { "lag (oldest due)" } th {}
             } }
             tbody {
                 @for kind in &snapshot.stats {
                     tr data-kind=(kind.kind) {
                         td { (kind.kind) }
                         @for state in TaskState::ALL {
+                            @let count = kind.count(state);
                             td class="num" {
-                                a class=(state.as_str()) href=(format!("/ui/tasks?kind={}&state={}", query(&kind.kind), state.as_str())) {
-                                    (kind.count(state))
+                                a class=(format!("{}{}", state.as_str(), if count == 0 { " zero" } else { "" })) href=(format!("/ui/tasks?kind={}&state={}", query(&kind.kind), state.as_str())) {
+                                    (count)
                                 }
                             }
                         }
@@ -218,7 +225,10 @@ pub(super) async fn tasks(State(ui): State<Ui>, Query(filters): Query<Filters>) 
             button type="submit" { "Show" }
         }
         table {
-            thead { tr { th { "id" } th { "kind" } th { "state" } th { "attempts" } th { "run at" } th { "last error" } } }
+            thead { tr {
+                th class="num" { "id" } th { "kind" } th { "state" } th class="num" { "attempts" } th { "run at" }
+                th { "last error" }
+            } }
             tbody {
                 @for task in &page {
                     tr {
@@ -279,7 +289,7 @@ fn task_page(ui: &Ui, task: &TaskInfo, said: &Said) -> Markup {
                 }
             }
         }
-        table {
+        table class="facts" {
             tbody {
                 tr { th { "idempotency key" } td { (task.key.as_deref().unwrap_or("none")) } }
                 tr { th { "attempts" } td { (task.attempt) " of " (task.max_attempts) } }
@@ -298,7 +308,7 @@ fn task_page(ui: &Ui, task: &TaskInfo, said: &Said) -> Markup {
         pre { (payload) }
         h2 { "Errors" }
         table {
-            thead { tr { th { "attempt" } th { "at" } th { "error" } } }
+            thead { tr { th class="num" { "attempt" } th { "at" } th { "error" } } }
             tbody {
                 @for record in task.errors.iter().rev() {
                     tr {
@@ -318,10 +328,10 @@ fn ballast_queue_time(micros: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_micros(u64::try_from(micros).unwrap_or(0))
 }
 
-pub(super) fn login(ui: &Ui, problem: Option<&str>) -> Html<String> {
+pub(super) fn login(problem: Option<&str>) -> Html<String> {
     let body = html! {
         h2 { "Log in" }
-        @if let Some(p) = problem { p class="said" role="alert" { (p) } }
+        @if let Some(p) = problem { p class="said problem" role="alert" { (p) } }
         form method="post" action="/ui/login" {
             label { "Token " input type="password" name="token" autocomplete="current-password" required; }
             " "
@@ -329,5 +339,5 @@ pub(super) fn login(ui: &Ui, problem: Option<&str>) -> Html<String> {
         }
         p class="muted" { "The token is the value of the variable [serve] token_env names." }
     };
-    layout(ui, "Log in", body)
+    document("Log in", html! {}, body)
 }

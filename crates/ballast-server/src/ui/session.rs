@@ -78,15 +78,15 @@ pub(super) struct Login {
     token: String,
 }
 
-pub(super) async fn login_form(State(ui): State<Ui>) -> Response {
-    pages::login(&ui, None).into_response()
+pub(super) async fn login_form() -> Response {
+    pages::login(None).into_response()
 }
 
 pub(super) async fn login(State(ui): State<Ui>, Form(form): Form<Login>) -> Response {
     let Some((token, name)) = &ui.0.token else { return Redirect::to("/ui/").into_response() };
     if !token.matches(form.token.as_bytes()) {
         tracing::warn!("dashboard login refused: the token does not match {name}");
-        let page = pages::login(&ui, Some("That is not the token."));
+        let page = pages::login(Some("That is not the token."));
         return (StatusCode::UNAUTHORIZED, page).into_response();
     }
     let id = ui.0.sessions.open();
