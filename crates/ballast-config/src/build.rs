@@ -81,6 +81,8 @@ pub struct QueueSettings {
     pub url: String,
     /// How often workers poll for due tasks.
     pub poll_interval: Duration,
+    /// How long a claim holds a task without a heartbeat.
+    pub lease: Duration,
     /// Durable attempts before failed + alert; use it for every task enqueued.
     pub max_attempts: u32,
     /// The backoff between durable attempts.
@@ -97,9 +99,12 @@ impl QueueSettings {
         ballast_queue::Queue::connect(&self.url).await
     }
 
-    /// A worker builder with this poll interval and backoff; add handlers and build.
+    /// A worker builder with this poll interval, lease and backoff; add handlers and build.
     pub fn worker(&self, queue: ballast_queue::Queue) -> ballast_queue::WorkerBuilder {
-        ballast_queue::Worker::builder(queue).poll_interval(self.poll_interval).backoff(self.backoff)
+        ballast_queue::Worker::builder(queue)
+            .poll_interval(self.poll_interval)
+            .lease(self.lease)
+            .backoff(self.backoff)
     }
 
     /// The pruning of final tasks with these retentions; spawn it beside the worker.
@@ -183,6 +188,7 @@ impl Config {
         Ok(QueueSettings {
             url: queue.url.clone().unwrap_or_default(),
             poll_interval: schedule.poll_interval,
+            lease: queue.lease.map_or(ballast_queue::DEFAULT_LEASE, |d| d.get()),
             max_attempts: schedule.max_attempts,
             backoff: schedule.backoff,
             retain_completed: queue.retain_completed.map_or(ballast_queue::RETAIN_COMPLETED, |d| d.get()),

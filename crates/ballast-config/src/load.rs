@@ -344,6 +344,7 @@ fn type_error(source: &Source, index: &SpanIndex, e: &toml::de::Error) -> Findin
 fn expected(key: &str) -> &'static str {
     match key {
         "poll_interval"
+        | "lease"
         | "key_ttl"
         | "first_delay"
         | "max_delay"

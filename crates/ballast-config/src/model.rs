@@ -37,6 +37,10 @@ pub struct QueueSection {
     /// `poll_interval`: how often workers look for due tasks (default
     /// [`ballast_queue::DEFAULT_POLL_INTERVAL`], 5 s).
     pub poll_interval: Option<ConfigDuration>,
+    /// `lease`: how long a claimed task stays with its worker without a
+    /// heartbeat; after a crash, its tasks run again this long after the
+    /// last heartbeat (default [`ballast_queue::DEFAULT_LEASE`], 30 s).
+    pub lease: Option<ConfigDuration>,
     /// `max_attempts`: durable attempts before the task fails and a human is
     /// alerted (default [`ballast_queue::DEFAULT_MAX_ATTEMPTS`], 10).
     pub max_attempts: Option<u64>,
@@ -270,6 +274,7 @@ const SERVE_KEYS: &[(&str, Schema)] = &[
 const QUEUE_KEYS: &[(&str, Schema)] = &[
     ("url", Value),
     ("poll_interval", Value),
+    ("lease", Value),
     ("max_attempts", Value),
     ("retain_completed", Value),
     ("retain_failed", Value),

@@ -320,6 +320,16 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
             "use e.g. \"5s\"".into(),
         );
     }
+    if q.lease.is_some_and(|d| d.get() < MIN_LEASE) {
+        refuse(
+            "lease",
+            format!(
+                "`lease` is below {}: a worker renews it every third of that, and one slow heartbeat would hand its tasks to another worker while they run",
+                display(MIN_LEASE)
+            ),
+            "use e.g. \"30s\", the queue's default; it is how long a crashed worker's tasks wait".into(),
+        );
+    }
     let guide = format!("use {}, the guide's value (R-RES-RE-5)", ballast_queue::DEFAULT_MAX_ATTEMPTS);
     match q.max_attempts {
         Some(0) => refuse(
@@ -469,6 +479,9 @@ pub(crate) fn gateway(g: &GatewaySection) -> Vec<Problem> {
     }
     out
 }
+
+/// Below this a lease is renewed so often that one slow heartbeat loses it.
+const MIN_LEASE: Duration = Duration::from_secs(1);
 
 /// The largest `max_body` accepted: bodies are buffered in memory.
 const MAX_BODY_LIMIT: u64 = 1 << 30;

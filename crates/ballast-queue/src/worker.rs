@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use ballast::IdempotencyKey;
+use ballast::{IdempotencyKey, Rule};
 use futures_util::FutureExt;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -24,11 +24,16 @@ use crate::handler::{AttemptError, Erased, ErasedHandler, Handler, TaskContext};
 use crate::lease::{self, Held};
 use crate::metrics::AttemptCounters;
 use crate::store::any::AnyStore;
-use crate::store::{ClaimRequest, ClaimedTask, Lease, Store};
+use crate::store::{ClaimRequest, ClaimedTask, Lease, Store, ValidTask};
 use crate::Queue;
 
 /// Polling interval when nothing wakes the worker earlier (R-RES-RE-5).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How long a claim holds a task without a heartbeat unless
+/// [`WorkerBuilder::lease`] says otherwise: a task whose worker died is
+/// claimable again this long after its last heartbeat.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// How long finished tasks may wait for the handlers still running, so that
 /// one round trip completes a whole batch and claims the next (a completed
@@ -335,7 +340,7 @@ impl Worker {
             concurrency: 10,
             batch: 10,
             poll_interval: DEFAULT_POLL_INTERVAL,
-            lease: Duration::from_secs(30),
+            lease: DEFAULT_LEASE,
             grace: Duration::from_secs(30),
             backoff: DurableBackoff::default(),
             alert: Arc::new(LogAlert),
@@ -660,7 +665,8 @@ impl Shared {
             failed_at: SystemTime::now(),
             failure_id: task.lease.token,
         };
-        match self.store.fail(task.lease, &failed.error).await {
+        let follow_ups = self.follow_ups(&failed);
+        match self.store.fail(task.lease, &failed.error, &follow_ups).await {
             Ok(true) => {
                 Counts::bump(&self.counts.failed, 1);
                 self.counters(&task.kind).failed.increment(1);
@@ -672,6 +678,27 @@ impl Shared {
             }
         }
         None
+    }
+
+    /// The alert's tasks for `failed`, validated; one that cannot be stored
+    /// is logged and left out so that the failure itself is still recorded.
+    fn follow_ups(&self, failed: &FailedTask) -> Vec<ValidTask> {
+        let tasks = self.alert.enqueue(failed);
+        let mut valid = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            let kind = task.kind().to_owned();
+            match task.validate() {
+                Ok(task) => valid.push(task),
+                Err(e) => tracing::error!(
+                    rule = Rule::Re5.id(),
+                    task_id = failed.id,
+                    alert_kind = %kind,
+                    error = %e,
+                    "the alert's task is invalid and was not enqueued; only the log line tells of this failure"
+                ),
+            }
+        }
+        valid
     }
 
     fn lost(&self, task: &ClaimedTask) {

@@ -322,6 +322,45 @@ async fn transient_errors_back_off_then_fail_with_alert(h: &Harness) {
     assert_eq!(handler.calls().len(), 3);
 }
 
+/// Pages a human through a task of its own, stored with the failure.
+#[derive(Clone, Default)]
+struct Pager(Alerts);
+
+impl Alert for Pager {
+    fn task_failed(&self, task: &FailedTask) {
+        self.0.task_failed(task);
+    }
+
+    fn enqueue(&self, task: &FailedTask) -> Vec<NewTask> {
+        let page = NewTask::new("page", &task.id).key(task.failure_key("pager"));
+        // A task the store refuses must not cost the failure its record.
+        vec![page, NewTask::new("not a kind", &task.id)]
+    }
+}
+
+async fn failure_stores_its_alert_tasks_keyed_by_the_failure(h: &Harness) {
+    let handler = Scripted::default();
+    let pager = Pager::default();
+    let id = enqueue(&h.queue, "permanent").await;
+    let w = start(worker(&h.queue, handler.clone()).alert(pager.clone()));
+    wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Failed).await;
+    let pages = h.queue.list(&ListFilter::default().kind("page")).await.unwrap();
+    assert_eq!(pages.len(), 1, "{pages:?}");
+    let first = pager.0.all()[0].clone();
+    assert_eq!(pages[0].key.as_deref(), Some(first.failure_key("pager").as_str()));
+    assert_eq!(pages[0].payload, serde_json::json!(id));
+
+    // Retried by an operator and failed again: a new failure, a new page.
+    assert!(h.queue.retry(id).await.unwrap());
+    wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Failed && t.errors.len() == 2).await;
+    w.stop().await;
+    let pages = h.queue.list(&ListFilter::default().kind("page")).await.unwrap();
+    assert_eq!(pages.len(), 2, "{pages:?}");
+    assert_ne!(pages[0].key, pages[1].key);
+    assert_eq!(pager.0.all().len(), 2);
+    assert_eq!(h.queue.list(&ListFilter::default().kind("not a kind")).await.unwrap().len(), 0);
+}
+
 async fn permanent_error_fails_at_once(h: &Harness) {
     let handler = Scripted::default();
     let alerts = Alerts::default();
@@ -796,6 +835,7 @@ conformance!(
     enqueue_in_transaction_commits_or_vanishes,
     transient_errors_back_off_then_fail_with_alert,
     permanent_error_fails_at_once,
+    failure_stores_its_alert_tasks_keyed_by_the_failure,
     panic_fails_the_task_and_the_worker_goes_on,
     bad_payload_fails_with_a_clear_error,
     lost_lease_cannot_overwrite_the_newer_attempt,

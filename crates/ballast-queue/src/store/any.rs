@@ -51,8 +51,8 @@ impl Store for AnyStore {
     async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool> {
         dispatch!(self, s => s.reschedule(lease, delay, error))
     }
-    async fn fail(&self, lease: Lease, error: &str) -> Result<bool> {
-        dispatch!(self, s => s.fail(lease, error))
+    async fn fail(&self, lease: Lease, error: &str, follow_ups: &[ValidTask]) -> Result<bool> {
+        dispatch!(self, s => s.fail(lease, error, follow_ups))
     }
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
         dispatch!(self, s => s.heartbeat(leases, lease))

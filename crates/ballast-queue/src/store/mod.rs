@@ -86,8 +86,10 @@ pub(crate) trait Store: Send + Sync {
     async fn complete_and_claim(&self, completed: &[Lease], claim: &ClaimRequest) -> Result<Exchange>;
     /// Back to pending after `delay`, recording `error`.
     async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool>;
-    /// To failed, recording `error`.
-    async fn fail(&self, lease: Lease, error: &str) -> Result<bool>;
+    /// To failed, recording `error`; `follow_ups` (the failure's alert
+    /// tasks) are enqueued in the same transaction, and only if the lease
+    /// still held.
+    async fn fail(&self, lease: Lease, error: &str, follow_ups: &[ValidTask]) -> Result<bool>;
     /// Extends the leases still held; returns those extended.
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>>;
     /// Back to pending, due now, without counting the abandoned attempt;

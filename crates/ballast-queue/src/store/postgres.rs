@@ -321,15 +321,23 @@ impl Store for PgStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn fail(&self, lease: Lease, error: &str) -> Result<bool> {
+    async fn fail(&self, lease: Lease, error: &str, follow_ups: &[ValidTask]) -> Result<bool> {
         let sql = format!(
             "UPDATE ballast_tasks
              SET state = 'failed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
                  last_error = $3, updated_at = now(), finalized_at = now(), {PUSH_ERROR}
              WHERE id = $1 AND lease_token = $2 AND state = 'running'"
         );
-        let done = sqlx::query(&sql).bind(lease.id).bind(lease.token).bind(error).execute(&self.pool).await?;
-        Ok(done.rows_affected() == 1)
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(&sql).bind(lease.id).bind(lease.token).bind(error).execute(&mut *tx).await?;
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        for task in follow_ups {
+            enqueue_one(&mut tx, task).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {

@@ -264,21 +264,29 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn fail(&self, lease: Lease, error: &str) -> Result<bool> {
+    async fn fail(&self, lease: Lease, error: &str, follow_ups: &[ValidTask]) -> Result<bool> {
         let sql = format!(
             "UPDATE ballast_tasks
              SET state = 'failed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
                  last_error = ?4, updated_at = ?3, finalized_at = ?3, {PUSH_ERROR}
              WHERE id = ?1 AND lease_token = ?2 AND state = 'running'"
         );
+        let mut tx = self.pool.begin().await?;
         let done = sqlx::query(&sql)
             .bind(lease.id)
             .bind(lease.token)
             .bind(now())
             .bind(error)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
-        Ok(done.rows_affected() == 1)
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        for task in follow_ups {
+            enqueue_one(&mut tx, task).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
