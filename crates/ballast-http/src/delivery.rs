@@ -249,8 +249,19 @@ impl Handler for DeliveryHandler {
             status = response.status().as_u16(),
             "deferred write delivered"
         );
+        // A status always serializes; the task completes either way.
+        let _ = task.set_result(&DeliveryResult { status: response.status().as_u16() });
         Ok(())
     }
+}
+
+/// What a delivered [`Delivery`] task stores as its result
+/// ([`TaskInfo::result`](ballast_queue::TaskInfo::result)): the upstream's
+/// final answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryResult {
+    /// The HTTP status the upstream answered the delivering attempt with.
+    pub status: u16,
 }
 
 /// Why a [`DeliveryHandler`] attempt did not deliver.

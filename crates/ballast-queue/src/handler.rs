@@ -5,7 +5,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ballast::{Classification, Classify, IdempotencyKey};
 use serde::de::DeserializeOwned;
@@ -78,6 +78,7 @@ pub struct TaskContext {
     pub(crate) max_attempts: u32,
     pub(crate) key: Option<IdempotencyKey>,
     pub(crate) cancel: CancellationToken,
+    pub(crate) result: Arc<Mutex<Option<String>>>,
 }
 
 impl TaskContext {
@@ -114,6 +115,19 @@ impl TaskContext {
     /// next safe point; see [`Handler`].
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancel
+    }
+
+    /// Records what this attempt achieved, stored with the task if the
+    /// attempt succeeds and shown as [`TaskInfo::result`](crate::TaskInfo::result)
+    /// (a deferred HTTP write records its upstream's status). The last value
+    /// set wins; a failed attempt's is dropped. Keep it small: it is a column
+    /// of the task's row.
+    ///
+    /// Fails only if `value` does not serialize to JSON.
+    pub fn set_result<T: serde::Serialize + ?Sized>(&self, value: &T) -> serde_json::Result<()> {
+        let text = serde_json::to_string(value)?;
+        *self.result.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(text);
+        Ok(())
     }
 }
 

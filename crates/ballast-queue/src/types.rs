@@ -164,6 +164,9 @@ pub struct TaskInfo {
     pub updated_at: SystemTime,
     /// When the task reached a final state.
     pub finalized_at: Option<SystemTime>,
+    /// What the successful attempt reported with
+    /// [`TaskContext::set_result`](crate::TaskContext::set_result), if anything.
+    pub result: Option<serde_json::Value>,
 }
 
 /// The number of past errors kept per task (older ones are dropped).

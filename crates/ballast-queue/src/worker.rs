@@ -613,10 +613,18 @@ impl Shared {
             max_attempts: max,
             key,
             cancel,
+            result: Arc::default(),
         };
+        let result = Arc::clone(&context.result);
         let outcome = AssertUnwindSafe(handler.call(context, &task.payload)).catch_unwind().await;
         match outcome {
-            Ok(Ok(())) => Some(task.lease),
+            Ok(Ok(())) => {
+                let result = result.lock().unwrap_or_else(PoisonError::into_inner).take();
+                match result {
+                    Some(result) => self.keep_result(&task, &result).await,
+                    None => Some(task.lease),
+                }
+            }
             Ok(Err(AttemptError::BadPayload(error))) => self.fail(&task, FailReason::BadPayload, error).await,
             Ok(Err(AttemptError::Failed { message, class })) if class.is_transient() && attempt < max => {
                 let delay = {
@@ -678,6 +686,23 @@ impl Shared {
             }
         }
         None
+    }
+
+    /// Stores a successful attempt's result ahead of its batched completion;
+    /// returns the lease to complete, unless it was lost meanwhile.
+    async fn keep_result(&self, task: &ClaimedTask, result: &str) -> Option<Lease> {
+        match self.store.set_result(task.lease, result).await {
+            Ok(true) => Some(task.lease),
+            Ok(false) => {
+                self.held.finishing(task.lease);
+                self.lost(task);
+                None
+            }
+            Err(e) => {
+                tracing::error!(task_id = task.lease.id, error = %e, "could not store the task's result; it completes without one");
+                Some(task.lease)
+            }
+        }
     }
 
     /// The alert's tasks for `failed`, validated; one that cannot be stored

@@ -95,6 +95,14 @@ impl Handler for Scripted {
         match job.action.as_str() {
             "transient" => Err(TestError::Transient),
             "permanent" => Err(TestError::Permanent),
+            "result" => {
+                task.set_result(&serde_json::json!({ "status": 201 })).unwrap();
+                Ok(())
+            }
+            "result, then permanent" => {
+                task.set_result(&serde_json::json!({ "status": 201 })).unwrap();
+                Err(TestError::Permanent)
+            }
             "panic" => panic!("boom in handler"),
             "gate" => {
                 self.gate.acquire().await.unwrap().forget();
@@ -162,7 +170,10 @@ fn within(t: SystemTime, from: SystemTime, lo: Duration, hi: Duration) -> bool {
 async fn migrate_is_idempotent(h: &Harness) {
     h.queue.migrate().await.unwrap();
     h.queue.migrate().await.unwrap();
-    assert_eq!(h.scalar("SELECT count(*) FROM ballast_migrations").await, 1);
+    // Each backend has one file per migration, the same versions on both.
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite")).unwrap().count();
+    assert_eq!(h.scalar("SELECT count(*) FROM ballast_migrations").await, files as i64);
+    assert!(h.queue.is_migrated().await.unwrap());
 }
 
 async fn enqueue_dedupes_by_kind_and_key(h: &Harness) {
@@ -359,6 +370,20 @@ async fn failure_stores_its_alert_tasks_keyed_by_the_failure(h: &Harness) {
     assert_ne!(pages[0].key, pages[1].key);
     assert_eq!(pager.0.all().len(), 2);
     assert_eq!(h.queue.list(&ListFilter::default().kind("not a kind")).await.unwrap().len(), 0);
+}
+
+async fn a_successful_attempt_keeps_its_result(h: &Harness) {
+    let handler = Scripted::default();
+    let kept = enqueue(&h.queue, "result").await;
+    let dropped = enqueue(&h.queue, "result, then permanent").await;
+    let plain = enqueue(&h.queue, "ok").await;
+    let w = start(worker(&h.queue, handler.clone()));
+    let kept = wait_for(&h.queue, kept, SOON, |t| t.state == TaskState::Completed).await;
+    let dropped = wait_for(&h.queue, dropped, SOON, |t| t.state == TaskState::Failed).await;
+    let plain = wait_for(&h.queue, plain, SOON, |t| t.state == TaskState::Completed).await;
+    w.stop().await;
+    assert_eq!(kept.result, Some(serde_json::json!({ "status": 201 })));
+    assert_eq!((dropped.result, plain.result), (None, None));
 }
 
 async fn permanent_error_fails_at_once(h: &Harness) {
@@ -835,6 +860,7 @@ conformance!(
     enqueue_in_transaction_commits_or_vanishes,
     transient_errors_back_off_then_fail_with_alert,
     permanent_error_fails_at_once,
+    a_successful_attempt_keeps_its_result,
     failure_stores_its_alert_tasks_keyed_by_the_failure,
     panic_fails_the_task_and_the_worker_goes_on,
     bad_payload_fails_with_a_clear_error,

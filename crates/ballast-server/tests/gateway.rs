@@ -204,6 +204,8 @@ async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
         task["state"] == "completed"
     })
     .await;
+    let task: Value = client().get(&task_url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(task["result"]["status"], 201, "the upstream's final answer is kept: {task}");
     let seen = upstream.requests();
     assert!(seen.len() >= 4, "3 in memory, then the worker's: {}", seen.len());
     assert!(seen.iter().all(|s| s.headers.get("x-idem-key").map(String::as_str) == Some(key.as_str())));

@@ -54,6 +54,9 @@ impl Store for AnyStore {
     async fn fail(&self, lease: Lease, error: &str, follow_ups: &[ValidTask]) -> Result<bool> {
         dispatch!(self, s => s.fail(lease, error, follow_ups))
     }
+    async fn set_result(&self, lease: Lease, result: &str) -> Result<bool> {
+        dispatch!(self, s => s.set_result(lease, result))
+    }
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
         dispatch!(self, s => s.heartbeat(leases, lease))
     }

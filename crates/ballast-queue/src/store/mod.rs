@@ -90,6 +90,8 @@ pub(crate) trait Store: Send + Sync {
     /// tasks) are enqueued in the same transaction, and only if the lease
     /// still held.
     async fn fail(&self, lease: Lease, error: &str, follow_ups: &[ValidTask]) -> Result<bool>;
+    /// Stores what a successful attempt reported (JSON text), while the lease holds.
+    async fn set_result(&self, lease: Lease, result: &str) -> Result<bool>;
     /// Extends the leases still held; returns those extended.
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>>;
     /// Back to pending, due now, without counting the abandoned attempt;

@@ -17,7 +17,10 @@ use crate::types::{
     duration_micros, from_micros, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState,
 };
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/postgres/0001_tasks.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/postgres/0001_tasks.sql")),
+    (3, include_str!("../../migrations/postgres/0003_task_result.sql")),
+];
 
 /// Serializes concurrent `migrate()` calls across processes.
 const MIGRATION_LOCK: i64 = 0x6261_6c6c_6173_7401;
@@ -36,7 +39,7 @@ const COLUMNS: &str = "id, kind, payload::text AS payload, idempotency_key, stat
      (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS lease_expires_at, last_error, \
      errors::text AS errors, (extract(epoch FROM created_at) * 1000000)::bigint AS created_at, \
      (extract(epoch FROM updated_at) * 1000000)::bigint AS updated_at, \
-     (extract(epoch FROM finalized_at) * 1000000)::bigint AS finalized_at";
+     (extract(epoch FROM finalized_at) * 1000000)::bigint AS finalized_at, result::text AS result";
 
 /// Completes the reported leases and claims the next batch in one statement,
 /// so a busy worker pays one round trip and one commit per batch. Expired
@@ -172,6 +175,11 @@ fn task_info(row: &PgRow) -> Result<TaskInfo> {
         created_at: from_micros(row.try_get("created_at")?),
         updated_at: from_micros(row.try_get("updated_at")?),
         finalized_at: row.try_get::<Option<i64>, _>("finalized_at")?.map(from_micros),
+        result: row
+            .try_get::<Option<String>, _>("result")?
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| decode(e.into()))?,
     })
 }
 
@@ -338,6 +346,19 @@ impl Store for PgStore {
         }
         tx.commit().await?;
         Ok(true)
+    }
+
+    async fn set_result(&self, lease: Lease, result: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE ballast_tasks SET result = $3::jsonb
+             WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+        )
+        .bind(lease.id)
+        .bind(lease.token)
+        .bind(result)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {

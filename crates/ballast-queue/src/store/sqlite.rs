@@ -17,7 +17,10 @@ use crate::types::{
     duration_micros, from_micros, micros, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState,
 };
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/sqlite/0001_tasks.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/sqlite/0001_tasks.sql")),
+    (3, include_str!("../../migrations/sqlite/0003_task_result.sql")),
+];
 
 /// Appends the error bound as `?err` at time `?now` to the history, keeping the last 10.
 const PUSH_ERROR: &str = "errors = json_insert(
@@ -25,7 +28,7 @@ const PUSH_ERROR: &str = "errors = json_insert(
         '$[#]', json_object('attempt', attempt, 'at', ?3, 'error', ?4))";
 
 const COLUMNS: &str = "id, kind, payload, idempotency_key, state, attempt, max_attempts, run_at, \
-     lease_owner, lease_expires_at, last_error, errors, created_at, updated_at, finalized_at";
+     lease_owner, lease_expires_at, last_error, errors, created_at, updated_at, finalized_at, result";
 
 fn now() -> i64 {
     micros(SystemTime::now())
@@ -122,6 +125,11 @@ fn task_info(row: &SqliteRow) -> Result<TaskInfo> {
         created_at: from_micros(row.try_get("created_at")?),
         updated_at: from_micros(row.try_get("updated_at")?),
         finalized_at: row.try_get::<Option<i64>, _>("finalized_at")?.map(from_micros),
+        result: row
+            .try_get::<Option<String>, _>("result")?
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| decode(e.into()))?,
     })
 }
 
@@ -287,6 +295,18 @@ impl Store for SqliteStore {
         }
         tx.commit().await?;
         Ok(true)
+    }
+
+    async fn set_result(&self, lease: Lease, result: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE ballast_tasks SET result = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+        )
+        .bind(lease.id)
+        .bind(lease.token)
+        .bind(result)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {

@@ -22,7 +22,8 @@ struct TaskView {
     last_error: Option<String>,
     /// When it is (or was) due, seconds since the Unix epoch.
     run_at: f64,
-    /// The upstream's answer to the attempt that delivered it.
+    /// The upstream's answer to the attempt that delivered it:
+    /// `{"status": 201}` ([`ballast_http::DeliveryResult`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     result: Option<serde_json::Value>,
 }
@@ -52,7 +53,7 @@ pub(super) async fn task(State(gateway): State<Gateway>, Path(id): Path<String>)
         max_attempts: task.max_attempts,
         last_error: task.last_error.clone(),
         run_at: seconds(task.run_at),
-        result: None,
+        result: task.result.clone(),
     })
     .into_response()
 }

@@ -302,6 +302,9 @@ fn task_page(ui: &Ui, task: &TaskInfo, said: &Said) -> Markup {
                 } }
                 tr { th { "created" } td { (when(task.created_at)) } }
                 tr { th { "finished" } td { (task.finalized_at.map_or("–".to_owned(), when)) } }
+                @if let Some(result) = &task.result {
+                    tr { th { "result" } td { code { (result) } } }
+                }
             }
         }
         h2 { "Payload" }

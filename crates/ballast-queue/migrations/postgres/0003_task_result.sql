@@ -1,0 +1,3 @@
+-- What a task's successful attempt reported (TaskContext::set_result): a
+-- deferred HTTP write's upstream status, for GET /tasks/{id}.
+ALTER TABLE ballast_tasks ADD COLUMN IF NOT EXISTS result jsonb;
