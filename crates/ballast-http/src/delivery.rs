@@ -32,6 +32,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use http::Method;
 use serde::{Deserialize, Serialize};
+use tracing::Instrument;
 
 use crate::{HttpError, HttpSystem, Request, Response, Systems};
 
@@ -184,6 +185,12 @@ impl HttpSystem {
         // Captured before sending: a request that cannot be stored is refused
         // unsent rather than found out after an attempt that may have applied it.
         let task = match Delivery::from_request(self.name(), &request) {
+            #[cfg(feature = "otel")]
+            Ok(mut delivery) => {
+                crate::otel::store(&mut delivery.headers);
+                delivery.task(key)
+            }
+            #[cfg(not(feature = "otel"))]
             Ok(delivery) => delivery.task(key),
             Err(error) => return Err(HandoverError::Failed(Failure::unsent(error))),
         };
@@ -237,11 +244,25 @@ impl Handler for DeliveryHandler {
             .ok_or_else(|| DeliveryError::UnknownSystem { system: delivery.system.clone() })?;
         let key = task.key().ok_or(DeliveryError::NoKey { task_id: task.id() })?;
         let request = delivery.to_request().map_err(DeliveryError::Invalid)?;
-        let response = system.write(key, request).await.map_err(|failure| DeliveryError::Failed {
-            system: delivery.system.clone(),
-            dedupes_by_key: system.dedupes_by_key(),
-            failure,
-        })?;
+        let span = if tracing::dispatcher::has_been_set() {
+            tracing::info_span!(
+                "ballast.delivery",
+                otel.kind = "consumer",
+                ballast.system = %delivery.system,
+                ballast.task.id = task.id(),
+                ballast.task.attempt = task.attempt(),
+            )
+        } else {
+            tracing::Span::none()
+        };
+        #[cfg(feature = "otel")]
+        crate::otel::continue_trace(&span, &delivery.headers);
+        let response =
+            system.write(key, request).instrument(span).await.map_err(|failure| DeliveryError::Failed {
+                system: delivery.system.clone(),
+                dedupes_by_key: system.dedupes_by_key(),
+                failure,
+            })?;
         tracing::info!(
             system = %delivery.system,
             task_id = task.id(),

@@ -473,7 +473,7 @@ impl HttpSystem {
             HttpError::transport(kind, retry_on.transport_class(kind), source)
         };
         let number = attempt;
-        let attempt = async move {
+        let send = move |request: reqwest::RequestBuilder| async move {
             let response = request.send().await.map_err(transport)?;
             let status = response.status();
             let headers = response.headers().clone();
@@ -487,7 +487,7 @@ impl HttpSystem {
             Ok(response)
         };
         if !tracing::dispatcher::has_been_set() {
-            return attempt.await;
+            return send(request).await;
         }
         let span = tracing::debug_span!(
             "ballast.http.attempt",
@@ -503,7 +503,13 @@ impl HttpSystem {
         if number > 1 {
             span.record("http.request.resend_count", number - 1);
         }
-        let result = attempt.instrument(span.clone()).await;
+        // Replaces a trace context the caller sent: the upstream's parent is this attempt.
+        #[cfg(feature = "otel")]
+        let request = match crate::otel::trace_headers(&span) {
+            Some(headers) => request.headers(headers),
+            None => request,
+        };
+        let result = send(request).instrument(span.clone()).await;
         match &result {
             Ok(response) => {
                 span.record("http.response.status_code", response.status().as_u16());
