@@ -8,6 +8,7 @@
 //! the failure, so neither a crash nor a lost answer can lose one; its key is
 //! the failure's, so no redelivery counts twice.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -95,10 +96,11 @@ async fn webhook(inbox: Arc<Mutex<Inbox>>) -> String {
                 }
                 {
                     let mut inbox = inbox.lock().unwrap();
-                    if inbox.accepted.contains_key(&key) {
-                        inbox.repeats += 1;
-                    } else {
-                        inbox.accepted.insert(key, task);
+                    match inbox.accepted.entry(key) {
+                        Entry::Occupied(_) => inbox.repeats += 1,
+                        Entry::Vacant(new) => {
+                            new.insert(task);
+                        }
                     }
                 }
                 if n % 6 == 3 {
@@ -214,8 +216,8 @@ key_ttl = "7d"
     child.kill().unwrap();
     child.wait().unwrap();
 
-    let inbox = inbox.lock().unwrap();
     let failed = queue.list(&ListFilter::default().state(TaskState::Failed).limit(1000)).await.unwrap();
+    let inbox = inbox.lock().unwrap();
     assert_eq!(
         failed.iter().map(|t| t.id).collect::<BTreeSet<_>>(),
         failing,

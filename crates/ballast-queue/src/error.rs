@@ -12,6 +12,17 @@ pub enum Error {
         /// The URL as given, its secrets masked ([`ballast::redact_url`]).
         url: String,
     },
+    /// The URL names a backend this build of the crate was compiled without.
+    #[error(
+        "{backend} is not compiled in: enable ballast-queue's `{feature}` feature \
+         (ballast-queue = {{ features = [\"{feature}\"] }})"
+    )]
+    BackendNotCompiled {
+        /// The backend the URL names.
+        backend: Backend,
+        /// The feature that adds it: `sqlite` or `postgres`.
+        feature: &'static str,
+    },
     /// A read-only open named a SQLite file that does not exist.
     #[error("no SQLite database at {path:?}: a read-only queue never creates one; check the URL")]
     NoDatabase {

@@ -60,6 +60,12 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+compile_error!(
+    "ballast-queue needs a backend: enable its `sqlite` (default) or `postgres` feature \
+     (through ballast-http: its `sqlite` or `postgres` feature)"
+);
+
 mod admin;
 
 /// The `ballast_tasks` table: every column, state and index, and the claim SQL.

@@ -2,9 +2,12 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
+#[cfg(feature = "sqlite")]
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+#[cfg(feature = "sqlite")]
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
@@ -14,7 +17,11 @@ use tokio::sync::Notify;
 use crate::error::{Error, Result};
 use crate::metrics::QueueGauges;
 use crate::store::any::AnyStore;
-use crate::store::{postgres, sqlite, Store};
+#[cfg(feature = "postgres")]
+use crate::store::postgres;
+#[cfg(feature = "sqlite")]
+use crate::store::sqlite;
+use crate::store::Store;
 use crate::task::NewTask;
 use crate::types::{Backend, EnqueueOutcome};
 
@@ -44,16 +51,23 @@ impl Queue {
     /// certificate: UnknownIssuer` or `certificate not valid for name …`.
     /// There is no default CA file (libpq's `~/.postgresql/root.crt`): name it.
     /// `verify-ca` checks the name too, as `verify-full` does.
+    ///
+    /// A URL of a backend this build lacks (features `sqlite`, the default,
+    /// and `postgres`) is [`Error::BackendNotCompiled`].
     pub async fn connect(url: &str) -> Result<Self> {
         match backend(url)? {
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite => {
                 let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
                 Self::connect_sqlite(options).await
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres => {
                 let pool = PgPoolOptions::new().max_connections(10).connect(url).await?;
                 Ok(Self::from_postgres(pool))
             }
+            #[allow(unreachable_patterns)]
+            other => Err(not_compiled(other)),
         }
     }
 
@@ -77,6 +91,7 @@ impl Queue {
     /// ```
     pub async fn connect_read_only(url: &str) -> Result<Self> {
         match backend(url)? {
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite => {
                 let options = SqliteConnectOptions::from_str(url)?
                     .read_only(true)
@@ -92,17 +107,22 @@ impl Queue {
                     }
                 })
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres => {
                 let options =
                     PgConnectOptions::from_str(url)?.options([("default_transaction_read_only", "on")]);
                 let pool = PgPoolOptions::new().max_connections(2).connect_with(options).await?;
                 Ok(Self::from_postgres(pool))
             }
+            #[allow(unreachable_patterns)]
+            other => Err(not_compiled(other)),
         }
     }
 
     /// Opens a SQLite queue with `options`, adding WAL, `synchronous = NORMAL`
     /// and a 5 s busy timeout.
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub async fn connect_sqlite(options: SqliteConnectOptions) -> Result<Self> {
         let options = options
             .journal_mode(SqliteJournalMode::Wal)
@@ -113,12 +133,16 @@ impl Queue {
     }
 
     /// A queue on an existing SQLite pool, used as configured.
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub fn from_sqlite(pool: SqlitePool) -> Self {
         Self::with_store(AnyStore::Sqlite(sqlite::SqliteStore::new(pool)))
     }
 
     /// A queue on an existing PostgreSQL pool (e.g. one whose connections set
     /// `search_path` to put the table in a schema of your choice).
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub fn from_postgres(pool: PgPool) -> Self {
         Self::with_store(AnyStore::Postgres(postgres::PgStore::new(pool)))
     }
@@ -166,10 +190,11 @@ impl Queue {
     /// Enqueues inside the caller's open transaction (the outbox pattern): the
     /// task exists if and only if the transaction commits.
     ///
-    /// `conn` is `&mut *tx` for a `sqlx::Transaction` of the queue's backend.
+    /// `conn` is `&mut *tx` for a `sqlx::Transaction` of the queue's backend
+    /// (`SqliteConnection`, or `PgConnection` with the `postgres` feature).
     ///
     /// ```no_run
-    /// # async fn f(queue: ballast_queue::Queue, pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// # async fn f(queue: ballast_queue::Queue, pool: sqlx::SqlitePool) -> Result<(), Box<dyn std::error::Error>> {
     /// use ballast_queue::NewTask;
     ///
     /// let mut tx = pool.begin().await?;
@@ -194,6 +219,16 @@ fn backend(url: &str) -> Result<Backend> {
     Backend::from_url(url).ok_or_else(|| Error::UnsupportedUrl { url: ballast::redact_url(url) })
 }
 
+/// The error for a backend left out of this build.
+#[cfg_attr(all(feature = "sqlite", feature = "postgres"), allow(dead_code))]
+fn not_compiled(backend: Backend) -> Error {
+    let feature = match backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    Error::BackendNotCompiled { backend, feature }
+}
+
 mod sealed {
     use crate::error::Result;
     use crate::store::ValidTask;
@@ -208,12 +243,14 @@ mod sealed {
         ) -> impl std::future::Future<Output = Result<EnqueueOutcome>> + Send;
     }
 
+    #[cfg(feature = "sqlite")]
     impl Sealed for sqlx::SqliteConnection {
         async fn enqueue(&mut self, task: &ValidTask) -> Result<EnqueueOutcome> {
             crate::store::sqlite::enqueue_one(self, task).await
         }
     }
 
+    #[cfg(feature = "postgres")]
     impl Sealed for sqlx::PgConnection {
         async fn enqueue(&mut self, task: &ValidTask) -> Result<EnqueueOutcome> {
             crate::store::postgres::enqueue_one(self, task).await
@@ -228,10 +265,12 @@ pub trait TxConnection: sealed::Sealed + Send {
     const BACKEND: Backend;
 }
 
+#[cfg(feature = "sqlite")]
 impl TxConnection for SqliteConnection {
     const BACKEND: Backend = Backend::Sqlite;
 }
 
+#[cfg(feature = "postgres")]
 impl TxConnection for PgConnection {
     const BACKEND: Backend = Backend::Postgres;
 }

@@ -6,21 +6,29 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::{postgres, sqlite, ClaimRequest, Exchange, Lease, Store, ValidTask};
+#[cfg(feature = "postgres")]
+use super::postgres;
+#[cfg(feature = "sqlite")]
+use super::sqlite;
+use super::{ClaimRequest, Exchange, Lease, Store, ValidTask};
 use crate::error::Result;
 use crate::types::{Backend, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
 
 /// The backend a [`Queue`](crate::Queue) was connected to.
 #[derive(Debug, Clone)]
 pub(crate) enum AnyStore {
+    #[cfg(feature = "sqlite")]
     Sqlite(sqlite::SqliteStore),
+    #[cfg(feature = "postgres")]
     Postgres(postgres::PgStore),
 }
 
 macro_rules! dispatch {
     ($self:ident, $s:ident => $call:expr) => {
         match $self {
+            #[cfg(feature = "sqlite")]
             AnyStore::Sqlite($s) => $call.await,
+            #[cfg(feature = "postgres")]
             AnyStore::Postgres($s) => $call.await,
         }
     };
@@ -29,7 +37,9 @@ macro_rules! dispatch {
 impl AnyStore {
     pub fn backend(&self) -> Backend {
         match self {
+            #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(_) => Backend::Sqlite,
+            #[cfg(feature = "postgres")]
             AnyStore::Postgres(_) => Backend::Postgres,
         }
     }

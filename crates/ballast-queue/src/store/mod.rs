@@ -14,7 +14,9 @@ use crate::error::Result;
 use crate::types::{EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
 
 pub(crate) mod any;
+#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 
 /// A task id with the token of the claim that holds it. Every statement that
