@@ -28,7 +28,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .backoff(Backoff::exponential(Duration::from_millis(200)).max_delay(Duration::from_secs(1))),
         )
         .breaker(Breaker::count(0.5, 50).half_open_after(Duration::from_secs(30)))
-        .bulkhead(Bulkhead::new(8))
+        // 8 calls at once and 16 waiting; without `.queue(16)` the 9th
+        // concurrent call would be rejected at once (BulkheadFull).
+        .bulkhead(Bulkhead::new(8).queue(16))
         .timeout(Timeout::aggressive(Duration::from_secs(1)))
         .listener(move |e: &Event<'_>| println!("  {:>6.3}s  {e}", clock.elapsed().as_secs_f64()))
         .seed(7)
