@@ -1,5 +1,6 @@
 //! Heap allocations per call on the success path, for every stack of the
-//! `success_path` bench, as a markdown table.
+//! `success_path` bench, as a markdown table, after the size of the future a
+//! call through the guide's policy returns.
 //!
 //! `cargo run --release -p ballast-bench --bin success_allocs -- [--calls 100000] [--warm-up 10000]`
 //!
@@ -54,7 +55,11 @@ fn measure<S: Stack>(rt: &Runtime, args: &Args, named: Named<S>) {
 fn main() {
     let args = Args::parse();
     let rt = ballast_bench::success_path::runtime();
-    println!("{} calls per stack after {} warm-up calls\n", args.calls, args.warm_up);
+    println!("{} calls per stack after {} warm-up calls", args.calls, args.warm_up);
+    println!(
+        "the future of one call through the guide's policy: {} bytes\n",
+        ballast_bench::success_path::ballast_full_call_size()
+    );
     println!("| stack | allocs/call | bytes/call | contains |");
     println!("|---|---|---|---|");
     ballast_bench::for_each_stack!(named => measure(&rt, &args, named));
