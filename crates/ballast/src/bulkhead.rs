@@ -74,9 +74,10 @@ pub(crate) enum Refused {
 ///
 /// The `limit` slots are dealt out among stripes, each on a cache line of its
 /// own (see `stripe`): a call takes a slot from its thread's stripe and gives
-/// it back to the same stripe, so calls on different cores never write the
-/// same line. Only when its stripe is empty does a call look at the others.
-/// There are never more slots than `limit`, so the limit holds exactly.
+/// it back to the stripe of the thread it ends on (usually the same), so
+/// calls on different cores never write the same line. Only when its stripe
+/// is empty does a call look at the others. Slots move between stripes but
+/// are never made or lost, so the limit holds exactly.
 ///
 /// What is relaxed: a call is refused when it found every stripe empty as it
 /// looked at them one after another. A slot given back to a stripe it had
@@ -95,19 +96,17 @@ pub(crate) struct BulkheadState {
     queue: usize,
 }
 
-/// A slot in the bulkhead, given back to its stripe on drop.
+/// A slot in the bulkhead, given back on drop to the stripe of the thread
+/// that drops it: one pointer, as it sits in every call's future.
 #[derive(Debug)]
-pub(crate) struct Slot<'a> {
-    bulkhead: &'a BulkheadState,
-    stripe: usize,
-}
+pub(crate) struct Slot<'a>(&'a BulkheadState);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        let b = self.bulkhead;
+        let b = self.0;
         // SeqCst pairs with the waiter's: either it sees this slot in its
         // scan, or this sees it waiting and wakes it.
-        b.free[self.stripe].fetch_add(1, Ordering::SeqCst);
+        b.free[stripe::thread_index() & (b.free.len() - 1)].fetch_add(1, Ordering::SeqCst);
         if b.waiting.load(Ordering::SeqCst) > 0 {
             b.freed.notify_one();
         }
@@ -151,7 +150,7 @@ impl BulkheadState {
         let mask = self.free.len() - 1;
         let home = stripe::thread_index() & mask;
         if self.take(home) {
-            return Some(Slot { bulkhead: self, stripe: home });
+            return Some(Slot(self));
         }
         self.try_acquire_elsewhere(home)
     }
@@ -159,10 +158,7 @@ impl BulkheadState {
     #[cold]
     fn try_acquire_elsewhere(&self, home: usize) -> Option<Slot<'_>> {
         let mask = self.free.len() - 1;
-        (1..self.free.len())
-            .map(|i| (home + i) & mask)
-            .find(|&s| self.take(s))
-            .map(|stripe| Slot { bulkhead: self, stripe })
+        (1..self.free.len()).map(|i| (home + i) & mask).any(|s| self.take(s)).then(|| Slot(self))
     }
 
     /// Takes a slot from stripe `s` if it has one; a load first, so an empty

@@ -278,7 +278,7 @@ impl<F> Call<'_, F> {
         let result = AttemptDeadline::new(
             (self.op)(ctx),
             &inner.timeout,
-            self.deadline,
+            &self.deadline,
             self.cancel,
             attempt_token,
             span.get(),
@@ -294,7 +294,7 @@ impl<F> Call<'_, F> {
                     a.record(false);
                 }
                 self.span.record("ballast.attempts", n);
-                inner.events.emit(EventKind::Succeeded { op: self.kind, attempts: n });
+                self.inner.events.emit(EventKind::Succeeded { op: self.kind, attempts: n });
                 return Step::Succeeded(value);
             }
             Attempt::Done(Err(error)) => {
@@ -311,11 +311,11 @@ impl<F> Call<'_, F> {
         };
         let class = failure.class();
         let timed_out = matches!(failure, LastFailure::TimedOut(_));
-        if let (Some(a), Some(b)) = (admission, inner.breaker.as_ref()) {
+        if let (Some(a), Some(b)) = (admission, self.inner.breaker.as_ref()) {
             a.record(b.config().is_failure(class));
         }
         span.record("error.type", if timed_out { "timeout" } else { class.as_str() });
-        inner.events.emit(EventKind::AttemptFailed { op: self.kind, attempt: n, class, timed_out });
+        self.inner.events.emit(EventKind::AttemptFailed { op: self.kind, attempt: n, class, timed_out });
 
         let stop = if class == Class::Permanent {
             Some(StopReason::Permanent)
@@ -325,7 +325,7 @@ impl<F> Call<'_, F> {
             Some(StopReason::NotRetryable)
         } else if self.nested.is_some() {
             Some(StopReason::Nested)
-        } else if n >= inner.retry.max_attempts() {
+        } else if n >= self.inner.retry.max_attempts() {
             Some(StopReason::Exhausted)
         } else {
             None

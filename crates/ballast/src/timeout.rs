@@ -153,7 +153,7 @@ pin_project! {
         armed: bool,
         cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
         timeout: &'s Timeout,
-        total: Option<Instant>,
+        total: &'s Option<Instant>,
         caller: Option<&'s CancellationToken>,
         attempt_token: Option<CancellationToken>,
         phase: Phase,
@@ -166,7 +166,7 @@ impl<'s, F> AttemptDeadline<'s, F> {
     pub(crate) fn new(
         fut: F,
         timeout: &'s Timeout,
-        total: Option<Instant>,
+        total: &'s Option<Instant>,
         caller: Option<&'s CancellationToken>,
         attempt_token: Option<CancellationToken>,
         span: Option<&'s tracing::Span>,

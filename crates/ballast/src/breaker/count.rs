@@ -13,7 +13,12 @@
 //! call on every core would write the shared position, and a shared policy
 //! would not scale past one core.
 //!
-//! What that relaxes, and what it does not:
+//! While the window is full and holds no failure — a healthy system — a
+//! success is not written at all: it would clear a clear bit and move a
+//! position that no outcome depends on while every bit is clear. That is
+//! exact, and it leaves the healthy path with no shared write.
+//!
+//! What batching relaxes, and what it does not:
 //! - A failure is recorded at once, after its own thread's pending successes,
 //!   so on one thread (and so in the model tests) the window is exact.
 //! - Across threads, the window a failure is judged on can lack the pending
@@ -63,6 +68,16 @@ impl CountWindow {
     /// Records an outcome; true when the breaker should open.
     #[inline]
     pub(crate) fn record(&self, failure: bool) -> bool {
+        if !failure
+            && self.failures.load(Ordering::Relaxed) == 0
+            && self.next.load(Ordering::Relaxed) >= self.size as u64
+        {
+            // A full window without failures: a success would write a clear
+            // bit over a clear bit, and only move the position, which no
+            // outcome depends on while every bit is clear. Skipping it is
+            // exact, and leaves the healthy path without a shared write.
+            return false;
+        }
         let pending = &self.pending[stripe::thread_index() & (self.pending.len() - 1)];
         if !failure {
             if pending.fetch_add(1, Ordering::Relaxed) + 1 >= self.batch {
