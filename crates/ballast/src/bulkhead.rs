@@ -16,6 +16,13 @@ use crate::stripe::{self, Padded};
 
 /// Bulkhead settings: concurrent attempts and queue length.
 ///
+/// The limit is exact: never more than `limit` attempts run at once. To keep
+/// calls on different cores off each other's cache lines, the slots are dealt
+/// out per thread, and a thread whose share is empty looks at the others one
+/// after another; in a race with a finishing attempt a call can therefore be
+/// refused (or queued) although a slot came free during that look — as if it
+/// had arrived an instant earlier.
+///
 /// ```
 /// use ballast::Bulkhead;
 /// let b = Bulkhead::new(8).queue(4); // 8 in flight, 4 more may wait
