@@ -6,12 +6,20 @@
 //! - `success_path`: the stacks of the success-path comparison (the
 //!   operation returns at once), shared by the `success_path` criterion bench
 //!   (ns/call) and the `success_allocs` bin (heap allocations per call).
+//! - `contention`: calls per second of the guide's policy on a multi-thread
+//!   runtime, one shared policy beside a policy per thread, for the
+//!   `contention` bin.
+//! - `failure_path`: an error on every attempt, retried with backoff on the
+//!   paused clock, through ballast and its peers, for the `failure_path`
+//!   criterion bench.
 //! - `queue_bench`: throughput and latency of the durable queue on SQLite and
 //!   PostgreSQL beside the bare SQL loop, for the `queue_bench` bin.
 //! - `gateway_bench`: the overhead of one hop through ballast's gateway
 //!   beside a direct call and nginx's `proxy_pass`, for the `gateway_bench` bin.
 
 pub mod amplification;
+pub mod contention;
+pub mod failure_path;
 pub mod gateway_bench;
 pub mod queue_bench;
 pub mod success_path;

@@ -83,6 +83,15 @@ pub fn ballast_full() -> Policy {
         .expect("the guide's policy builds")
 }
 
+/// The size in bytes of the future a call through the guide's policy
+/// returns, as the benches make it (`policy.read(|_| op())`): what a caller
+/// moves around before its first poll.
+pub fn ballast_full_call_size() -> usize {
+    let policy = ballast_full();
+    let call = policy.read(|_| op());
+    std::mem::size_of_val(&call)
+}
+
 /// Retry only: 3 attempts with the default budget, plus the default
 /// aggressive 5 s attempt timeout that every ballast policy has (there is no
 /// way to build one without a timeout).

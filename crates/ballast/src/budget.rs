@@ -6,6 +6,11 @@
 //! calls counted since the last retry are placed in time only when the next
 //! retry asks for budget, spread evenly over the interval since then. That is
 //! the only approximation, and it errs on neither side on average.
+//!
+//! The count is striped per thread (see `stripe`), so calls on different
+//! cores never write the same cache line; a retry sums and empties every
+//! stripe under the window's lock. Every call is still counted exactly once,
+//! so striping changes no bound.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -14,6 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::rules::Violation;
+use crate::stripe::{self, Padded};
 
 /// Number of buckets the window is cut into.
 const BUCKETS: usize = 10;
@@ -127,11 +133,17 @@ struct Window {
 }
 
 /// The running budget shared by every call of one policy.
+///
+/// [`level`](Self::level) reads the stripes one after another, not as one
+/// snapshot: a view for dashboards may miss calls counted while it reads.
+/// A retry's decision never does: it empties every stripe under the lock, and
+/// a call counted during that pass is placed by the next retry.
 #[derive(Debug)]
 pub(crate) struct RetryBudget {
     cfg: Budget,
     bucket_len: Duration,
-    unplaced_calls: AtomicU64,
+    /// Calls not yet placed in time, one counter per stripe.
+    unplaced_calls: Box<[Padded<AtomicU64>]>,
     window: Mutex<Window>,
 }
 
@@ -141,15 +153,17 @@ impl RetryBudget {
         Self {
             cfg,
             bucket_len: cfg.window / BUCKETS as u32,
-            unplaced_calls: AtomicU64::new(0),
+            unplaced_calls: stripe::padded(stripe::count(), || AtomicU64::new(0)),
             window: Mutex::new(Window { origin: now, synced: now, buckets: [Bucket::default(); BUCKETS] }),
         }
     }
 
-    /// Counts a call. No clock, no lock.
+    /// Counts a call. No clock, no lock, and a cache line only this thread
+    /// writes (unless more threads than stripes share it).
     #[inline]
     pub(crate) fn deposit(&self) {
-        self.unplaced_calls.fetch_add(1, Ordering::Relaxed);
+        let stripes = &self.unplaced_calls;
+        stripes[stripe::thread_index() & (stripes.len() - 1)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Takes one retry from the budget, or says there is none left.
@@ -160,7 +174,7 @@ impl RetryBudget {
     fn try_withdraw_at(&self, now: Instant) -> bool {
         let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
         let epoch = self.epoch(&w, now);
-        let unplaced = self.unplaced_calls.swap(0, Ordering::Relaxed) as f64;
+        let unplaced = self.unplaced_calls.iter().map(|c| c.swap(0, Ordering::Relaxed)).sum::<u64>() as f64;
         let since = now.saturating_duration_since(w.synced);
         let recent = if since <= self.cfg.window || since.is_zero() {
             unplaced
@@ -196,7 +210,7 @@ impl RetryBudget {
         let oldest = epoch.saturating_sub(BUCKETS as u64 - 1);
         // Calls not yet placed in time count as recent, as the next retry
         // would place them (approximately, for a view; no state changes).
-        let unplaced = self.unplaced_calls.load(Ordering::Relaxed) as f64;
+        let unplaced = self.unplaced_calls.iter().map(|c| c.load(Ordering::Relaxed)).sum::<u64>() as f64;
         let (calls, used) = w
             .buckets
             .iter()

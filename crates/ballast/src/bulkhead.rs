@@ -12,8 +12,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::rules::Violation;
+use crate::stripe::{self, Padded};
 
 /// Bulkhead settings: concurrent attempts and queue length.
+///
+/// The limit is exact: never more than `limit` attempts run at once. To keep
+/// calls on different cores off each other's cache lines, the slots are dealt
+/// out per thread, and a thread whose share is empty looks at the others one
+/// after another; in a race with a finishing attempt a call can therefore be
+/// refused (or queued) although a slot came free during that look — as if it
+/// had arrived an instant earlier.
 ///
 /// ```
 /// use ballast::Bulkhead;
@@ -71,36 +79,60 @@ pub(crate) enum Refused {
 
 /// The running bulkhead shared by every call of one policy.
 ///
-/// Slots are one atomic counter, so taking and giving back a slot is a
-/// compare-and-swap and a subtraction; waiters in the queue are woken through
-/// a [`Notify`] only when someone is actually waiting.
+/// The `limit` slots are dealt out among stripes, each on a cache line of its
+/// own (see `stripe`): a call takes a slot from its thread's stripe and gives
+/// it back to the stripe of the thread it ends on (usually the same), so
+/// calls on different cores never write the same line. Only when its stripe
+/// is empty does a call look at the others. Slots move between stripes but
+/// are never made or lost, so the limit holds exactly.
+///
+/// What is relaxed: a call is refused when it found every stripe empty as it
+/// looked at them one after another. A slot given back to a stripe it had
+/// already looked at is missed, so in a race with a finishing attempt a call
+/// may be refused (or queued) although, at that moment, fewer than `limit`
+/// attempts were in flight — as if it had arrived an instant earlier.
+/// [`in_flight`](Self::in_flight) sums the stripes one after another and is
+/// likewise a view, not a snapshot.
 #[derive(Debug)]
 pub(crate) struct BulkheadState {
-    in_flight: AtomicUsize,
-    waiting: AtomicUsize,
+    /// Free slots, per stripe; `len` is a power of two.
+    free: Box<[Padded<AtomicUsize>]>,
+    waiting: Padded<AtomicUsize>,
     freed: Notify,
     limit: usize,
     queue: usize,
 }
 
-/// A slot in the bulkhead, given back on drop.
+/// A slot in the bulkhead, given back on drop to the stripe of the thread
+/// that drops it: one pointer, as it sits in every call's future.
 #[derive(Debug)]
 pub(crate) struct Slot<'a>(&'a BulkheadState);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if self.0.waiting.load(Ordering::Acquire) > 0 {
-            self.0.freed.notify_one();
+        let b = self.0;
+        // SeqCst pairs with the waiter's: either it sees this slot in its
+        // scan, or this sees it waiting and wakes it.
+        b.free[stripe::thread_index() & (b.free.len() - 1)].fetch_add(1, Ordering::SeqCst);
+        if b.waiting.load(Ordering::SeqCst) > 0 {
+            b.freed.notify_one();
         }
     }
 }
 
 impl BulkheadState {
     pub(crate) fn new(cfg: Bulkhead) -> Self {
+        // No more stripes than slots, so that every stripe starts with one.
+        let (limit, stripes) = (cfg.limit, stripe::count().min(1 << cfg.limit.max(1).ilog2()));
+        let mut dealt = 0;
+        let free = stripe::padded(stripes, || {
+            let share = limit / stripes + usize::from(dealt < limit % stripes);
+            dealt += 1;
+            AtomicUsize::new(share)
+        });
         Self {
-            in_flight: AtomicUsize::new(0),
-            waiting: AtomicUsize::new(0),
+            free,
+            waiting: Padded(AtomicUsize::new(0)),
             freed: Notify::new(),
             limit: cfg.limit,
             queue: cfg.queue,
@@ -112,18 +144,43 @@ impl BulkheadState {
         self.limit
     }
 
-    /// Attempts in flight now.
+    /// Attempts in flight now (a sum over the stripes, read one by one).
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
+        let free: usize = self.free.iter().map(|f| f.load(Ordering::Acquire)).sum();
+        self.limit.saturating_sub(free)
     }
 
-    /// A slot if one is free right now.
+    /// A slot if one is free right now: this thread's stripe first, then the
+    /// others in turn.
     #[inline]
     pub(crate) fn try_acquire(&self) -> Option<Slot<'_>> {
-        self.in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.limit).then_some(n + 1))
-            .ok()
-            .map(|_| Slot(self))
+        let mask = self.free.len() - 1;
+        let home = stripe::thread_index() & mask;
+        if self.take(home) {
+            return Some(Slot(self));
+        }
+        self.try_acquire_elsewhere(home)
+    }
+
+    #[cold]
+    fn try_acquire_elsewhere(&self, home: usize) -> Option<Slot<'_>> {
+        let mask = self.free.len() - 1;
+        (1..self.free.len()).map(|i| (home + i) & mask).any(|s| self.take(s)).then(|| Slot(self))
+    }
+
+    /// Takes a slot from stripe `s` if it has one; a load first, so an empty
+    /// stripe is not written. SeqCst (free on x86) pairs with [`Slot`]'s drop.
+    #[inline]
+    fn take(&self, s: usize) -> bool {
+        let free = &self.free[s];
+        let mut n = free.load(Ordering::SeqCst);
+        while n > 0 {
+            match free.compare_exchange_weak(n, n - 1, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => n = now,
+            }
+        }
+        false
     }
 
     /// A slot after waiting in the queue, or why not. Call after
@@ -135,12 +192,12 @@ impl BulkheadState {
     ) -> Result<Slot<'_>, Refused> {
         let admitted = self
             .waiting
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w < self.queue).then_some(w + 1))
+            .fetch_update(Ordering::SeqCst, Ordering::Acquire, |w| (w < self.queue).then_some(w + 1))
             .is_ok();
         if !admitted {
             return Err(Refused::Full);
         }
-        let _leave = LeaveQueue(&self.waiting);
+        let _leave = LeaveQueue(&self.waiting.0);
         let deadline_passed = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,

@@ -32,6 +32,30 @@ fn tracing_is_on() -> bool {
     tracing::dispatcher::has_been_set()
 }
 
+/// A span made only when a subscriber collects spans, and boxed: a
+/// `tracing::Span` is 40 bytes, and the call's future would carry two (the
+/// call's and the attempt's) that nobody reads without a subscriber; this is
+/// 8. Boxing costs nothing without a subscriber and little beside one.
+#[derive(Default)]
+struct MaybeSpan(Option<Box<tracing::Span>>);
+
+impl MaybeSpan {
+    fn new(make: impl FnOnce() -> tracing::Span) -> Self {
+        Self(tracing_is_on().then(|| Box::new(make())))
+    }
+
+    fn get(&self) -> Option<&tracing::Span> {
+        self.0.as_deref()
+    }
+
+    fn record<V: tracing::field::Value>(&self, field: &str, value: V) -> &Self {
+        if let Some(span) = self.get() {
+            span.record(field, value);
+        }
+        self
+    }
+}
+
 /// How a failed attempt ended.
 enum LastFailure<E> {
     Error(E, Class),
@@ -70,7 +94,7 @@ enum Step<T, E> {
     Failed {
         failure: LastFailure<E>,
         retry_after: Option<Duration>,
-        span: tracing::Span,
+        span: MaybeSpan,
     },
 }
 
@@ -84,7 +108,7 @@ struct Call<'a, F> {
     deadline: Option<Instant>,
     /// One timer per call, armed only when something has to wait.
     timer: Option<Pin<Box<Sleep>>>,
-    span: tracing::Span,
+    span: MaybeSpan,
     /// Set when the call runs inside another policy's attempt: the rule its
     /// retries would break, so it makes one attempt (see `nesting`).
     nested: Option<Rule>,
@@ -111,7 +135,7 @@ where
         op,
         deadline: None,
         timer: None,
-        span: tracing::Span::none(),
+        span: MaybeSpan::default(),
         nested: None,
     };
     // An async block rather than an async fn: it uses `call` in place, where
@@ -124,10 +148,10 @@ where
             call.refuse_nested_retry(rule);
         }
         call.deadline = call.inner.timeout.total_deadline().map(|t| deadline_after(Instant::now(), t));
-        if tracing_is_on() {
-            // Field names follow the OpenTelemetry conventions where one
-            // applies (`error.type`, `otel.status_code`), `ballast.*` otherwise.
-            call.span = tracing::info_span!(
+        // Field names follow the OpenTelemetry conventions where one
+        // applies (`error.type`, `otel.status_code`), `ballast.*` otherwise.
+        call.span = MaybeSpan::new(|| {
+            tracing::info_span!(
                 "ballast.call",
                 ballast.system = %call.inner.events.system(),
                 ballast.kind = call.kind.as_str(),
@@ -136,8 +160,8 @@ where
                 ballast.rule = tracing::field::Empty,
                 error.type = tracing::field::Empty,
                 otel.status_code = tracing::field::Empty,
-            );
-        }
+            )
+        });
         // Unpacked before the next await, so the step does not stay in the
         // call's state.
         let (failure, retry_after, span) = match call.attempt(1).await {
@@ -171,7 +195,7 @@ impl<F> Call<'_, F> {
 
     fn gave_up<E>(&self, failure: Failure<E>) -> Failure<E> {
         let (attempts, reason) = (failure.attempts(), failure.stop_reason());
-        if !self.span.is_none() {
+        if self.span.get().is_some() {
             self.span
                 .record("ballast.attempts", attempts)
                 .record("ballast.stop_reason", reason.as_str())
@@ -241,25 +265,23 @@ impl<F> Call<'_, F> {
             key: self.key.cloned(),
             cancel: attempt_token.clone().or_else(|| self.cancel.cloned()),
         };
-        let span = if tracing_is_on() {
+        let span = MaybeSpan::new(|| {
             tracing::debug_span!(
-                parent: &self.span,
+                parent: self.span.get().and_then(tracing::Span::id),
                 "ballast.attempt",
                 ballast.attempt = n,
                 error.type = tracing::field::Empty,
                 ballast.next_delay_ms = tracing::field::Empty,
             )
-        } else {
-            tracing::Span::none()
-        };
+        });
         let mark = self.mark();
         let result = AttemptDeadline::new(
             (self.op)(ctx),
             &inner.timeout,
-            self.deadline,
-            self.cancel.cloned(),
+            &self.deadline,
+            self.cancel,
             attempt_token,
-            &span,
+            span.get(),
             &mut self.timer,
         )
         .nested(mark)
@@ -272,7 +294,7 @@ impl<F> Call<'_, F> {
                     a.record(false);
                 }
                 self.span.record("ballast.attempts", n);
-                inner.events.emit(EventKind::Succeeded { op: self.kind, attempts: n });
+                self.inner.events.emit(EventKind::Succeeded { op: self.kind, attempts: n });
                 return Step::Succeeded(value);
             }
             Attempt::Done(Err(error)) => {
@@ -289,11 +311,11 @@ impl<F> Call<'_, F> {
         };
         let class = failure.class();
         let timed_out = matches!(failure, LastFailure::TimedOut(_));
-        if let (Some(a), Some(b)) = (admission, inner.breaker.as_ref()) {
+        if let (Some(a), Some(b)) = (admission, self.inner.breaker.as_ref()) {
             a.record(b.config().is_failure(class));
         }
         span.record("error.type", if timed_out { "timeout" } else { class.as_str() });
-        inner.events.emit(EventKind::AttemptFailed { op: self.kind, attempt: n, class, timed_out });
+        self.inner.events.emit(EventKind::AttemptFailed { op: self.kind, attempt: n, class, timed_out });
 
         let stop = if class == Class::Permanent {
             Some(StopReason::Permanent)
@@ -303,7 +325,7 @@ impl<F> Call<'_, F> {
             Some(StopReason::NotRetryable)
         } else if self.nested.is_some() {
             Some(StopReason::Nested)
-        } else if n >= inner.retry.max_attempts() {
+        } else if n >= self.inner.retry.max_attempts() {
             Some(StopReason::Exhausted)
         } else {
             None
@@ -319,7 +341,7 @@ impl<F> Call<'_, F> {
         &mut self,
         mut failure: LastFailure<E>,
         mut retry_after: Option<Duration>,
-        mut span: tracing::Span,
+        mut span: MaybeSpan,
     ) -> Result<T, Failure<E>>
     where
         F: FnMut(Context) -> Fut,

@@ -67,6 +67,7 @@ mod redact;
 mod retry;
 mod rules;
 mod shared;
+mod stripe;
 mod timeline;
 mod timeout;
 

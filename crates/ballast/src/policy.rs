@@ -270,7 +270,9 @@ impl Policy {
         self.shared.breaker.as_ref()
     }
 
-    /// Attempts in flight in the bulkhead now (`None` without a bulkhead).
+    /// Attempts in flight in the bulkhead now (`None` without a bulkhead):
+    /// a sum over per-thread counters read one after another, so a view
+    /// rather than a snapshot while calls run.
     pub fn bulkhead_in_flight(&self) -> Option<usize> {
         self.shared.bulkhead.as_ref().map(BulkheadState::in_flight)
     }
@@ -281,7 +283,10 @@ impl Policy {
     }
 
     /// How much of the retry budget the current window has spent (`None`
-    /// without a budget): for dashboards; a call never needs it.
+    /// without a budget): for dashboards; a call never needs it. Calls are
+    /// counted per thread and summed here one counter after another, so a
+    /// call made during the read may be missed; a retry's own decision never
+    /// misses one.
     pub fn budget_level(&self) -> Option<crate::BudgetLevel> {
         self.shared.budget.as_ref().map(RetryBudget::level)
     }

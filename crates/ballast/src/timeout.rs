@@ -148,14 +148,13 @@ pin_project! {
     pub(crate) struct AttemptDeadline<'s, F> {
         #[pin]
         fut: F,
-        span: &'s tracing::Span,
+        span: Option<&'s tracing::Span>,
         timer: &'s mut Option<Pin<Box<Sleep>>>,
         armed: bool,
         cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
-        limit: Duration,
-        total: Option<Instant>,
-        strategy: Strategy,
-        caller: Option<CancellationToken>,
+        timeout: &'s Timeout,
+        total: &'s Option<Instant>,
+        caller: Option<&'s CancellationToken>,
         attempt_token: Option<CancellationToken>,
         phase: Phase,
         // What a retrying call started by the operation would break.
@@ -166,11 +165,11 @@ pin_project! {
 impl<'s, F> AttemptDeadline<'s, F> {
     pub(crate) fn new(
         fut: F,
-        timeout: &Timeout,
-        total: Option<Instant>,
-        caller: Option<CancellationToken>,
+        timeout: &'s Timeout,
+        total: &'s Option<Instant>,
+        caller: Option<&'s CancellationToken>,
         attempt_token: Option<CancellationToken>,
-        span: &'s tracing::Span,
+        span: Option<&'s tracing::Span>,
         timer: &'s mut Option<Pin<Box<Sleep>>>,
     ) -> Self {
         Self {
@@ -179,9 +178,8 @@ impl<'s, F> AttemptDeadline<'s, F> {
             timer,
             armed: false,
             cancelled: None,
-            limit: timeout.attempt,
+            timeout,
             total,
-            strategy: timeout.strategy,
             caller,
             attempt_token,
             phase: Phase::Running,
@@ -201,7 +199,7 @@ impl<T, F: Future<Output = T>> Future for AttemptDeadline<'_, F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let _entered = this.span.enter();
+        let _entered = this.span.map(tracing::Span::enter);
         if let Poll::Ready(v) = poll_marked(this.fut.as_mut(), cx, *this.nested) {
             return Poll::Ready(match *this.phase {
                 Phase::Running => Attempt::Done(v),
@@ -213,13 +211,13 @@ impl<T, F: Future<Output = T>> Future for AttemptDeadline<'_, F> {
         }
         if !*this.armed {
             *this.armed = true;
-            let attempt_end = deadline_after(Instant::now(), *this.limit);
+            let attempt_end = deadline_after(Instant::now(), this.timeout.attempt);
             let end = this.total.map_or(attempt_end, |t| t.min(attempt_end));
             match this.timer.as_mut() {
                 Some(timer) => timer.as_mut().reset(end),
                 None => **this.timer = Some(Box::pin(tokio::time::sleep_until(end))),
             }
-            if let Some(caller) = this.caller.as_ref() {
+            if let Some(caller) = *this.caller {
                 *this.cancelled = Some(Box::pin(caller.clone().cancelled_owned()));
             }
         }
@@ -238,7 +236,7 @@ impl<T, F: Future<Output = T>> Future for AttemptDeadline<'_, F> {
                 Some(if total_first { TimeoutKind::Total } else { TimeoutKind::Attempt })
             }
         };
-        match (*this.strategy, this.attempt_token.as_ref()) {
+        match (this.timeout.strategy, this.attempt_token.as_ref()) {
             (Strategy::Cooperative, Some(token)) => {
                 token.cancel();
                 *this.phase = Phase::Draining(stop);

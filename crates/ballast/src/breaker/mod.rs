@@ -147,6 +147,13 @@ impl Breaker {
 
     /// Opens when, over the last `size` outcomes, failures exceed
     /// `threshold · total` and `total ≥ min_calls` (default `size`).
+    ///
+    /// Exact on one thread. Across threads, successes enter the window in
+    /// per-thread batches of `size / 8` (1 to 16), so that calls on different
+    /// cores do not all write one shared counter: the window a failure is
+    /// judged on may lack up to `batch − 1` recent successes of each other
+    /// thread. Failures are never delayed, so a system that fails every call
+    /// still opens the breaker within one window.
     pub fn count(threshold: f64, size: usize) -> Self {
         Self::with(Kind::Count { threshold, size, min_calls: None })
     }
