@@ -162,7 +162,7 @@ fn within(t: SystemTime, from: SystemTime, lo: Duration, hi: Duration) -> bool {
 async fn migrate_is_idempotent(h: &Harness) {
     h.queue.migrate().await.unwrap();
     h.queue.migrate().await.unwrap();
-    assert_eq!(h.scalar("SELECT count(*) FROM ballast_migrations").await, 1);
+    assert_eq!(h.scalar("SELECT count(*) FROM ballast_migrations").await, 2, "one row per migration");
 }
 
 async fn enqueue_dedupes_by_kind_and_key(h: &Harness) {

@@ -17,7 +17,13 @@ use crate::types::{
     duration_micros, from_micros, micros, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState,
 };
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/sqlite/0001_tasks.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/sqlite/0001_tasks.sql")),
+    (2, include_str!("../../migrations/sqlite/0002_live_index.sql")),
+];
+
+/// Rows per multi-row `INSERT` (6 bound values each, far below SQLite's limit).
+const ROWS_PER_INSERT: usize = 500;
 
 /// Appends the error bound as `?err` at time `?now` to the history, keeping the last 10.
 const PUSH_ERROR: &str = "errors = json_insert(
@@ -79,7 +85,7 @@ pub(crate) async fn enqueue_one(conn: &mut SqliteConnection, task: &ValidTask) -
         "INSERT INTO ballast_tasks
             (kind, payload, idempotency_key, max_attempts, run_at, created_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
-         ON CONFLICT (kind, idempotency_key) DO NOTHING
+         ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
          RETURNING id",
     )
     .bind(&task.kind)
@@ -99,6 +105,41 @@ pub(crate) async fn enqueue_one(conn: &mut SqliteConnection, task: &ValidTask) -
         .fetch_one(&mut *conn)
         .await?;
     Ok(EnqueueOutcome { id, created: false })
+}
+
+/// Inserts tasks without an idempotency key (none can conflict) with one
+/// multi-row `INSERT` per [`ROWS_PER_INSERT`]. Each row takes the next id, in
+/// order (`AUTOINCREMENT`), so the ids sorted are the tasks' ids in input
+/// order, whatever order `RETURNING` gives them in.
+async fn insert_unkeyed(conn: &mut SqliteConnection, tasks: &[ValidTask]) -> Result<Vec<EnqueueOutcome>> {
+    let now = now();
+    let mut out = Vec::with_capacity(tasks.len());
+    for chunk in tasks.chunks(ROWS_PER_INSERT) {
+        let mut sql = String::from(
+            "INSERT INTO ballast_tasks (kind, payload, max_attempts, run_at, created_at, updated_at) VALUES ",
+        );
+        for i in 0..chunk.len() {
+            sql.push_str(if i == 0 { "(?, ?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?, ?)" });
+        }
+        sql.push_str(" RETURNING id");
+        let mut insert = sqlx::query_scalar::<_, i64>(&sql);
+        for task in chunk {
+            insert = insert
+                .bind(&task.kind)
+                .bind(&task.payload)
+                .bind(task.max_attempts)
+                .bind(task.run_at.unwrap_or(now))
+                .bind(now)
+                .bind(now);
+        }
+        let mut ids = insert.fetch_all(&mut *conn).await?;
+        if ids.len() != chunk.len() {
+            return Err(sqlx::Error::RowNotFound.into());
+        }
+        ids.sort_unstable();
+        out.extend(ids.into_iter().map(|id| EnqueueOutcome { id, created: true }));
+    }
+    Ok(out)
 }
 
 fn task_info(row: &SqliteRow) -> Result<TaskInfo> {
@@ -173,10 +214,15 @@ impl Store for SqliteStore {
 
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
         let mut tx = self.pool.begin().await?;
-        let mut out = Vec::with_capacity(tasks.len());
-        for task in &tasks {
-            out.push(enqueue_one(&mut tx, task).await?);
-        }
+        let out = if tasks.len() > 1 && tasks.iter().all(|t| t.key.is_none()) {
+            insert_unkeyed(&mut tx, &tasks).await?
+        } else {
+            let mut out = Vec::with_capacity(tasks.len());
+            for task in &tasks {
+                out.push(enqueue_one(&mut tx, task).await?);
+            }
+            out
+        };
         tx.commit().await?;
         Ok(out)
     }
@@ -209,18 +255,11 @@ impl Store for SqliteStore {
                  SET state = 'running', attempt = attempt + 1, lease_owner = ?1,
                      lease_token = randomblob(16), lease_expires_at = ?2, updated_at = ?3
                  WHERE id IN (
-                     SELECT id FROM (
-                         SELECT id FROM ballast_tasks INDEXED BY ballast_tasks_lease
-                         WHERE state = 'running' AND lease_expires_at <= ?3
-                           AND kind IN (SELECT value FROM json_each(?4))
-                         ORDER BY lease_expires_at LIMIT ?5)
-                     UNION ALL
-                     SELECT id FROM (
-                         SELECT id FROM ballast_tasks INDEXED BY ballast_tasks_due
-                         WHERE state = 'pending' AND run_at <= ?3
-                           AND kind IN (SELECT value FROM json_each(?4))
-                         ORDER BY run_at LIMIT ?5)
-                     LIMIT ?5)
+                     SELECT id FROM ballast_tasks INDEXED BY ballast_tasks_live
+                     WHERE finalized_at IS NULL AND run_at <= ?3
+                       AND (state = 'pending' OR lease_expires_at <= ?3)
+                       AND kind IN (SELECT value FROM json_each(?4))
+                     ORDER BY run_at LIMIT ?5)
                  RETURNING id, kind, payload, idempotency_key, attempt, max_attempts, lease_token",
             )
             .bind(&*claim.owner)
