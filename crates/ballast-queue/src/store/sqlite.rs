@@ -70,11 +70,17 @@ fn leases_json(leases: &[Lease]) -> String {
 #[derive(Debug, Clone)]
 pub(crate) struct SqliteStore {
     pool: SqlitePool,
+    /// The connection every claim and completion goes through, taken out of
+    /// the pool on first use. One connection keeps its page cache warm (a
+    /// pooled one finds it stale whenever another connection wrote last),
+    /// and the workers of this process queue up here instead of in SQLite's
+    /// busy handler, which sleeps.
+    claimer: Arc<tokio::sync::Mutex<Option<SqliteConnection>>>,
 }
 
 impl SqliteStore {
     pub fn new(pool: SqlitePool) -> Self {
-        Self { pool }
+        Self { pool, claimer: Arc::default() }
     }
 }
 
@@ -140,6 +146,65 @@ async fn insert_unkeyed(conn: &mut SqliteConnection, tasks: &[ValidTask]) -> Res
         out.extend(ids.into_iter().map(|id| EnqueueOutcome { id, created: true }));
     }
     Ok(out)
+}
+
+/// Completes `completed` and claims the next batch in one transaction on `conn`.
+async fn complete_and_claim(
+    conn: &mut SqliteConnection,
+    completed: &[Lease],
+    claim: &ClaimRequest,
+) -> Result<Exchange> {
+    let mut exchange = Exchange::default();
+    let now = now();
+    let mut tx = conn.begin().await?;
+    if !completed.is_empty() {
+        // One statement for the whole batch, each row still fenced by its
+        // token. Usually every lease still holds: the count says so, and no
+        // row travels back. Otherwise start over and learn which were refused.
+        let leases = leases_json(completed);
+        let done = sqlx::query(COMPLETE).bind(&leases).bind(now).execute(&mut *tx).await?.rows_affected();
+        if done != completed.len() as u64 {
+            tx.rollback().await?;
+            tx = conn.begin().await?;
+            let done: Vec<i64> =
+                sqlx::query_scalar(COMPLETE_RETURNING).bind(&leases).bind(now).fetch_all(&mut *tx).await?;
+            exchange.refused = completed.iter().filter(|l| !done.contains(&l.id)).copied().collect();
+        }
+    }
+    if claim.limit > 0 {
+        let kinds = serde_json::to_string(&*claim.kinds).map_err(|e| sqlx::Error::Encode(e.into()))?;
+        let rows = sqlx::query(
+            "UPDATE ballast_tasks
+                 SET state = 'running', attempt = attempt + 1, lease_owner = ?1,
+                     lease_token = randomblob(16), lease_expires_at = ?2, updated_at = ?3
+                 WHERE id IN (
+                     SELECT id FROM ballast_tasks INDEXED BY ballast_tasks_live
+                     WHERE finalized_at IS NULL AND run_at <= ?3
+                       AND (state = 'pending' OR lease_expires_at <= ?3)
+                       AND kind IN (SELECT value FROM json_each(?4))
+                     ORDER BY run_at LIMIT ?5)
+                 RETURNING id, kind, payload, idempotency_key, attempt, max_attempts, lease_token",
+        )
+        .bind(&*claim.owner)
+        .bind(now.saturating_add(duration_micros(claim.lease)))
+        .bind(now)
+        .bind(kinds)
+        .bind(i64::try_from(claim.limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in rows {
+            exchange.claimed.push(ClaimedTask {
+                lease: Lease { id: row.try_get("id")?, token: row.try_get("lease_token")? },
+                kind: row.try_get("kind")?,
+                payload: row.try_get("payload")?,
+                key: row.try_get("idempotency_key")?,
+                attempt: row.try_get("attempt")?,
+                max_attempts: row.try_get("max_attempts")?,
+            });
+        }
+    }
+    tx.commit().await?;
+    Ok(exchange)
 }
 
 fn task_info(row: &SqliteRow) -> Result<TaskInfo> {
@@ -228,60 +293,17 @@ impl Store for SqliteStore {
     }
 
     async fn complete_and_claim(&self, completed: &[Lease], claim: &ClaimRequest) -> Result<Exchange> {
-        let mut exchange = Exchange::default();
-        let now = now();
-        let mut tx = self.pool.begin().await?;
-        if !completed.is_empty() {
-            // One statement for the whole batch, each row still fenced by its
-            // token. Usually every lease still holds: the count says so, and no
-            // row travels back. Otherwise start over and learn which were refused.
-            let leases = leases_json(completed);
-            let done = sqlx::query(COMPLETE).bind(&leases).bind(now).execute(&mut *tx).await?.rows_affected();
-            if done != completed.len() as u64 {
-                tx.rollback().await?;
-                tx = self.pool.begin().await?;
-                let done: Vec<i64> = sqlx::query_scalar(COMPLETE_RETURNING)
-                    .bind(&leases)
-                    .bind(now)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                exchange.refused = completed.iter().filter(|l| !done.contains(&l.id)).copied().collect();
-            }
+        let mut claimer = self.claimer.lock().await;
+        let conn = match &mut *claimer {
+            Some(conn) => conn,
+            None => claimer.insert(self.pool.acquire().await?.detach()),
+        };
+        let exchange = complete_and_claim(conn, completed, claim).await;
+        if exchange.is_err() {
+            // Whatever went wrong, the next round trip starts on a fresh connection.
+            *claimer = None;
         }
-        if claim.limit > 0 {
-            let kinds = serde_json::to_string(&*claim.kinds).map_err(|e| sqlx::Error::Encode(e.into()))?;
-            let rows = sqlx::query(
-                "UPDATE ballast_tasks
-                 SET state = 'running', attempt = attempt + 1, lease_owner = ?1,
-                     lease_token = randomblob(16), lease_expires_at = ?2, updated_at = ?3
-                 WHERE id IN (
-                     SELECT id FROM ballast_tasks INDEXED BY ballast_tasks_live
-                     WHERE finalized_at IS NULL AND run_at <= ?3
-                       AND (state = 'pending' OR lease_expires_at <= ?3)
-                       AND kind IN (SELECT value FROM json_each(?4))
-                     ORDER BY run_at LIMIT ?5)
-                 RETURNING id, kind, payload, idempotency_key, attempt, max_attempts, lease_token",
-            )
-            .bind(&*claim.owner)
-            .bind(now.saturating_add(duration_micros(claim.lease)))
-            .bind(now)
-            .bind(kinds)
-            .bind(i64::try_from(claim.limit).unwrap_or(i64::MAX))
-            .fetch_all(&mut *tx)
-            .await?;
-            for row in rows {
-                exchange.claimed.push(ClaimedTask {
-                    lease: Lease { id: row.try_get("id")?, token: row.try_get("lease_token")? },
-                    kind: row.try_get("kind")?,
-                    payload: row.try_get("payload")?,
-                    key: row.try_get("idempotency_key")?,
-                    attempt: row.try_get("attempt")?,
-                    max_attempts: row.try_get("max_attempts")?,
-                });
-            }
-        }
-        tx.commit().await?;
-        Ok(exchange)
+        exchange
     }
 
     async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool> {
