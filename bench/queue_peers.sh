@@ -25,7 +25,7 @@ TASKS=100000
 RUNS=3
 RIVER_DEFAULT_TASKS=10000
 # Peers' one-by-one enqueue count (ballast's is tasks / 10).
-SINGLE=2000
+SINGLE=500
 RIVER=1
 GRAPHILE=1
 SCALE=0

@@ -66,9 +66,9 @@ async fn main() -> Result<(), BoxError> {
     let args = args()?;
     let schema_name = format!("river_bench_{}", std::process::id());
     let pool = PgPoolOptions::new().max_connections(10).connect(&args.url).await?;
-    sqlx::query(&format!("CREATE SCHEMA {schema_name}")).execute(&pool).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema_name}"))).execute(&pool).await?;
     let result = run(&args, &pool, &schema_name).await;
-    sqlx::query(&format!("DROP SCHEMA {schema_name} CASCADE")).execute(&pool).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema_name} CASCADE"))).execute(&pool).await?;
     let line = result?;
     println!("{line}");
     Ok(())
@@ -101,7 +101,7 @@ async fn run(args: &Args, pool: &sqlx::PgPool, schema_name: &str) -> Result<Stri
         client.insert(Noop { index }).await?;
     }
     let enqueue_single = single as f64 / start.elapsed().as_secs_f64();
-    sqlx::query(&format!("DELETE FROM {schema_name}.river_job")).execute(pool).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {schema_name}.river_job"))).execute(pool).await?;
 
     let start = Instant::now();
     let mut next = 0;
@@ -111,7 +111,7 @@ async fn run(args: &Args, pool: &sqlx::PgPool, schema_name: &str) -> Result<Stri
         next = end;
     }
     let enqueue_batch = args.tasks as f64 / start.elapsed().as_secs_f64();
-    sqlx::query(&format!("ANALYZE {schema_name}.river_job")).execute(pool).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE {schema_name}.river_job"))).execute(pool).await?;
 
     let check = format!(
         "SELECT EXISTS (SELECT 1 FROM {schema_name}.river_job WHERE state IN ('available', 'running'))"
@@ -119,7 +119,7 @@ async fn run(args: &Args, pool: &sqlx::PgPool, schema_name: &str) -> Result<Stri
     let start = Instant::now();
     let mut handle = client.start()?;
     let deadline = start + Duration::from_secs(900);
-    while sqlx::query_scalar::<_, bool>(&check).fetch_one(pool).await? {
+    while sqlx::query_scalar::<_, bool>(sqlx::AssertSqlSafe(check.as_str())).fetch_one(pool).await? {
         if Instant::now() > deadline {
             return Err("River did not drain within 15 minutes".into());
         }
@@ -127,9 +127,9 @@ async fn run(args: &Args, pool: &sqlx::PgPool, schema_name: &str) -> Result<Stri
     }
     let processing = args.tasks as f64 / start.elapsed().as_secs_f64();
     handle.stop().await?;
-    let completed: i64 = sqlx::query_scalar(&format!(
+    let completed: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM {schema_name}.river_job WHERE state = 'completed'"
-    ))
+    )))
     .fetch_one(pool)
     .await?;
     if completed as usize != args.tasks {
