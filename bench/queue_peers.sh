@@ -147,7 +147,11 @@ ratio(pg, "bare loop (pg, 4 loops, 2 tx per batch of 50)", 0.85)
 ratio(pg, "graphile-worker (2 processes, batched)", 1.5)
 ratio(pg, "River tuned (1,000 workers, 1 ms cooldown)", 1.5)
 ratio(pg, "River defaults (100 workers)")
-ratio("ballast pg (1 worker, defaults)", pg, 0.8)
+d = "ballast pg (1 worker, defaults)"
+ratio(d, "bare loop (pg, 4 loops, 2 tx per batch of 50)", 0.85)
+ratio(d, "graphile-worker (2 processes, batched)", 1.5)
+ratio(d, "River tuned (1,000 workers, 1 ms cooldown)", 1.5)
+ratio(d, pg, 0.8)
 ratio("ballast sqlite (1 worker × 50)", "bare loop (sqlite, batch 50)", 0.8)
 ratio("ballast sqlite (1 worker, defaults)", "ballast sqlite (1 worker × 50)", 0.8)
 EOF
