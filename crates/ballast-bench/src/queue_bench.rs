@@ -11,7 +11,8 @@
 //! - **enqueue, batched**: `tasks` tasks through `Queue::enqueue_batch` in
 //!   chunks of `batch`.
 //! - **processing**: the batched tasks (no-op handler) drained by `workers`
-//!   `Worker`s per process (concurrency = batch, batch = batch, poll 10 ms), in
+//!   `Worker`s per process (concurrency = batch, batch = batch, poll 10 ms; or,
+//!   with `defaults`, `Worker::builder` as it comes), in
 //!   `processes` OS processes, from the first claim until the database holds
 //!   no pending or running task (checked every 5 ms on a connection of its own).
 //! - **claim → complete latency**, p50 and p99: from the moment the handler
@@ -75,6 +76,9 @@ pub struct Options {
     pub batch: usize,
     /// Workers (or raw loops) per process.
     pub workers: usize,
+    /// Build the workers with `Worker::builder`'s defaults (no concurrency,
+    /// batch or poll interval set) instead of concurrency = batch = `batch`.
+    pub defaults: bool,
     /// Run the queue measurements.
     pub queue: bool,
     /// Run the bare SQL loop.
@@ -359,7 +363,12 @@ async fn measure(db: &Db, opts: &Options) -> anyhow::Result<Vec<Measurement>> {
     .await?;
 
     let (rate, latencies) = process(db, &queue, opts).await?;
-    let mut processed = row("processing (no-op handler)", opts.tasks, rate);
+    let what = if opts.defaults {
+        "processing (no-op handler, worker defaults)"
+    } else {
+        "processing (no-op handler)"
+    };
+    let mut processed = row(what, opts.tasks, rate);
     if let Some(mut latencies) = latencies.filter(|l| !l.is_empty()) {
         latencies.sort_unstable();
         let pick = |q: f64| {
@@ -375,12 +384,11 @@ async fn measure(db: &Db, opts: &Options) -> anyhow::Result<Vec<Measurement>> {
 }
 
 fn build_worker(queue: Queue, opts: &Options, started: Arc<Vec<AtomicI64>>) -> anyhow::Result<Worker> {
-    Ok(Worker::builder(queue)
-        .handler(KIND, Noop { started })
-        .concurrency(opts.batch)
-        .batch(opts.batch)
-        .poll_interval(Duration::from_millis(10))
-        .build()?)
+    let builder = Worker::builder(queue).handler(KIND, Noop { started });
+    if opts.defaults {
+        return Ok(builder.build()?);
+    }
+    Ok(builder.concurrency(opts.batch).batch(opts.batch).poll_interval(Duration::from_millis(10)).build()?)
 }
 
 /// Drains the queue; returns the combined rate and, in the parent process,
@@ -452,22 +460,18 @@ async fn process(db: &Db, queue: &Queue, opts: &Options) -> anyhow::Result<(f64,
     Ok((rate, latencies))
 }
 
-/// Returns once no task is pending or running. The check walks the two
-/// partial indexes (never the table: a scan would cost the database more and
-/// more as completed rows pile up, and slow the queue being measured).
+/// Returns once no task is pending or running. The check walks the live
+/// index (never the table: a scan would cost the database more and more as
+/// completed rows pile up, and slow the queue being measured).
 async fn wait_drained(db: &Db) -> anyhow::Result<()> {
     let sql = match db {
         Db::Sqlite { .. } => {
-            "SELECT CASE WHEN EXISTS (SELECT 1 FROM ballast_tasks INDEXED BY ballast_tasks_due
-                                      WHERE state = 'pending')
-                      OR EXISTS (SELECT 1 FROM ballast_tasks INDEXED BY ballast_tasks_lease
-                                 WHERE state = 'running')
-                    THEN 1 ELSE 0 END"
+            "SELECT EXISTS (SELECT 1 FROM ballast_tasks INDEXED BY ballast_tasks_live
+                            WHERE finalized_at IS NULL)"
         }
-        // The pool of `Db` has enable_seqscan off, so these use the partial indexes.
+        // The pool of `Db` has enable_seqscan off, so this uses the live index.
         Db::Pg { .. } => {
-            "SELECT CASE WHEN EXISTS (SELECT 1 FROM ballast_tasks WHERE state = 'pending')
-                      OR EXISTS (SELECT 1 FROM ballast_tasks WHERE state = 'running')
+            "SELECT CASE WHEN EXISTS (SELECT 1 FROM ballast_tasks WHERE finalized_at IS NULL)
                     THEN 1::bigint ELSE 0::bigint END"
         }
     };
@@ -653,6 +657,7 @@ mod tests {
             tasks: 200,
             batch: 50,
             workers: 1,
+            defaults: false,
             queue: true,
             raw: true,
             url: None,

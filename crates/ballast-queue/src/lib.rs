@@ -101,7 +101,9 @@ pub use types::{
     Backend, EnqueueOutcome, ErrorRecord, KindStats, ListFilter, TaskInfo, TaskState, UnknownState,
     ERROR_HISTORY, TABLE,
 };
-pub use worker::{RunSummary, Worker, WorkerBuilder, DEFAULT_LEASE, DEFAULT_POLL_INTERVAL};
+pub use worker::{
+    RunSummary, Worker, WorkerBuilder, DEFAULT_BATCH, DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_POLL_INTERVAL,
+};
 
 /// The README's example, compiled and run as a doc test so it cannot rot.
 #[cfg(doctest)]

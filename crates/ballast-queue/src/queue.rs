@@ -128,7 +128,14 @@ impl Queue {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+        // A local file connection does not go stale: the ping sqlx sends
+        // before handing one out would be a round trip through its worker
+        // thread on every statement.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await?;
         Ok(Self::from_sqlite(pool))
     }
 

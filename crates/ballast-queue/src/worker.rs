@@ -40,6 +40,17 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// task's lease is no longer renewed meanwhile: keep this far below a lease).
 const LINGER: Duration = Duration::from_millis(2);
 
+/// Round trips a worker keeps in flight at most, when its concurrency leaves
+/// room for several batches: while one commits, the next claims, so a single
+/// worker is not held to one commit at a time.
+const MAX_PIPELINE: usize = 4;
+
+/// Handlers running at once when not configured.
+pub const DEFAULT_CONCURRENCY: usize = 200;
+
+/// Tasks claimed per round trip at most when not configured.
+pub const DEFAULT_BATCH: usize = 50;
+
 /// Runs handlers for the tasks of the kinds it was given.
 ///
 /// Several workers, in one process or many, can share a queue: each claims
@@ -83,6 +94,9 @@ pub struct Worker {
     claim: ClaimRequest,
     concurrency: usize,
     batch: usize,
+    /// Round trips in flight at most: one per `batch` the concurrency holds,
+    /// up to [`MAX_PIPELINE`].
+    pipeline: usize,
     poll_interval: Duration,
     grace: Duration,
 }
@@ -94,6 +108,7 @@ impl fmt::Debug for Worker {
             .field("kinds", &self.claim.kinds)
             .field("concurrency", &self.concurrency)
             .field("batch", &self.batch)
+            .field("pipeline", &self.pipeline)
             .field("lease", &self.claim.lease)
             .field("poll_interval", &self.poll_interval)
             .field("grace", &self.grace)
@@ -139,13 +154,16 @@ impl WorkerBuilder {
         self
     }
 
-    /// Handlers running at once (default 10).
+    /// Handlers running at once (default [`DEFAULT_CONCURRENCY`], 200). With
+    /// room for several batches the worker keeps up to 4 round trips in
+    /// flight, so one worker per process is enough.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
         self
     }
 
-    /// Tasks claimed per round trip at most (default 10).
+    /// Tasks claimed per round trip at most (default [`DEFAULT_BATCH`], 50;
+    /// never more than the concurrency).
     pub fn batch(mut self, n: usize) -> Self {
         self.batch = n;
         self
@@ -246,6 +264,7 @@ impl WorkerBuilder {
             queue: self.queue,
             concurrency: self.concurrency,
             batch: self.batch.min(self.concurrency),
+            pipeline: (self.concurrency / self.batch.min(self.concurrency)).clamp(1, MAX_PIPELINE),
             poll_interval: self.poll_interval,
             grace: self.grace,
         })
@@ -337,8 +356,8 @@ impl Worker {
             queue,
             handlers: HashMap::new(),
             duplicate: None,
-            concurrency: 10,
-            batch: 10,
+            concurrency: DEFAULT_CONCURRENCY,
+            batch: DEFAULT_BATCH,
             poll_interval: DEFAULT_POLL_INTERVAL,
             lease: DEFAULT_LEASE,
             grace: Duration::from_secs(30),
@@ -382,16 +401,29 @@ impl Worker {
         let mut poll = tokio::time::interval_at(Instant::now() + self.poll_interval, self.poll_interval);
         poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
 
+        // Round trips in flight, and the tasks they ask for: those count
+        // against the concurrency as if they were running already.
+        let mut exchanges: JoinSet<Answer> = JoinSet::new();
+        let mut asking = 0;
         // When the current round trip may wait for the handlers still running.
         let mut linger_until: Option<Instant> = None;
+        // After a database error: no round trip before then.
+        let mut retry_at: Option<Instant> = None;
         while !shutdown.is_cancelled() {
             while let Ok(finished) = rx.try_recv() {
                 self.finished(finished, &mut done);
             }
             while running.try_join_next().is_some() {}
-            let in_flight = held.len();
+            while let Some(answer) = exchanges.try_join_next() {
+                let answer = answer.expect("a round trip does not panic");
+                asking -= answer.want;
+                self.answered(answer, &mut done, &mut more, &mut retry_at, &mut running, &tx);
+            }
+            let in_flight = held.len() + asking;
             let want = if more { self.concurrency.saturating_sub(in_flight).min(self.batch) } else { 0 };
-            if want > 0 || !done.is_empty() {
+            let backing_off = retry_at.is_some_and(|at| Instant::now() < at);
+            if (want > 0 || !done.is_empty()) && exchanges.len() < self.pipeline && !backing_off {
+                retry_at = None;
                 // One round trip completes and claims a whole batch: while
                 // handlers are still running and neither side of the exchange
                 // is full, wait for them, at most LINGER.
@@ -402,32 +434,39 @@ impl Worker {
                         tokio::select! {
                             _ = shutdown.cancelled() => {}
                             Some(finished) = rx.recv() => self.finished(finished, &mut done),
+                            Some(answer) = exchanges.join_next() => {
+                                let answer = answer.expect("a round trip does not panic");
+                                asking -= answer.want;
+                                self.answered(answer, &mut done, &mut more, &mut retry_at, &mut running, &tx);
+                            }
                             _ = tokio::time::sleep_until(deadline) => {}
                         }
                         continue;
                     }
                 }
                 linger_until = None;
-                match self.exchange(&mut done, want, &mut running, &tx).await {
-                    Some(claimed) if want > 0 => more = claimed == want,
-                    Some(_) => {}
-                    None => {
-                        more = false;
-                        tokio::select! {
-                            _ = shutdown.cancelled() => {}
-                            _ = tokio::time::sleep(self.poll_interval.min(Duration::from_secs(1))) => {}
-                        }
-                    }
-                }
+                asking += want;
+                self.ask(&mut done, want, &mut exchanges);
                 continue;
             }
             tokio::select! {
                 _ = shutdown.cancelled() => {}
                 Some(finished) = rx.recv() => self.finished(finished, &mut done),
+                Some(answer) = exchanges.join_next() => {
+                    let answer = answer.expect("a round trip does not panic");
+                    asking -= answer.want;
+                    self.answered(answer, &mut done, &mut more, &mut retry_at, &mut running, &tx);
+                }
+                _ = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if backing_off => {}
                 _ = poll.tick() => more = true,
                 _ = self.queue.wake.notified() => more = true,
                 _ = pg_wake.notified() => more = true,
             }
+        }
+        // Claims already sent: their tasks run (or are released) like the others.
+        while let Some(answer) = exchanges.join_next().await {
+            let answer = answer.expect("a round trip does not panic");
+            self.answered(answer, &mut done, &mut more, &mut retry_at, &mut running, &tx);
         }
 
         let deadline = Instant::now() + self.grace;
@@ -444,7 +483,11 @@ impl Worker {
             self.finished(finished, &mut done);
         }
         if !done.is_empty() {
-            self.exchange(&mut done, 0, &mut running, &tx).await;
+            let mut last = JoinSet::new();
+            self.ask(&mut done, 0, &mut last);
+            if let Some(Ok(answer)) = last.join_next().await {
+                self.answered(answer, &mut done, &mut more, &mut retry_at, &mut running, &tx);
+            }
         }
         let abandoned = held.leases();
         if !abandoned.is_empty() {
@@ -482,27 +525,45 @@ impl Worker {
         }
     }
 
-    /// Reports `done` and claims up to `want` tasks, spawning their handlers.
-    /// Returns how many were claimed, or `None` on a database error (the
-    /// completions are kept for the next try).
-    async fn exchange(
+    /// Sends `done` and a claim for up to `want` tasks as one round trip,
+    /// running beside this loop; [`answered`](Self::answered) takes its answer.
+    fn ask(&self, done: &mut Done, want: usize, exchanges: &mut JoinSet<Answer>) {
+        let claim = ClaimRequest { limit: want, ..self.claim.clone() };
+        let store = self.shared.store.clone();
+        let done = std::mem::take(done);
+        exchanges.spawn(async move {
+            let asked = Instant::now();
+            let result = store.complete_and_claim(&done.leases, &claim).await;
+            Answer { done, want, asked, result }
+        });
+    }
+
+    /// Counts the completions of an answered round trip and spawns the
+    /// handlers of the tasks it claimed. On a database error the completions
+    /// are kept for the next try, which waits a moment.
+    fn answered(
         &self,
+        answer: Answer,
         done: &mut Done,
-        want: usize,
+        more: &mut bool,
+        retry_at: &mut Option<Instant>,
         running: &mut JoinSet<()>,
         tx: &mpsc::UnboundedSender<Finished>,
-    ) -> Option<usize> {
-        let claim = ClaimRequest { limit: want, ..self.claim.clone() };
-        let asked = Instant::now();
-        let exchange = match self.shared.store.complete_and_claim(&done.leases, &claim).await {
+    ) {
+        let Answer { done: sent, want, asked, result } = answer;
+        let exchange = match result {
             Ok(exchange) => exchange,
             Err(e) => {
                 tracing::error!(error = %e, "claiming tasks failed; retrying shortly");
-                return None;
+                done.leases.extend(sent.leases);
+                done.counters.extend(sent.counters);
+                *more = false;
+                *retry_at = Some(Instant::now() + self.poll_interval.min(Duration::from_secs(1)));
+                return;
             }
         };
         let counts = &self.shared.counts;
-        Counts::bump(&counts.completed, (done.len() - exchange.refused.len()) as u64);
+        Counts::bump(&counts.completed, (sent.len() - exchange.refused.len()) as u64);
         Counts::bump(&counts.lost, exchange.refused.len() as u64);
         for lost in &exchange.refused {
             tracing::warn!(
@@ -511,16 +572,17 @@ impl Worker {
             );
         }
         if exchange.refused.is_empty() {
-            done.counters.iter().for_each(|c| c.completed.increment(1));
+            sent.counters.iter().for_each(|c| c.completed.increment(1));
         } else {
-            for (lease, c) in done.leases.iter().zip(&done.counters) {
+            for (lease, c) in sent.leases.iter().zip(&sent.counters) {
                 let counter = if exchange.refused.contains(lease) { &c.lost } else { &c.completed };
                 counter.increment(1);
             }
         }
-        done.leases.clear();
-        done.counters.clear();
         let claimed = exchange.claimed.len();
+        if want > 0 {
+            *more = claimed == want;
+        }
         let deadline = lease::deadline(asked, self.claim.lease);
         if claimed > 0 && Instant::now() >= deadline {
             let ids: Vec<i64> = exchange.claimed.iter().map(|task| task.lease.id).collect();
@@ -530,7 +592,7 @@ impl Worker {
                 lease = ?self.claim.lease,
                 "claim answered after its lease may have run out (the database was slow, or this process was paused): not starting these tasks; their leases lapse and any worker may claim them"
             );
-            return Some(claimed);
+            return;
         }
         for task in exchange.claimed {
             let cancel = CancellationToken::new();
@@ -548,8 +610,15 @@ impl Worker {
                 let _ = tx.send(finished);
             });
         }
-        Some(claimed)
     }
+}
+
+/// What a round trip brings back, with what it was sent.
+struct Answer {
+    done: Done,
+    want: usize,
+    asked: Instant,
+    result: Result<crate::store::Exchange>,
 }
 
 fn count(n: i32) -> u32 {

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p ballast-bench --bin queue_bench -- \
 //!     --backend sqlite|postgres --tasks N --batch B --workers W [--raw | --compare] \
-//!     [--url URL] [--processes P]
+//!     [--defaults] [--url URL] [--processes P]
 //! ```
 //!
 //! PostgreSQL runs in a fresh schema of `--url` (default: `$BALLAST_TEST_PG`),
@@ -29,6 +29,10 @@ struct Args {
     /// Workers (raw loops) per process.
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// Workers as `Worker::builder` makes them, untuned (`--batch` then only
+    /// sets the enqueue chunks).
+    #[arg(long)]
+    defaults: bool,
     /// Only the bare SQL loop.
     #[arg(long, conflicts_with = "compare")]
     raw: bool,
@@ -63,11 +67,15 @@ async fn main() -> anyhow::Result<()> {
     if let Some(url) = &args.url {
         child_args.extend(["--url".to_owned(), url.clone()]);
     }
+    if args.defaults {
+        child_args.push("--defaults".to_owned());
+    }
     let opts = Options {
         backend: args.backend,
         tasks: args.tasks,
         batch: args.batch,
         workers: args.workers,
+        defaults: args.defaults,
         queue: !args.raw,
         raw: args.raw || args.compare,
         url: args.url,

@@ -19,6 +19,7 @@ use crate::types::{
 
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/postgres/0001_tasks.sql")),
+    (2, include_str!("../../migrations/postgres/0002_live_index.sql")),
     (3, include_str!("../../migrations/postgres/0003_task_result.sql")),
 ];
 
@@ -42,8 +43,11 @@ const COLUMNS: &str = "id, kind, payload::text AS payload, idempotency_key, stat
      (extract(epoch FROM finalized_at) * 1000000)::bigint AS finalized_at, result::text AS result";
 
 /// Completes the reported leases and claims the next batch in one statement,
-/// so a busy worker pays one round trip and one commit per batch. Expired
-/// leases are rescued first; rows being completed here are never re-claimed.
+/// so a busy worker pays one round trip and one commit per batch. One walk of
+/// the live index, in `run_at` order, finds both due pending tasks and running
+/// ones whose lease expired (a running task's `run_at` is in the past, so an
+/// expired one comes early); rows being completed here are never re-claimed.
+/// The claim changes no indexed column, so its row versions can be HOT.
 const COMPLETE_AND_CLAIM: &str = "
 WITH done AS (
     UPDATE ballast_tasks t
@@ -53,22 +57,13 @@ WITH done AS (
     WHERE t.id = c.id AND t.lease_token = c.token AND t.state = 'running'
     RETURNING t.id
 ),
-expired AS (
+picked AS (
     SELECT id FROM ballast_tasks
-    WHERE state = 'running' AND lease_expires_at <= now() AND kind = ANY($3) AND id <> ALL($1)
-    ORDER BY lease_expires_at
-    LIMIT $4
-    FOR UPDATE SKIP LOCKED
-),
-due AS (
-    SELECT id FROM ballast_tasks
-    WHERE state = 'pending' AND run_at <= now() AND kind = ANY($3)
+    WHERE finalized_at IS NULL AND run_at <= now() AND kind = ANY($3)
+      AND (state = 'pending' OR (lease_expires_at <= now() AND id <> ALL($1)))
     ORDER BY run_at
     LIMIT $4
     FOR UPDATE SKIP LOCKED
-),
-picked AS (
-    SELECT id FROM expired UNION ALL SELECT id FROM due LIMIT $4
 ),
 claimed AS (
     UPDATE ballast_tasks t
@@ -101,7 +96,7 @@ ins AS (
     SELECT id, kind, payload::jsonb, key, max_attempts,
            COALESCE(timestamptz 'epoch' + run_at * interval '1 microsecond', now())
     FROM input ORDER BY ord
-    ON CONFLICT (kind, idempotency_key) DO NOTHING
+    ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )
 SELECT input.id, ins.id IS NOT NULL AS created
@@ -129,7 +124,7 @@ pub(crate) async fn enqueue_one(conn: &mut PgConnection, task: &ValidTask) -> Re
         "INSERT INTO ballast_tasks (kind, payload, idempotency_key, max_attempts, run_at)
          VALUES ($1, $2::jsonb, $3, $4,
                  COALESCE(timestamptz 'epoch' + $5 * interval '1 microsecond', now()))
-         ON CONFLICT (kind, idempotency_key) DO NOTHING
+         ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
          RETURNING id",
     )
     .bind(&task.kind)

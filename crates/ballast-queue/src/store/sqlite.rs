@@ -19,8 +19,12 @@ use crate::types::{
 
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/sqlite/0001_tasks.sql")),
+    (2, include_str!("../../migrations/sqlite/0002_live_index.sql")),
     (3, include_str!("../../migrations/sqlite/0003_task_result.sql")),
 ];
+
+/// Rows per multi-row `INSERT` (6 bound values each, far below SQLite's limit).
+const ROWS_PER_INSERT: usize = 500;
 
 /// Appends the error bound as `?err` at time `?now` to the history, keeping the last 10.
 const PUSH_ERROR: &str = "errors = json_insert(
@@ -67,11 +71,17 @@ fn leases_json(leases: &[Lease]) -> String {
 #[derive(Debug, Clone)]
 pub(crate) struct SqliteStore {
     pool: SqlitePool,
+    /// The connection every claim and completion goes through, taken out of
+    /// the pool on first use. One connection keeps its page cache warm (a
+    /// pooled one finds it stale whenever another connection wrote last),
+    /// and the workers of this process queue up here instead of in SQLite's
+    /// busy handler, which sleeps.
+    claimer: Arc<tokio::sync::Mutex<Option<SqliteConnection>>>,
 }
 
 impl SqliteStore {
     pub fn new(pool: SqlitePool) -> Self {
-        Self { pool }
+        Self { pool, claimer: Arc::default() }
     }
 }
 
@@ -82,7 +92,7 @@ pub(crate) async fn enqueue_one(conn: &mut SqliteConnection, task: &ValidTask) -
         "INSERT INTO ballast_tasks
             (kind, payload, idempotency_key, max_attempts, run_at, created_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
-         ON CONFLICT (kind, idempotency_key) DO NOTHING
+         ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
          RETURNING id",
     )
     .bind(&task.kind)
@@ -102,6 +112,100 @@ pub(crate) async fn enqueue_one(conn: &mut SqliteConnection, task: &ValidTask) -
         .fetch_one(&mut *conn)
         .await?;
     Ok(EnqueueOutcome { id, created: false })
+}
+
+/// Inserts tasks without an idempotency key (none can conflict) with one
+/// multi-row `INSERT` per [`ROWS_PER_INSERT`]. Each row takes the next id, in
+/// order (`AUTOINCREMENT`), so the ids sorted are the tasks' ids in input
+/// order, whatever order `RETURNING` gives them in.
+async fn insert_unkeyed(conn: &mut SqliteConnection, tasks: &[ValidTask]) -> Result<Vec<EnqueueOutcome>> {
+    let now = now();
+    let mut out = Vec::with_capacity(tasks.len());
+    for chunk in tasks.chunks(ROWS_PER_INSERT) {
+        let mut sql = String::from(
+            "INSERT INTO ballast_tasks (kind, payload, max_attempts, run_at, created_at, updated_at) VALUES ",
+        );
+        for i in 0..chunk.len() {
+            sql.push_str(if i == 0 { "(?, ?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?, ?)" });
+        }
+        sql.push_str(" RETURNING id");
+        let mut insert = sqlx::query_scalar::<_, i64>(&sql);
+        for task in chunk {
+            insert = insert
+                .bind(&task.kind)
+                .bind(&task.payload)
+                .bind(task.max_attempts)
+                .bind(task.run_at.unwrap_or(now))
+                .bind(now)
+                .bind(now);
+        }
+        let mut ids = insert.fetch_all(&mut *conn).await?;
+        if ids.len() != chunk.len() {
+            return Err(sqlx::Error::RowNotFound.into());
+        }
+        ids.sort_unstable();
+        out.extend(ids.into_iter().map(|id| EnqueueOutcome { id, created: true }));
+    }
+    Ok(out)
+}
+
+/// Completes `completed` and claims the next batch in one transaction on `conn`.
+async fn complete_and_claim(
+    conn: &mut SqliteConnection,
+    completed: &[Lease],
+    claim: &ClaimRequest,
+) -> Result<Exchange> {
+    let mut exchange = Exchange::default();
+    let now = now();
+    let mut tx = conn.begin().await?;
+    if !completed.is_empty() {
+        // One statement for the whole batch, each row still fenced by its
+        // token. Usually every lease still holds: the count says so, and no
+        // row travels back. Otherwise start over and learn which were refused.
+        let leases = leases_json(completed);
+        let done = sqlx::query(COMPLETE).bind(&leases).bind(now).execute(&mut *tx).await?.rows_affected();
+        if done != completed.len() as u64 {
+            tx.rollback().await?;
+            tx = conn.begin().await?;
+            let done: Vec<i64> =
+                sqlx::query_scalar(COMPLETE_RETURNING).bind(&leases).bind(now).fetch_all(&mut *tx).await?;
+            exchange.refused = completed.iter().filter(|l| !done.contains(&l.id)).copied().collect();
+        }
+    }
+    if claim.limit > 0 {
+        let kinds = serde_json::to_string(&*claim.kinds).map_err(|e| sqlx::Error::Encode(e.into()))?;
+        let rows = sqlx::query(
+            "UPDATE ballast_tasks
+                 SET state = 'running', attempt = attempt + 1, lease_owner = ?1,
+                     lease_token = randomblob(16), lease_expires_at = ?2, updated_at = ?3
+                 WHERE id IN (
+                     SELECT id FROM ballast_tasks INDEXED BY ballast_tasks_live
+                     WHERE finalized_at IS NULL AND run_at <= ?3
+                       AND (state = 'pending' OR lease_expires_at <= ?3)
+                       AND kind IN (SELECT value FROM json_each(?4))
+                     ORDER BY run_at LIMIT ?5)
+                 RETURNING id, kind, payload, idempotency_key, attempt, max_attempts, lease_token",
+        )
+        .bind(&*claim.owner)
+        .bind(now.saturating_add(duration_micros(claim.lease)))
+        .bind(now)
+        .bind(kinds)
+        .bind(i64::try_from(claim.limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in rows {
+            exchange.claimed.push(ClaimedTask {
+                lease: Lease { id: row.try_get("id")?, token: row.try_get("lease_token")? },
+                kind: row.try_get("kind")?,
+                payload: row.try_get("payload")?,
+                key: row.try_get("idempotency_key")?,
+                attempt: row.try_get("attempt")?,
+                max_attempts: row.try_get("max_attempts")?,
+            });
+        }
+    }
+    tx.commit().await?;
+    Ok(exchange)
 }
 
 fn task_info(row: &SqliteRow) -> Result<TaskInfo> {
@@ -181,76 +285,31 @@ impl Store for SqliteStore {
 
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
         let mut tx = self.pool.begin().await?;
-        let mut out = Vec::with_capacity(tasks.len());
-        for task in &tasks {
-            out.push(enqueue_one(&mut tx, task).await?);
-        }
+        let out = if tasks.len() > 1 && tasks.iter().all(|t| t.key.is_none()) {
+            insert_unkeyed(&mut tx, &tasks).await?
+        } else {
+            let mut out = Vec::with_capacity(tasks.len());
+            for task in &tasks {
+                out.push(enqueue_one(&mut tx, task).await?);
+            }
+            out
+        };
         tx.commit().await?;
         Ok(out)
     }
 
     async fn complete_and_claim(&self, completed: &[Lease], claim: &ClaimRequest) -> Result<Exchange> {
-        let mut exchange = Exchange::default();
-        let now = now();
-        let mut tx = self.pool.begin().await?;
-        if !completed.is_empty() {
-            // One statement for the whole batch, each row still fenced by its
-            // token. Usually every lease still holds: the count says so, and no
-            // row travels back. Otherwise start over and learn which were refused.
-            let leases = leases_json(completed);
-            let done = sqlx::query(COMPLETE).bind(&leases).bind(now).execute(&mut *tx).await?.rows_affected();
-            if done != completed.len() as u64 {
-                tx.rollback().await?;
-                tx = self.pool.begin().await?;
-                let done: Vec<i64> = sqlx::query_scalar(COMPLETE_RETURNING)
-                    .bind(&leases)
-                    .bind(now)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                exchange.refused = completed.iter().filter(|l| !done.contains(&l.id)).copied().collect();
-            }
+        let mut claimer = self.claimer.lock().await;
+        let conn = match &mut *claimer {
+            Some(conn) => conn,
+            None => claimer.insert(self.pool.acquire().await?.detach()),
+        };
+        let exchange = complete_and_claim(conn, completed, claim).await;
+        if exchange.is_err() {
+            // Whatever went wrong, the next round trip starts on a fresh connection.
+            *claimer = None;
         }
-        if claim.limit > 0 {
-            let kinds = serde_json::to_string(&*claim.kinds).map_err(|e| sqlx::Error::Encode(e.into()))?;
-            let rows = sqlx::query(
-                "UPDATE ballast_tasks
-                 SET state = 'running', attempt = attempt + 1, lease_owner = ?1,
-                     lease_token = randomblob(16), lease_expires_at = ?2, updated_at = ?3
-                 WHERE id IN (
-                     SELECT id FROM (
-                         SELECT id FROM ballast_tasks INDEXED BY ballast_tasks_lease
-                         WHERE state = 'running' AND lease_expires_at <= ?3
-                           AND kind IN (SELECT value FROM json_each(?4))
-                         ORDER BY lease_expires_at LIMIT ?5)
-                     UNION ALL
-                     SELECT id FROM (
-                         SELECT id FROM ballast_tasks INDEXED BY ballast_tasks_due
-                         WHERE state = 'pending' AND run_at <= ?3
-                           AND kind IN (SELECT value FROM json_each(?4))
-                         ORDER BY run_at LIMIT ?5)
-                     LIMIT ?5)
-                 RETURNING id, kind, payload, idempotency_key, attempt, max_attempts, lease_token",
-            )
-            .bind(&*claim.owner)
-            .bind(now.saturating_add(duration_micros(claim.lease)))
-            .bind(now)
-            .bind(kinds)
-            .bind(i64::try_from(claim.limit).unwrap_or(i64::MAX))
-            .fetch_all(&mut *tx)
-            .await?;
-            for row in rows {
-                exchange.claimed.push(ClaimedTask {
-                    lease: Lease { id: row.try_get("id")?, token: row.try_get("lease_token")? },
-                    kind: row.try_get("kind")?,
-                    payload: row.try_get("payload")?,
-                    key: row.try_get("idempotency_key")?,
-                    attempt: row.try_get("attempt")?,
-                    max_attempts: row.try_get("max_attempts")?,
-                });
-            }
-        }
-        tx.commit().await?;
-        Ok(exchange)
+        exchange
     }
 
     async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool> {
