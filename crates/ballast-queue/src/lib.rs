@@ -102,7 +102,8 @@ pub use types::{
     ERROR_HISTORY, TABLE,
 };
 pub use worker::{
-    RunSummary, Worker, WorkerBuilder, DEFAULT_BATCH, DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_POLL_INTERVAL,
+    RunSummary, Worker, WorkerBuilder, DEFAULT_BATCH, DEFAULT_CONCURRENCY, DEFAULT_LEASE,
+    DEFAULT_POLL_INTERVAL,
 };
 
 /// The README's example, compiled and run as a doc test so it cannot rot.
