@@ -60,7 +60,24 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&args),
     };
     result.unwrap_or_else(|e| {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", message(&e));
         ExitCode::from(EXIT_UNUSABLE)
     })
+}
+
+/// The error and its causes in one line, each cause said once: most of our
+/// errors already quote their source ("cannot listen on …: Address already
+/// in use"), and anyhow's `{:#}` would repeat it.
+fn message(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
 }

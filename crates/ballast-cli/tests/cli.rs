@@ -593,6 +593,7 @@ base_url = "http://{gateway}/api/"
 critical = true
 dedupes_by_key = true
 key_ttl = "7d"
+retry = "none"
 
 [systems.pay.breaker]
 kind = "consecutive"

@@ -79,14 +79,12 @@ pub enum ConfigError {
 pub struct QueueSettings {
     /// `sqlite://…` or `postgres://…`.
     pub url: String,
-    /// How often workers poll for due tasks.
-    pub poll_interval: Duration,
     /// How long a claim holds a task without a heartbeat.
     pub lease: Duration,
-    /// Durable attempts before failed + alert; use it for every task enqueued.
-    pub max_attempts: u32,
-    /// The backoff between durable attempts.
-    pub backoff: ballast_queue::DurableBackoff,
+    /// Attempts, backoff, poll interval and the age bound: the schedule lint
+    /// and explain reason about, which [`connect`](Self::connect) hands to
+    /// the queue and so to every task and worker made from it.
+    pub schedule: ballast_queue::DurableSchedule,
     /// How long completed and cancelled tasks are kept before pruning.
     pub retain_completed: Duration,
     /// How long failed tasks are kept before pruning.
@@ -94,17 +92,17 @@ pub struct QueueSettings {
 }
 
 impl QueueSettings {
-    /// Connects to the queue's database.
+    /// Connects to the queue's database, with this schedule: tasks enqueued
+    /// through it get its `max_attempts`, workers built on it its backoff
+    /// and poll interval.
     pub async fn connect(&self) -> ballast_queue::Result<ballast_queue::Queue> {
-        ballast_queue::Queue::connect(&self.url).await
+        Ok(ballast_queue::Queue::connect(&self.url).await?.with_schedule(self.schedule))
     }
 
-    /// A worker builder with this poll interval, lease and backoff; add handlers and build.
+    /// A worker builder for `queue` (from [`connect`](Self::connect)) with
+    /// this lease; add handlers and build.
     pub fn worker(&self, queue: ballast_queue::Queue) -> ballast_queue::WorkerBuilder {
-        ballast_queue::Worker::builder(queue)
-            .poll_interval(self.poll_interval)
-            .lease(self.lease)
-            .backoff(self.backoff)
+        ballast_queue::Worker::builder(queue).lease(self.lease)
     }
 
     /// The pruning of final tasks with these retentions; spawn it beside the worker.
@@ -184,13 +182,10 @@ impl Config {
         if !errors.is_empty() {
             return Err(ConfigError::Refused { section: "queue".into(), file, findings: errors });
         }
-        let schedule = crate::durable::DurableSchedule::from_section(queue);
         Ok(QueueSettings {
             url: queue.url.clone().unwrap_or_default(),
-            poll_interval: schedule.poll_interval,
             lease: queue.lease.map_or(ballast_queue::DEFAULT_LEASE, |d| d.get()),
-            max_attempts: schedule.max_attempts,
-            backoff: schedule.backoff,
+            schedule: queue.schedule(),
             retain_completed: queue.retain_completed.map_or(ballast_queue::RETAIN_COMPLETED, |d| d.get()),
             retain_failed: queue.retain_failed.map_or(ballast_queue::RETAIN_FAILED, |d| d.get()),
         })

@@ -5,13 +5,17 @@
 use std::fmt;
 use std::time::Duration;
 
-use ballast::{Breaker, Retry, Severity, Strategy, TimelineAttempt, Timeout, WINDOW_ERROR, WINDOW_WARNING};
+use ballast::{
+    guide, Breaker, Retry, Severity, Strategy, TimelineAttempt, Timeout, WINDOW_ERROR, WINDOW_WARNING,
+};
+
+use crate::model::Part;
 
 use crate::build::ConfigError;
 use crate::config::Config;
-use crate::durable::DurableSchedule;
 use crate::duration::display;
 use crate::suggest::did_you_mean;
+use ballast_queue::DurableSchedule;
 
 /// The timelines of one file's systems; `Display` prints them for people.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,7 +98,7 @@ impl Config {
         let in_memory = builder.timeline();
         let window = in_memory.window;
         let writes_retried = system.dedupes_by_key == Some(true);
-        let durable = self.file.queue.as_ref().map(|q| durable(DurableSchedule::from_section(q), window));
+        let durable = self.file.queue.as_ref().map(|q| durable(q.schedule(), window));
         Timeline {
             name: name.to_owned(),
             composition: composition(&system, &retry, &timeout),
@@ -130,50 +134,82 @@ fn durable(schedule: DurableSchedule, window: Duration) -> Durable {
     Durable { schedule, steps, folded_from, waits: schedule.waits_total() }
 }
 
+/// Where a part's values came from, for the composition line.
+fn origin<T>(part: &Option<Part<T>>) -> &'static str {
+    match part {
+        None => " [the guide's default; `= \"none\"` leaves it out]",
+        Some(_) => "",
+    }
+}
+
 fn composition(system: &crate::model::System, retry: &Retry, timeout: &Timeout) -> String {
     let backoff = retry.get_backoff();
     let mut parts = Vec::new();
-    if retry.max_attempts() <= 1 {
-        parts.push("retry (none: 1 attempt)".to_owned());
-    } else {
-        parts.push(format!(
-            "retry ({} attempts, {} backoff from ~{}, capped at {})",
+    match &system.retry {
+        Some(Part::Off) => parts.push("retry (none: 1 attempt, `retry = \"none\"`)".to_owned()),
+        _ if retry.max_attempts() <= 1 => parts.push("retry (none: 1 attempt)".to_owned()),
+        part => parts.push(format!(
+            "retry ({} attempts, {} backoff from ~{}, capped at {}){}",
             retry.max_attempts(),
             if backoff.is_full_jitter() { "exponential full-jitter" } else { "exponential" },
             display(backoff.median_first()),
-            display(backoff.cap())
-        ));
+            display(backoff.cap()),
+            origin(part)
+        )),
     }
-    if let Some(b) = &system.breaker {
-        let kind = b.kind.as_deref().unwrap_or("?");
-        let detail = match kind {
-            "count" => format!(
-                "count: opens at {}% failures of the last {} calls",
-                b.threshold.map_or(0.0, |t| t * 100.0),
-                b.size.unwrap_or(0)
-            ),
-            "sampling" => format!(
-                "sampling: opens at {}% failures over {}",
-                b.threshold.map_or(0.0, |t| t * 100.0),
-                b.duration.map_or_else(|| "?".to_owned(), |d| display(d.get()))
-            ),
-            "consecutive" => {
-                format!("consecutive: opens after {} failures in a row", b.threshold.unwrap_or(0.0))
-            }
-            other => other.to_owned(),
-        };
-        let half_open = b.half_open_after.map_or(Breaker::DEFAULT_HALF_OPEN, |d| d.get());
-        parts.push(format!("breaker ({detail}, half-open after {})", display(half_open)));
+    match &system.breaker {
+        Some(Part::Off) => parts.push("no breaker (`breaker = \"none\"`)".to_owned()),
+        Some(Part::On(b)) => {
+            let kind = b.kind.as_deref().unwrap_or("?");
+            let detail = match kind {
+                "count" => format!(
+                    "count: opens at {}% failures of the last {} calls",
+                    b.threshold.map_or(0.0, |t| t * 100.0),
+                    b.size.unwrap_or(0)
+                ),
+                "sampling" => format!(
+                    "sampling: opens at {}% failures over {}",
+                    b.threshold.map_or(0.0, |t| t * 100.0),
+                    b.duration.map_or_else(|| "?".to_owned(), |d| display(d.get()))
+                ),
+                "consecutive" => {
+                    format!("consecutive: opens after {} failures in a row", b.threshold.unwrap_or(0.0))
+                }
+                other => other.to_owned(),
+            };
+            let half_open = b.half_open_after.map_or(Breaker::DEFAULT_HALF_OPEN, |d| d.get());
+            parts.push(format!("breaker ({detail}, half-open after {})", display(half_open)));
+        }
+        None => parts.push(format!(
+            "breaker (count: opens at {}% failures of the last {} calls, half-open after {}){}",
+            guide::BREAKER_THRESHOLD * 100.0,
+            guide::BREAKER_SIZE,
+            display(Breaker::DEFAULT_HALF_OPEN),
+            origin(&system.breaker)
+        )),
     }
-    if let Some(b) = &system.bulkhead {
-        parts.push(format!("bulkhead ({} at once, queue {})", b.limit.unwrap_or(0), b.queue.unwrap_or(0)));
+    match &system.bulkhead {
+        Some(Part::Off) => parts.push("no bulkhead (`bulkhead = \"none\"`)".to_owned()),
+        Some(Part::On(b)) => {
+            parts.push(format!("bulkhead ({} at once, queue {})", b.limit.unwrap_or(0), b.queue.unwrap_or(0)))
+        }
+        None => parts.push(format!(
+            "bulkhead ({} at once, queue {}){}",
+            guide::BULKHEAD_LIMIT,
+            guide::BULKHEAD_QUEUE,
+            origin(&system.bulkhead)
+        )),
     }
     let strategy = match timeout.strategy() {
         Strategy::Aggressive => "aggressive",
         Strategy::Cooperative => "cooperative",
     };
     let total = timeout.total_deadline().map(|t| format!(", total {}", display(t))).unwrap_or_default();
-    parts.push(format!("timeout ({} per attempt, {strategy}{total})", display(timeout.attempt())));
+    let timeout_origin = if system.timeout.is_none() { " [the guide's default]" } else { "" };
+    parts.push(format!(
+        "timeout ({} per attempt, {strategy}{total}){timeout_origin}",
+        display(timeout.attempt())
+    ));
     parts.join(" → ")
 }
 
@@ -296,6 +332,21 @@ impl fmt::Display for Timeline {
                     display(d.waits),
                     s.max_attempts,
                     display(self.in_memory.window)
+                )?;
+                let stop = match self.key_ttl {
+                    Some(ttl) => format!(
+                        "its key_ttl ({}) after the first attempt, less one in-memory window: past it",
+                        display(ttl)
+                    ),
+                    None => {
+                        format!("[queue] max_age ({}) after the first attempt: past it", display(s.max_age))
+                    }
+                };
+                writeln!(
+                    f,
+                    "  attempts refused before anything is sent (breaker open, bulkhead full, system not configured) \
+                     are postponed without counting; none is sent later than {stop} the task fails and the alert fires \
+                     (R-RES-RE-1)"
                 )?;
             }
         }

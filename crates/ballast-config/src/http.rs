@@ -49,10 +49,13 @@ impl Config {
             .policy(|_| policy)
             .dedupes_by_key(system.dedupes_by_key.unwrap_or(false))
             .critical(system.critical.unwrap_or(false));
+        if let Some(ttl) = system.key_ttl {
+            builder = builder.key_ttl(ttl.get());
+        }
         if let Some(header) = &system.idempotency_header {
             builder = builder.idempotency_header(header.clone());
         }
-        if let Some(retry_on) = system.retry.as_ref().and_then(|r| r.retry_on.as_ref()) {
+        if let Some(retry_on) = system.retry.as_ref().and_then(|r| r.section()?.retry_on.as_ref()) {
             // Lint has already refused unknown names (with the same reading),
             // but a name the client does not know is never replaced by a default.
             let on = RetryOn::from_names(retry_on).map_err(|source| ConfigError::RetryOn {

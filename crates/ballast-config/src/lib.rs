@@ -47,7 +47,8 @@
 //! | R-RES-RE-3 | error | `retry.max_attempts` > [`ballast::MAX_ATTEMPTS`] (5) or 0 |
 //! | R-RES-RE-4 | error / warning | worst-case in-memory window ([`ballast::Timeline`]) > [`ballast::WINDOW_ERROR`] (30 s) / > [`ballast::WINDOW_WARNING`] (5 s) |
 //! | R-RES-RE-X3 | error | `backoff` other than the two exponential kinds; `first_delay` under [`ballast::MIN_FIRST_DELAY`] (100 ms); `max_delay` under [`ballast::MIN_GROWTH`] (2) × `first_delay` |
-//! | R-RES-RE-X2 | error | `retry_on` with "4xx", "all", "any", "*" or a 4xx status other than [`ballast_http::RetryOn::OPT_IN_NAMES`] ("408", "429", "409-in-flight") |
+//! | R-RES-RE-X2 | error | `retry_on` with "4xx", "all", "any", "*" or a 4xx status other than [`ballast_http::RetryOn::OPT_IN_NAMES`] ("408", "429") |
+//! | R-RES-RE-X2 | note | `retry_on` of a deduplicating system without "409-in-flight": a 409 "still in flight" fails the write |
 //! | R-RES-RE-X4 | error | `client.retries` > 0 |
 //! | R-RES-CB-1 | error | `order` puts the breaker before (outside) retry |
 //! | R-RES-RE-2 | error / note | `order` differs from retry → breaker → bulkhead → timeout / repeats it |
@@ -78,9 +79,9 @@ pub mod report;
 pub mod size;
 pub mod suggest;
 
+pub use ballast_queue::DurableSchedule;
 pub use build::{ConfigError, QueueSettings};
 pub use config::Config;
-pub use durable::DurableSchedule;
 pub use duration::{ConfigDuration, DurationError};
 pub use explain::{Durable, DurableStep, Explanation, Timeline};
 pub use finding::Finding;

@@ -23,6 +23,17 @@ impl Config {
         for (name, system) in &self.file.systems {
             problems.extend(crate::rules::system(&self.file, name, system));
         }
+        if self.file.systems.is_empty() {
+            problems.push(crate::finding::Problem::at(
+                None,
+                ballast::Severity::Warning,
+                Vec::new(),
+                "the file declares no [systems.*]: `ballast serve` would have nothing to call, and a reload to it \
+                 is refused while deliveries wait"
+                    .into(),
+                "add a [systems.NAME] section with its base_url for each external system",
+            ));
+        }
         self.located(problems)
     }
 

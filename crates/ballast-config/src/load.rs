@@ -359,11 +359,16 @@ fn expected(key: &str) -> &'static str {
         "max_attempts" | "size" | "min_calls" | "min_throughput" | "limit" | "queue" | "retries"
         | "max_connections" => "write a whole number that is 0 or more, e.g. 3",
         "max_body" => "write a number of bytes or a size string, e.g. \"1MiB\"",
-        "retain_completed" | "retain_failed" | "timeout" => "write a duration string, e.g. \"7d\" or \"5s\"",
+        "retain_completed" | "retain_failed" | "max_age" | "timeout" => {
+            "write a duration string, e.g. \"7d\" or \"5s\""
+        }
         "critical" | "dedupes_by_key" | "protect_metrics" => "write true or false",
         "webhook" => "write [[alerts.webhook]] tables, each with url_env and format",
+        "retry" | "breaker" | "bulkhead" => {
+            "write a table of its settings, or the string \"none\" to leave this part out"
+        }
         "threshold" | "budget_ratio" => "write a number, e.g. 0.5",
-        "retry_on" | "order" => "write a list of strings, e.g. [\"5xx\", \"timeout\"]",
+        "retry_on" | "order" | "remove_systems" => "write a list of strings, e.g. [\"5xx\", \"timeout\"]",
         _ => "write a string, e.g. \"exponential\"",
     }
 }

@@ -44,6 +44,12 @@ pub struct QueueSection {
     /// `max_attempts`: durable attempts before the task fails and a human is
     /// alerted (default [`ballast_queue::DEFAULT_MAX_ATTEMPTS`], 10).
     pub max_attempts: Option<u64>,
+    /// `max_age`: how long after its first attempt a deferred write whose
+    /// system declares no `key_ttl` may still be sent; attempts refused
+    /// unsent (breaker open, bulkhead full) are postponed without counting
+    /// against `max_attempts` until then (default
+    /// [`ballast_queue::DEFAULT_MAX_AGE`], 24 h).
+    pub max_age: Option<ConfigDuration>,
     /// `retain_completed`: how long `ballast serve` keeps completed and
     /// cancelled tasks before pruning them (default 7 days).
     pub retain_completed: Option<ConfigDuration>,
@@ -73,6 +79,11 @@ pub struct ServeSection {
     /// `stats_interval`: how often the queue's counts are refreshed for
     /// `/metrics` and readiness (default in [`ServeSettings::default`](crate::ServeSettings), 5 s).
     pub stats_interval: Option<ConfigDuration>,
+    /// `remove_systems`: systems this file removes on purpose. A reload
+    /// (SIGHUP) that removes a system with unfinished deliveries is refused
+    /// unless the system is named here; its deliveries are then held until a
+    /// system of that name returns or they age out (`[queue] max_age`).
+    pub remove_systems: Option<Vec<String>>,
 }
 
 /// `[gateway]`: `ballast serve`'s data plane, where services in any language
@@ -140,17 +151,70 @@ pub struct System {
     /// `order`: refused whenever it differs from the fixed order (R-RES-CB-1,
     /// R-RES-RE-2); it exists only to explain that the order is not a setting.
     pub order: Option<Vec<String>>,
-    /// `[systems.NAME.retry]`; without it a call makes exactly one attempt.
-    pub retry: Option<RetrySection>,
-    /// `[systems.NAME.breaker]`; without it there is no circuit breaker.
-    pub breaker: Option<BreakerSection>,
-    /// `[systems.NAME.bulkhead]`; without it there is no concurrency limit.
-    pub bulkhead: Option<BulkheadSection>,
+    /// `[systems.NAME.retry]`; without it the guide's retry
+    /// ([`ballast::guide::retry`]: 3 attempts); `retry = "none"`: one attempt per call.
+    pub retry: Option<Part<RetrySection>>,
+    /// `[systems.NAME.breaker]`; without it the guide's breaker
+    /// ([`ballast::guide::breaker`]); `breaker = "none"`: no circuit breaker.
+    pub breaker: Option<Part<BreakerSection>>,
+    /// `[systems.NAME.bulkhead]`; without it the guide's bulkhead
+    /// ([`ballast::guide::bulkhead`]); `bulkhead = "none"`: no concurrency limit.
+    pub bulkhead: Option<Part<BulkheadSection>>,
     /// `[systems.NAME.timeout]`; without it [`ballast::Timeout::default`]
     /// (5 s per attempt, aggressive).
     pub timeout: Option<TimeoutSection>,
     /// `[systems.NAME.client]`: the HTTP client's own settings.
     pub client: Option<ClientSection>,
+}
+
+/// A part of the composition as a file gives it: its own table, or
+/// `"none"` to leave the part out on purpose. A part the file does not
+/// mention at all is the guide's ([`ballast::guide`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part<T> {
+    /// `retry = "none"` (or `breaker`, `bulkhead`): left out on purpose.
+    Off,
+    /// A table of settings.
+    On(T),
+}
+
+impl<T> Part<T> {
+    /// The table, if the part is configured with one.
+    pub fn section(&self) -> Option<&T> {
+        match self {
+            Part::On(t) => Some(t),
+            Part::Off => None,
+        }
+    }
+}
+
+/// The word that leaves a part out.
+pub const NONE: &str = "none";
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Part<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = Part<T>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table of settings, or the string \"none\" to leave this part out")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<Part<T>, E> {
+                if value == NONE {
+                    Ok(Part::Off)
+                } else {
+                    Err(E::invalid_value(serde::de::Unexpected::Str(value), &self))
+                }
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Part<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Part::On)
+            }
+        }
+        deserializer.deserialize_any(Visit(std::marker::PhantomData))
+    }
 }
 
 /// `[systems.NAME.retry]`.
@@ -167,7 +231,7 @@ pub struct RetrySection {
     /// `max_delay`: the cap on every delay (default [`ballast::Backoff::DEFAULT_MAX_DELAY`], 30 s).
     pub max_delay: Option<ConfigDuration>,
     /// `retry_on`: the transient outcomes retried (R-RES-RE-X2), by the names
-    /// of [`ballast_http::RetryOn::names`]; default [`ballast_http::RetryOn::TRANSIENT_NAMES`].
+    /// of [`ballast_http::RetryOn::names`]; default [`ballast_http::RetryOn::DEFAULT_NAMES`].
     pub retry_on: Option<Vec<String>>,
     /// `budget_ratio`: retries may add this share of recent calls; 0 or
     /// absent keeps the default budget ([`ballast::Budget::default`], 10 %).
@@ -269,6 +333,7 @@ const SERVE_KEYS: &[(&str, Schema)] = &[
     ("token_env", Value),
     ("protect_metrics", Value),
     ("stats_interval", Value),
+    ("remove_systems", Value),
 ];
 
 const QUEUE_KEYS: &[(&str, Schema)] = &[
@@ -276,6 +341,7 @@ const QUEUE_KEYS: &[(&str, Schema)] = &[
     ("poll_interval", Value),
     ("lease", Value),
     ("max_attempts", Value),
+    ("max_age", Value),
     ("retain_completed", Value),
     ("retain_failed", Value),
 ];

@@ -10,10 +10,9 @@ use std::time::Duration;
 use ballast::{PolicyBuilder, Retry, Rule, Severity, Violation};
 use ballast_http::RetryOn;
 
-use crate::durable::DurableSchedule;
 use crate::duration::display;
 use crate::finding::{system_path, Problem};
-use crate::model::{AlertsSection, File, GatewaySection, QueueSection, ServeSection, System};
+use crate::model::{AlertsSection, File, GatewaySection, Part, QueueSection, ServeSection, System};
 use crate::suggest::did_you_mean;
 
 /// The only order the composition has (R-RES-RE-2).
@@ -31,7 +30,53 @@ pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<Problem> {
     out.extend(writes_need_dedup(name, sys, &retry));
     out.extend(key_outlives_retries(file, name, sys, builder.worst_case()));
     out.extend(system_ranges(name, sys));
+    out.extend(calls_itself(file, name, sys));
     out
+}
+
+/// A `base_url` at the address of one of `ballast serve`'s own listeners:
+/// the gateway would call itself (each attempt nesting another call).
+fn calls_itself(file: &File, name: &str, sys: &System) -> Vec<Problem> {
+    let Some(url) = sys.base_url.as_deref().and_then(|u| ballast_http::parse_base_url(u).ok()) else {
+        return Vec::new();
+    };
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else { return Vec::new() };
+    let host_ip = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().ok();
+    let localhost = host.eq_ignore_ascii_case("localhost");
+    let listen = |given: Option<&String>, default: std::net::SocketAddr| {
+        given.map_or(Some(default), |l| l.parse::<std::net::SocketAddr>().ok())
+    };
+    let serve = file.serve.as_ref().and_then(|s| s.listen.as_ref());
+    let mut own = vec![("[serve] listen", listen(serve, crate::ServeSettings::default().listen))];
+    if let Some(gateway) = &file.gateway {
+        own.push((
+            "[gateway] listen",
+            listen(gateway.listen.as_ref(), crate::GatewaySettings::default().listen),
+        ));
+    }
+    // A listener on 0.0.0.0 or :: answers on every address of the host, loopback included.
+    let names_host = |addr: std::net::SocketAddr| {
+        let ip = addr.ip();
+        match host_ip {
+            Some(h) => h == ip || (ip.is_unspecified() && (h.is_loopback() || h.is_unspecified())),
+            None => localhost && (ip.is_loopback() || ip.is_unspecified()),
+        }
+    };
+    own.into_iter()
+        .filter_map(|(which, addr)| Some((which, addr?)))
+        .filter(|(_, addr)| addr.port() != 0 && addr.port() == port && names_host(*addr))
+        .map(|(which, addr)| {
+            Problem::error(
+                None,
+                system_path(name, &["base_url"]),
+                format!(
+                    "base_url of `{name}` points at {addr}, {which} of `ballast serve` itself: every call would \
+                     call the gateway again instead of the system"
+                ),
+                "write the external system's own address",
+            )
+        })
+        .collect()
 }
 
 /// The core's own checks (R-RES-RE-3, R-RES-RE-4, R-RES-RE-X3 and every
@@ -49,7 +94,9 @@ pub(crate) fn violation(name: &str, v: Violation) -> Problem {
 /// R-RES-RE-X2: only transient outcomes are retried, never contract errors.
 /// An entry is known exactly when the HTTP client's [`RetryOn::from_names`] takes it.
 fn retry_on(name: &str, sys: &System) -> Vec<Problem> {
-    let Some(list) = sys.retry.as_ref().and_then(|r| r.retry_on.as_ref()) else { return Vec::new() };
+    let Some(list) = sys.retry.as_ref().and_then(|r| r.section()?.retry_on.as_ref()) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for (i, entry) in list.iter().enumerate() {
         if RetryOn::from_names(&[entry]).is_ok() {
@@ -64,8 +111,8 @@ fn retry_on(name: &str, sys: &System) -> Vec<Problem> {
                 at,
                 format!("retry_on \"{entry}\" retries contract errors (4xx): the request itself is wrong and will fail again"),
                 format!(
-                    "retry only transient outcomes: {}; of the 4xx only {} may be opted into",
-                    quoted(&RetryOn::TRANSIENT_NAMES, ", "),
+                    "retry only transient outcomes: {}; of the other 4xx only {} may be opted into",
+                    quoted(&RetryOn::DEFAULT_NAMES, ", "),
                     quoted(&RetryOn::OPT_IN_NAMES, " and ")
                 ),
             ));
@@ -81,6 +128,21 @@ fn retry_on(name: &str, sys: &System) -> Vec<Problem> {
                 help,
             ));
         }
+    }
+    let names: Vec<String> = list.iter().map(|e| RetryOn::normalize_name(e)).collect();
+    if sys.dedupes_by_key == Some(true) && !names.iter().any(|n| n == "409-in-flight") {
+        out.push(Problem::at(
+            Some(Rule::ReX2),
+            Severity::Note,
+            system_path(name, &["retry", "retry_on"]),
+            format!(
+                "`retry_on` leaves out \"409-in-flight\": a 409 to a keyed write to `{name}` fails the write \
+                 at once, though under the IETF Idempotency-Key draft it means the original request with that \
+                 key is still being processed and may well succeed"
+            ),
+            "add \"409-in-flight\" unless this system's 409 means a contract error; the write is then \
+             tried again later with the same key",
+        ));
     }
     out
 }
@@ -152,7 +214,11 @@ fn order(name: &str, sys: &System) -> Vec<Problem> {
 
 /// R-RES-RE-1 (note): without deduplication by key, only reads are retried.
 fn writes_need_dedup(name: &str, sys: &System, retry: &Retry) -> Vec<Problem> {
-    if retry.max_attempts() <= 1 || sys.dedupes_by_key == Some(true) {
+    // Only a retry the file configures: the guide's default retries reads, as it should.
+    if retry.max_attempts() <= 1
+        || sys.dedupes_by_key == Some(true)
+        || !matches!(sys.retry, Some(Part::On(_)))
+    {
         return Vec::new();
     }
     let at = if sys.dedupes_by_key.is_some() {
@@ -202,9 +268,9 @@ fn key_outlives_retries(file: &File, name: &str, sys: &System, window: Duration)
     }
 }
 
-/// The longest time a keyed write may still be retried: see [`DurableSchedule::key_lifetime`].
+/// The longest time a keyed write may still be retried: see [`ballast_queue::DurableSchedule::key_lifetime`].
 pub(crate) fn required_key_ttl(file: &File, window: Duration) -> Duration {
-    file.queue.as_ref().map_or(window, |q| DurableSchedule::from_section(q).key_lifetime(window))
+    file.queue.as_ref().map_or(window, |q| q.schedule().key_lifetime(window))
 }
 
 /// The HTTP client's connect and read timeouts fit inside the attempt
@@ -341,6 +407,13 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
             refuse("max_attempts", format!("`max_attempts` {n} is larger than the queue can store"), guide)
         }
         _ => {}
+    }
+    if q.max_age.is_some_and(|d| d.get().is_zero()) {
+        refuse(
+            "max_age",
+            "`max_age` is zero: every deferred write to a system without `key_ttl` would fail before its first delivery".into(),
+            "use a day or more, e.g. \"24h\" (the default)".into(),
+        );
     }
     for key in ["retain_completed", "retain_failed"] {
         let value = if key == "retain_completed" { q.retain_completed } else { q.retain_failed };

@@ -3,10 +3,10 @@
 //! (a kind that does not exist, a key a kind needs). The checker and the
 //! builder both start here, so they read every value the same way.
 
-use ballast::{Backoff, Breaker, Budget, Bulkhead, Policy, PolicyBuilder, Retry, Rule, Timeout};
+use ballast::{guide, Backoff, Breaker, Budget, Bulkhead, Policy, PolicyBuilder, Retry, Rule, Timeout};
 
 use crate::finding::{system_path, Problem};
-use crate::model::{BreakerSection, RetrySection, System, TimeoutSection};
+use crate::model::{BreakerSection, Part, RetrySection, System, TimeoutSection};
 use crate::suggest::did_you_mean;
 
 /// The backoff kinds that exist (R-RES-RE-X3).
@@ -25,15 +25,26 @@ pub const MAX_COUNT_WINDOW: u64 = ballast::Breaker::MAX_COUNT_WINDOW as u64;
 /// never handed out, because the problem is an error.
 pub(crate) fn translate(name: &str, system: &System) -> Translated {
     let mut problems = Vec::new();
-    // Without a [retry] section a call makes one attempt: retry is opt-in.
-    let retry = system.retry.as_ref().map_or(Retry::never(), |r| retry(name, r, &mut problems));
-    let timeout = system.timeout.as_ref().map_or(Timeout::default(), |t| timeout(name, t, &mut problems));
+    // A part the file does not mention is the guide's; "none" leaves it out.
+    let retry = match &system.retry {
+        None => guide::retry(),
+        Some(Part::Off) => Retry::never(),
+        Some(Part::On(r)) => retry(name, r, &mut problems),
+    };
+    let timeout = system.timeout.as_ref().map_or(guide::timeout(), |t| timeout(name, t, &mut problems));
     let mut builder = Policy::builder(name).retry(retry).timeout(timeout);
-    if let Some(b) = system.breaker.as_ref().and_then(|b| breaker(name, b, &mut problems)) {
+    let breaker = match &system.breaker {
+        None => Some(guide::breaker()),
+        Some(Part::Off) => None,
+        Some(Part::On(b)) => breaker(name, b, &mut problems),
+    };
+    if let Some(b) = breaker {
         builder = builder.breaker(b);
     }
-    if let Some(b) = &system.bulkhead {
-        match b.limit {
+    match &system.bulkhead {
+        None => builder = builder.bulkhead(guide::bulkhead()),
+        Some(Part::Off) => {}
+        Some(Part::On(b)) => match b.limit {
             Some(limit) => {
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
                 let queue = b.queue.map_or(0, |q| usize::try_from(q).unwrap_or(usize::MAX));
@@ -42,7 +53,7 @@ pub(crate) fn translate(name: &str, system: &System) -> Translated {
             None => {
                 problems.push(missing(name, "bulkhead", "limit", "add `limit = 8` (concurrent attempts)"))
             }
-        }
+        },
     }
     Translated { builder, retry, timeout, problems }
 }

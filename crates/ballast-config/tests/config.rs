@@ -2,6 +2,8 @@
 //! fixture per rule, the shipped example, output snapshots, and a property
 //! test that random and mutated documents never panic.
 
+use std::time::Duration;
+
 use ballast_config::{report, Config};
 use proptest::prelude::*;
 
@@ -78,11 +80,12 @@ fn client_timeouts_longer_than_the_attempt_are_errors_and_not_built() {
 
     // The default attempt timeout (5 s) bounds them too; equal is fine.
     let config = Config::parse("t.toml", "[systems.a.timeout]\nread = \"6s\"\nconnect = \"5s\"\n").unwrap();
-    let found: Vec<_> = config.lint().into_iter().map(|f| f.location.unwrap().line).collect();
+    let found: Vec<_> =
+        config.lint().into_iter().filter(|f| f.is_error()).map(|f| f.location.unwrap().line).collect();
     assert_eq!(found, [2]);
     let config = Config::parse(
         "t.toml",
-        "[systems.a]\nbase_url = \"http://127.0.0.1:1\"\n[systems.a.timeout]\nattempt = \"2s\"\nconnect = \"2s\"\nread = \"1s\"\n",
+        "[systems.a]\nbase_url = \"http://127.0.0.1:1\"\nretry = \"none\"\n[systems.a.timeout]\nattempt = \"2s\"\nconnect = \"2s\"\nread = \"1s\"\n",
     )
     .unwrap();
     assert_eq!(config.lint(), vec![]);
@@ -190,7 +193,7 @@ fn the_shipped_example_is_clean_and_builds() {
     assert_eq!(policies["sber"].retry().max_attempts(), 3);
     assert!(policies["sber"].worst_case() <= ballast::WINDOW_WARNING);
     let queue = config.queue().expect("queue settings");
-    assert_eq!(queue.max_attempts, 10);
+    assert_eq!(queue.schedule.max_attempts, 10);
 }
 
 #[tokio::test]
@@ -336,7 +339,7 @@ fn secrets_in_urls_stay_out_of_findings() {
     )
     .unwrap();
     let findings = config.lint();
-    assert_eq!(findings.len(), 2, "{findings:?}");
+    assert_eq!(findings.iter().filter(|f| f.is_error()).count(), 2, "{findings:?}");
     for f in &findings {
         assert!(!f.message.contains("s3cret") && !f.help.contains("s3cret"), "{f:?}");
     }
@@ -467,8 +470,113 @@ retries = 3
         "[gateway]\nlisten = \"0.0.0.0:9465\"\ntoken_env = \"GW_TOKEN\"\nmax_body = \"512KiB\"\n[[alerts.webhook]]\nurl_env = \"AM_URL\"\nformat = \"alertmanager\"\n",
     )
     .unwrap();
-    assert_eq!(good.lint(), vec![]);
+    let findings = good.lint();
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert!(!findings[0].is_error() && findings[0].message.contains("no [systems.*]"), "{findings:?}");
     assert_eq!(good.gateway().unwrap().unwrap().max_body, 512 * 1024);
     let hooks = good.alerts().unwrap();
     assert_eq!((hooks[0].format, hooks[0].dedupes_by_key), (ballast_config::AlertFormat::Alertmanager, true));
+}
+
+/// A system that says nothing of a part gets the guide's; `"none"` leaves
+/// it out, and `explain` says which is which.
+#[test]
+fn an_unconfigured_system_gets_the_guide_s_composition_and_none_leaves_a_part_out() {
+    let config = Config::parse(
+        "t.toml",
+        "[systems.pay]\nbase_url = \"http://127.0.0.1:1\"\n\n[systems.sms]\nbase_url = \"http://127.0.0.1:2\"\nretry = \"none\"\nbreaker = \"none\"\nbulkhead = \"none\"\n",
+    )
+    .unwrap();
+    let pay = config.policy("pay").unwrap();
+    assert_eq!(pay.retry().max_attempts(), 3);
+    assert!(pay.breaker().is_some(), "the guide's count breaker");
+    assert_eq!(pay.bulkhead_limit(), Some(8));
+    assert_eq!(pay.timeout().attempt(), Duration::from_secs(5));
+    let sms = config.policy("sms").unwrap();
+    assert_eq!((sms.retry().max_attempts(), sms.breaker().is_some(), sms.bulkhead_limit()), (1, false, None));
+
+    let explained = config.explain(None).unwrap().to_string();
+    let line = |system: &str| {
+        let at = explained.find(&format!("system `{system}`")).unwrap();
+        explained[at..].lines().nth(1).unwrap().to_owned()
+    };
+    assert_eq!(line("pay").matches("[the guide's default").count(), 4, "{}", line("pay"));
+    assert!(line("pay")
+        .contains("breaker (count: opens at 50% failures of the last 50 calls, half-open after 30s)"));
+    let sms_line = line("sms");
+    assert!(
+        sms_line.contains("retry (none: 1 attempt, `retry = \"none\"`)")
+            && sms_line.contains("no breaker")
+            && sms_line.contains("no bulkhead"),
+        "{sms_line}"
+    );
+    let bad = Config::check("t.toml", "[systems.x]\nbase_url = \"http://a/\"\nbreaker = \"off\"\n").unwrap();
+    let finding = bad.findings.iter().find(|f| f.is_error()).expect("only \"none\" leaves a part out");
+    assert!(finding.message.contains("\"none\"") && finding.location.unwrap().line == 3, "{finding:?}");
+}
+
+#[test]
+fn a_base_url_at_one_of_serve_s_own_listeners_is_an_error() {
+    for (listen, url, loops) in [
+        ("[gateway]\n", "http://127.0.0.1:9465/", true),
+        ("[gateway]\nlisten = \"0.0.0.0:8080\"\ntoken_env = \"T\"\n", "http://localhost:8080/api", true),
+        ("", "http://127.0.0.1:9464", true),
+        ("[serve]\nlisten = \"[::1]:7000\"\n", "http://[::1]:7000/", true),
+        ("[gateway]\n", "http://127.0.0.1:9466/", false),
+        ("", "http://10.0.0.1:9464/", false),
+        ("[gateway]\nlisten = \"127.0.0.1:0\"\n", "http://127.0.0.1:0/", false),
+    ] {
+        let text = format!("{listen}[systems.pay]\nbase_url = \"{url}\"\n");
+        let config = Config::parse("t.toml", text.as_str()).unwrap();
+        let found = config.lint().into_iter().find(|f| f.message.contains("`ballast serve` itself"));
+        assert_eq!(found.is_some(), loops, "{text}");
+        if let Some(f) = found {
+            assert!(f.is_error() && f.location.unwrap().line == text.lines().count(), "{f:?}");
+        }
+    }
+}
+
+#[test]
+fn durable_settings_are_one_value_for_lint_and_runtime() {
+    let config = Config::parse(
+        "t.toml",
+        "[queue]\nurl = \"sqlite://q.db\"\nmax_attempts = 3\npoll_interval = \"1s\"\nmax_age = \"2h\"\n[systems.pay]\nbase_url = \"http://127.0.0.1:1\"\ndedupes_by_key = true\nkey_ttl = \"30s\"\n",
+    )
+    .unwrap();
+    let settings = config.queue().unwrap();
+    let explained = config.explain(Some("pay")).unwrap();
+    let durable = explained.systems[0].durable.as_ref().unwrap();
+    assert_eq!(settings.schedule, durable.schedule);
+    assert_eq!((settings.schedule.max_attempts, settings.schedule.max_age), (3, Duration::from_secs(7200)));
+    // The window lint checks key_ttl against is the schedule's.
+    let needed = settings.schedule.key_lifetime(explained.systems[0].in_memory.window);
+    assert_eq!(explained.systems[0].key_needed, needed);
+    let re1 = config.lint().into_iter().find(|f| f.rule.map(|r| r.id()) == Some("R-RES-RE-1")).unwrap();
+    assert!(re1.is_error() && re1.message.contains("key_ttl 30s"), "{re1:?}");
+
+    let zero = Config::parse("t.toml", "[queue]\nurl = \"sqlite://q.db\"\nmax_age = \"0s\"\n").unwrap();
+    assert!(zero.lint().iter().any(|f| f.is_error() && f.message.contains("`max_age` is zero")));
+}
+
+#[test]
+fn leaving_409_in_flight_out_of_a_deduplicating_system_s_retry_on_is_noted() {
+    let text = |retry_on: &str| {
+        format!("[systems.pay]\nbase_url = \"http://a/\"\ndedupes_by_key = true\nkey_ttl = \"1d\"\n[systems.pay.retry]\nretry_on = {retry_on}\n")
+    };
+    let notes = |retry_on: &str| {
+        let config = Config::parse("t.toml", text(retry_on)).unwrap();
+        config.lint().into_iter().filter(|f| f.message.contains("409-in-flight")).collect::<Vec<_>>()
+    };
+    let without = notes("[\"5xx\", \"timeout\"]");
+    assert_eq!(without.len(), 1);
+    assert_eq!(
+        (without[0].severity, without[0].rule.map(|r| r.id())),
+        (ballast::Severity::Note, Some("R-RES-RE-X2"))
+    );
+    assert!(notes("[\"5xx\", \"409-in-flight\"]").is_empty());
+    let policy_on = Config::parse("t.toml", text("[\"5xx\"]")).unwrap().http_system("pay").unwrap();
+    assert!(!policy_on.retry_on().conflict_in_flight, "left out means off");
+    let default =
+        Config::parse("t.toml", "[systems.pay]\nbase_url = \"http://a/\"\ndedupes_by_key = true\n").unwrap();
+    assert!(default.http_system("pay").unwrap().retry_on().conflict_in_flight, "on by default");
 }

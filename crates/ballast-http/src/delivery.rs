@@ -26,8 +26,10 @@
 //! # Ok(()) }
 //! ```
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use ballast::{Classification, Classify, Failure, IdempotencyKey, Rejection};
-use ballast_queue::{Handler, Handover, HandoverError, NewTask, Queue, TaskContext};
+use ballast_queue::{Handler, Handover, HandoverError, NewTask, Queue, TaskContext, DEFAULT_MAX_AGE};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use http::Method;
@@ -74,6 +76,15 @@ pub struct Delivery {
     /// The body; `None` when empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<Body>,
+    /// When the write's first attempt was about to be made, in milliseconds
+    /// since the Unix epoch. A delivery is never sent once its key may have
+    /// expired — the system's [`key_ttl`](crate::HttpSystemBuilder::key_ttl)
+    /// after this, less one in-memory window — nor, for a system without one,
+    /// once it is older than [`DeliveryHandler::max_age`]: it fails and alerts
+    /// instead (R-RES-RE-1). `None` in deliveries stored before this field
+    /// existed: they are bounded by their attempts alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_attempt_at: Option<u64>,
 }
 
 /// A request body as stored in JSON: text when it is UTF-8, so an operator
@@ -135,7 +146,25 @@ impl Delivery {
             query: head.query.clone(),
             headers,
             body: Body::from_bytes(&request.body),
+            first_attempt_at: Some(unix_millis(SystemTime::now())),
         })
+    }
+
+    /// The latest moment this delivery may still be sent to `system`: its
+    /// key's TTL after the first attempt, less one in-memory window, where
+    /// the system deduplicates and declares a TTL; `max_age` after the
+    /// first attempt otherwise. `None` for a delivery without
+    /// [`first_attempt_at`](Self::first_attempt_at).
+    pub fn send_by(&self, system: Option<&HttpSystem>, max_age: Duration) -> Option<SystemTime> {
+        let first = UNIX_EPOCH + Duration::from_millis(self.first_attempt_at?);
+        let lasts = match system {
+            Some(system) if system.dedupes_by_key() => match system.key_ttl() {
+                Some(ttl) => ttl.saturating_sub(system.policy().worst_case()),
+                None => max_age,
+            },
+            _ => max_age,
+        };
+        first.checked_add(lasts)
     }
 
     /// The request to send, or why the stored delivery is not a valid one.
@@ -201,11 +230,21 @@ impl HttpSystem {
 /// Runs [`Delivery`] tasks ([`DELIVERY_KIND`]): sends each with
 /// [`HttpSystem::write`] and the task's idempotency key.
 ///
-/// Success completes the task. A transient failure or a rejection
-/// reschedules it with the queue's `2^n s` backoff (or at the breaker's next
-/// probe); a permanent one (a 4xx) fails it and fires the queue's alert. For
-/// a system that does not deduplicate by key, only a failure that sent
-/// nothing (a rejection, a refused connection) is tried again.
+/// Success completes the task. A transient failure reschedules it with the
+/// queue's `2^n s` backoff; a permanent one (a 4xx) fails it and fires the
+/// queue's alert. For a system that does not deduplicate by key, only a
+/// failure that sent nothing (a rejection, a refused connection) is tried
+/// again.
+///
+/// An attempt the breaker or the bulkhead refused before anything was sent,
+/// or one whose system is not configured (a reload removed it), is
+/// postponed — to the breaker's next probe, when it says — without counting
+/// against the task's `max_attempts`
+/// ([`TaskContext::not_attempted`]): a long outage cannot use up a
+/// delivery's attempts without a single request. What bounds it instead is
+/// [`Delivery::send_by`]: the key's TTL where the system deduplicates and
+/// declares one, [`max_age`](Self::max_age) otherwise. Past it the delivery
+/// fails with [`DeliveryError::Expired`], unsent, and alerts.
 ///
 /// ```no_run
 /// # fn f(queue: ballast_queue::Queue, sber: ballast_http::HttpSystem) -> Result<(), ballast_queue::Error> {
@@ -218,18 +257,31 @@ impl HttpSystem {
 #[derive(Debug, Clone)]
 pub struct DeliveryHandler {
     systems: Systems,
+    max_age: Duration,
 }
+
+/// How long a delivery whose system is not configured waits before it is
+/// looked at again.
+const HOLD_UNKNOWN: Duration = Duration::from_secs(30);
 
 impl DeliveryHandler {
     /// Delivers to `systems`, found by name.
     pub fn new(systems: impl IntoIterator<Item = HttpSystem>) -> Self {
-        Self { systems: Systems::new(systems) }
+        Self::shared(Systems::new(systems))
     }
 
     /// Delivers to the systems of `systems` as they are at each delivery, so
     /// a reload that replaces them reaches the worker too.
     pub fn shared(systems: Systems) -> Self {
-        Self { systems }
+        Self { systems, max_age: DEFAULT_MAX_AGE }
+    }
+
+    /// How long after its first attempt a delivery may still be sent when
+    /// its system declares no key TTL, or is not configured (default
+    /// [`DEFAULT_MAX_AGE`], 24 h; `ballast serve` takes `[queue] max_age`).
+    pub fn max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
     }
 }
 
@@ -238,10 +290,27 @@ impl Handler for DeliveryHandler {
     type Error = DeliveryError;
 
     async fn handle(&self, task: TaskContext, delivery: Delivery) -> Result<(), DeliveryError> {
-        let system = self
-            .systems
-            .get(&delivery.system)
-            .ok_or_else(|| DeliveryError::UnknownSystem { system: delivery.system.clone() })?;
+        let system = self.systems.get(&delivery.system);
+        if let Some(by) = delivery.send_by(system.as_ref(), self.max_age) {
+            if SystemTime::now() > by {
+                return Err(DeliveryError::Expired {
+                    system: delivery.system.clone(),
+                    bound: match &system {
+                        Some(s) if s.dedupes_by_key() && s.key_ttl().is_some() => ExpiredBy::KeyTtl,
+                        _ => ExpiredBy::MaxAge,
+                    },
+                });
+            }
+        }
+        let Some(system) = system else {
+            task.not_attempted();
+            tracing::warn!(
+                system = %delivery.system,
+                task_id = task.id(),
+                "delivery held: no system of that name is configured; it is looked at again in {HOLD_UNKNOWN:?}"
+            );
+            return Err(DeliveryError::UnknownSystem { system: delivery.system.clone() });
+        };
         let key = task.key().ok_or(DeliveryError::NoKey { task_id: task.id() })?;
         let request = delivery.to_request().map_err(DeliveryError::Invalid)?;
         let span = if tracing::dispatcher::has_been_set() {
@@ -257,12 +326,16 @@ impl Handler for DeliveryHandler {
         };
         #[cfg(feature = "otel")]
         crate::otel::continue_trace(&span, &delivery.headers);
-        let response =
-            system.write(key, request).instrument(span).await.map_err(|failure| DeliveryError::Failed {
+        let response = system.write(key, request).instrument(span).await.map_err(|failure| {
+            if matches!(failure, Failure::Rejected { attempts: 0, .. }) {
+                task.not_attempted();
+            }
+            DeliveryError::Failed {
                 system: delivery.system.clone(),
                 dedupes_by_key: system.dedupes_by_key(),
                 failure,
-            })?;
+            }
+        })?;
         tracing::info!(
             system = %delivery.system,
             task_id = task.id(),
@@ -274,6 +347,10 @@ impl Handler for DeliveryHandler {
         let _ = task.set_result(&DeliveryResult { status: response.status().as_u16() });
         Ok(())
     }
+}
+
+fn unix_millis(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// What a delivered [`Delivery`] task stores as its result
@@ -289,11 +366,25 @@ pub struct DeliveryResult {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeliveryError {
-    /// The delivery names a system the handler was not given.
-    #[error("unknown system {system:?}: give its HttpSystem to DeliveryHandler::new, then retry the task")]
+    /// The delivery names a system that is not configured (a reload removed
+    /// it, or it was never given to the handler): held, not failed, until
+    /// the system returns or the delivery is too old.
+    #[error(
+        "unknown system {system:?}: the delivery is held until a system of that name is configured again \
+         (give its HttpSystem to the DeliveryHandler, or restore its [systems] section)"
+    )]
     UnknownSystem {
         /// The system named by the delivery.
         system: String,
+    },
+    /// The delivery is too old to be sent: its key may have expired, or it
+    /// outlived the handler's `max_age`. It was not sent.
+    #[error("{}", expired_message(system, *bound))]
+    Expired {
+        /// The system named by the delivery.
+        system: String,
+        /// What bounded it.
+        bound: ExpiredBy,
     },
     /// The task carries no idempotency key.
     #[error(
@@ -319,6 +410,29 @@ pub enum DeliveryError {
     },
 }
 
+/// What ended a delivery that was never sent: see [`Delivery::send_by`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpiredBy {
+    /// The system's `key_ttl`: a later attempt might no longer be deduplicated.
+    KeyTtl,
+    /// The handler's `max_age` (`[queue] max_age`).
+    MaxAge,
+}
+
+fn expired_message(system: &str, bound: ExpiredBy) -> String {
+    match bound {
+        ExpiredBy::KeyTtl => format!(
+            "not sent: the idempotency key of this write to {system} may have expired (its key_ttl since the \
+             first attempt, less one in-memory window), and a later attempt could apply the write twice \
+             (R-RES-RE-1); check with {system} whether the write was applied"
+        ),
+        ExpiredBy::MaxAge => format!(
+            "not sent: this delivery to {system} is older than [queue] max_age; check with {system} \
+             whether it is still wanted, and send it anew with its key if so"
+        ),
+    }
+}
+
 fn failed_message(system: &str, dedupes_by_key: bool, failure: &Failure<HttpError>) -> String {
     if dedupes_by_key || matches!(failure, Failure::Rejected { .. }) {
         format!("delivery to {system} failed: {failure}")
@@ -332,8 +446,12 @@ fn failed_message(system: &str, dedupes_by_key: bool, failure: &Failure<HttpErro
 
 impl Classify for DeliveryError {
     fn classify(&self) -> Classification {
-        let DeliveryError::Failed { dedupes_by_key, failure, .. } = self else {
-            return Classification::permanent();
+        let (dedupes_by_key, failure) = match self {
+            DeliveryError::Failed { dedupes_by_key, failure, .. } => (dedupes_by_key, failure),
+            DeliveryError::UnknownSystem { .. } => {
+                return Classification::transient().with_retry_after(HOLD_UNKNOWN)
+            }
+            _ => return Classification::permanent(),
         };
         match failure {
             // Nothing was sent: safe to try again whatever the system's contract.

@@ -63,6 +63,17 @@ pub enum HttpError {
         /// What is wrong.
         reason: String,
     },
+    /// The request's path has a dot segment (`.` or `..`, raw or
+    /// percent-encoded, with `/` or `\\`): it could leave the system's base
+    /// URL, so it is refused unsent.
+    #[error(
+        "the path {path:?} has a `.` or `..` segment (in some spelling): it could reach paths of the \
+         system outside its base URL, so it was not sent; name the resource without dot segments"
+    )]
+    BadPath {
+        /// The path given (at most 200 characters of it).
+        path: String,
+    },
     /// The system's base URL is unusable.
     #[error("invalid base URL {url:?}: {reason}; use an absolute http:// or https:// URL")]
     InvalidBaseUrl {

@@ -73,7 +73,7 @@ mod systems;
 pub use classify::{RetryOn, TransportKind, UnknownClass};
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
-pub use delivery::{Delivery, DeliveryError, DeliveryHandler, DeliveryResult, DELIVERY_KIND};
+pub use delivery::{Delivery, DeliveryError, DeliveryHandler, DeliveryResult, ExpiredBy, DELIVERY_KIND};
 pub use error::HttpError;
 pub use health::{Health, HealthReport, SystemHealth};
 pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};

@@ -57,14 +57,56 @@ impl Head {
         self.invalid.get_or_insert(reason);
     }
 
+    /// Why the request cannot be sent, if it cannot: a mistake made while
+    /// building it, or a path that could leave the base URL.
     pub(crate) fn check(&self) -> Result<(), HttpError> {
-        self.invalid.as_ref().map_or(Ok(()), |reason| Err(HttpError::invalid(reason)))
+        if let Some(reason) = &self.invalid {
+            return Err(HttpError::invalid(reason));
+        }
+        if has_dot_segment(&self.path) {
+            return Err(HttpError::BadPath { path: self.path.chars().take(200).collect() });
+        }
+        Ok(())
     }
+}
+
+/// How many rounds of percent-decoding a path is looked through: a server
+/// (or a framework in front of it) may decode once more than we do.
+const DECODINGS: usize = 3;
+
+/// Whether `path`, or any of its percent-decodings, has a `.` or `..`
+/// segment — raw, percent-encoded in any case (`%2e%2E`), mixed (`.%2e`),
+/// separated by `/` or `\` (also encoded), or followed by `;params`.
+/// Any of them may make the system resolve the path above the base URL's.
+///
+/// ```text
+/// orders/7            fine
+/// pay/%2e%2e/admin    refused (and ../, .%2e, %2E%2E, ..\, ..;/, %252e%252e)
+/// ```
+pub(crate) fn has_dot_segment(path: &str) -> bool {
+    let mut text = std::borrow::Cow::Borrowed(path);
+    for _ in 0..=DECODINGS {
+        let dotted = text.split(['/', '\\']).any(|segment| {
+            let segment = segment.split(';').next().unwrap_or_default();
+            segment == "." || segment == ".."
+        });
+        if dotted {
+            return true;
+        }
+        let decoded = percent_encoding::percent_decode_str(&text).decode_utf8_lossy().into_owned();
+        if decoded == *text {
+            return false;
+        }
+        text = std::borrow::Cow::Owned(decoded);
+    }
+    false
 }
 
 /// A request with a buffered body, so every attempt sends the same bytes.
 ///
-/// `path` is relative to the system's base URL; put query parameters in
+/// `path` is relative to the system's base URL, and stays under it: a path
+/// with a `.` or `..` segment in any spelling (`../`, `%2e%2e/`, `..\\`) is
+/// refused unsent with [`HttpError::BadPath`]. Put query parameters in
 /// [`query`](Request::query), not in the path.
 ///
 /// ```
@@ -260,5 +302,39 @@ impl From<Request> for OnceRequest {
 impl From<StreamingRequest> for OnceRequest {
     fn from(r: StreamingRequest) -> Self {
         OnceRequest::Streaming(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_dot_segment;
+
+    #[test]
+    fn dot_segments_are_found_in_every_spelling() {
+        for bad in [
+            "..",
+            "../admin",
+            "pay/../../admin/refund",
+            "pay/%2e%2e/%2e%2e/admin/refund",
+            "pay/%2E%2E/admin",
+            "pay/.%2e/admin",
+            "pay/%2e./admin",
+            "pay/..\\admin",
+            "pay\\..\\admin",
+            "pay/..%5cadmin",
+            "pay/..%2fadmin",
+            "pay/..;/admin",
+            "pay/%252e%252e/admin",
+            "pay/./admin",
+            "pay/%2e/admin",
+            "/pay/..",
+        ] {
+            assert!(has_dot_segment(bad), "{bad}");
+        }
+        for good in
+            ["", "/", "payments", "orders/7", "a..b/c", ".well-known/x", "v1.2/items", "%2e%2ex", "a%20b"]
+        {
+            assert!(!has_dot_segment(good), "{good}");
+        }
     }
 }

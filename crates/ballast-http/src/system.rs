@@ -30,6 +30,7 @@ pub struct HttpSystemBuilder {
     read_timeout: Option<Duration>,
     retry_on: RetryOn,
     critical: bool,
+    key_ttl: Option<Duration>,
 }
 
 impl HttpSystemBuilder {
@@ -111,6 +112,14 @@ impl HttpSystemBuilder {
         self
     }
 
+    /// How long the system remembers an idempotency key, from its contract.
+    /// A deferred keyed write is never sent once its key may have expired:
+    /// its delivery fails instead, and alerts (R-RES-RE-1).
+    pub fn key_ttl(mut self, ttl: Duration) -> Self {
+        self.key_ttl = Some(ttl);
+        self
+    }
+
     /// The header keyed writes carry their key in (default `Idempotency-Key`).
     pub fn idempotency_header(mut self, name: impl Into<String>) -> Self {
         self.header = name.into();
@@ -132,25 +141,26 @@ impl HttpSystemBuilder {
     }
 
     /// Which outcome classes are transient (default `{5xx, timeout, connect,
-    /// reset}`; the full table is in [`classify`](crate::classify)).
+    /// reset, 409-in-flight}`; the full table is in [`classify`](crate::classify)).
     ///
-    /// Three 4xx answers mean "try again" only when the system's contract
-    /// says so, and are opted into here: 408 and 429 (honouring
-    /// `Retry-After`), and **409 on a keyed write meaning "the original
-    /// request with this key is still in flight"** (the IETF Idempotency-Key
-    /// draft; Stripe and others answer so), with
-    /// [`RetryOn::with_409_in_flight`]. Every other 4xx is a contract error and
-    /// never retried (R-RES-RE-X2).
+    /// **409 on a keyed write to a system that deduplicates by key** means
+    /// "the original request with this key is still in flight" (the IETF
+    /// Idempotency-Key draft; Stripe and others answer so): transient by
+    /// default, retried with the same key after backoff; turn it off with
+    /// [`RetryOn::with_409_in_flight`]`(false)` where the system's 409 means
+    /// something else. 408 and 429 mean "try again" only when the system's
+    /// contract says so, and are opted into here (honouring `Retry-After`).
+    /// Every other 4xx is a contract error and never retried (R-RES-RE-X2).
     ///
     /// ```
     /// use ballast_http::{HttpSystem, RetryOn};
     ///
     /// let pay = HttpSystem::builder("pay", "https://pay.example/")
     ///     .dedupes_by_key(true)
-    ///     .retry_on(RetryOn::default().with_429(true).with_409_in_flight(true))
+    ///     .retry_on(RetryOn::default().with_429(true))
     ///     .build()
     ///     .unwrap();
-    /// assert!(pay.retry_on().conflict_in_flight);
+    /// assert!(pay.retry_on().conflict_in_flight && pay.retry_on().status_429);
     /// ```
     pub fn retry_on(mut self, retry_on: RetryOn) -> Self {
         self.retry_on = retry_on;
@@ -187,7 +197,15 @@ impl HttpSystemBuilder {
         };
         crate::metrics::describe_system(&self.name, policy.bulkhead_limit(), self.critical);
         let system_policy = SystemPolicy::new(policy, self.dedupes_by_key, header, self.retry_on);
-        Ok(HttpSystem { inner: Arc::new(Inner { base, client, system_policy, critical: self.critical }) })
+        Ok(HttpSystem {
+            inner: Arc::new(Inner {
+                base,
+                client,
+                system_policy,
+                critical: self.critical,
+                key_ttl: self.key_ttl,
+            }),
+        })
     }
 }
 
@@ -272,6 +290,7 @@ struct Inner {
     client: reqwest::Client,
     system_policy: SystemPolicy,
     critical: bool,
+    key_ttl: Option<Duration>,
 }
 
 impl HttpSystem {
@@ -297,6 +316,7 @@ impl HttpSystem {
             read_timeout: None,
             retry_on: RetryOn::default(),
             critical: false,
+            key_ttl: None,
         }
     }
 
@@ -318,6 +338,12 @@ impl HttpSystem {
     /// Whether keyed writes are retried.
     pub fn dedupes_by_key(&self) -> bool {
         self.inner.system_policy.dedupes_by_key
+    }
+
+    /// How long the system remembers a key, if declared
+    /// ([`HttpSystemBuilder::key_ttl`]).
+    pub fn key_ttl(&self) -> Option<Duration> {
+        self.inner.key_ttl
     }
 
     /// The outcome classes treated as transient.

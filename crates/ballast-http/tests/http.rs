@@ -405,9 +405,21 @@ mod delivery {
 
     /// Runs a worker with `handler` until every task is final (10 s at most).
     async fn work_off(queue: &Queue, handler: DeliveryHandler) -> Vec<TaskInfo> {
+        let final_ = |t: &TaskInfo| matches!(t.state, TaskState::Completed | TaskState::Failed);
+        work_until(queue, handler, |tasks| tasks.iter().all(final_)).await
+    }
+
+    /// Runs a worker with `handler` (polling every 50 ms, backing off from
+    /// 20 ms) until `settled` holds for the tasks (10 s at most).
+    async fn work_until(
+        queue: &Queue,
+        handler: DeliveryHandler,
+        settled: impl Fn(&[TaskInfo]) -> bool,
+    ) -> Vec<TaskInfo> {
         let worker = Worker::builder(queue.clone())
             .handler(DELIVERY_KIND, handler)
             .poll_interval(ms(50))
+            .backoff(ballast_queue::DurableBackoff::exponential(ms(20)))
             .build()
             .unwrap();
         let shutdown = CancellationToken::new();
@@ -415,8 +427,7 @@ mod delivery {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let tasks = loop {
             let tasks = tasks(queue).await;
-            let final_ = |t: &TaskInfo| matches!(t.state, TaskState::Completed | TaskState::Failed);
-            if tasks.iter().all(final_) || tokio::time::Instant::now() > deadline {
+            if settled(&tasks) || tokio::time::Instant::now() > deadline {
                 break tasks;
             }
             tokio::time::sleep(ms(20)).await;
@@ -464,7 +475,13 @@ mod delivery {
         let task = queue.get(deferred).await.unwrap().unwrap();
         assert_eq!((task.kind.as_str(), task.key.as_deref()), (DELIVERY_KIND, Some(key.as_str())));
         let stored: Delivery = serde_json::from_value(task.payload).unwrap();
-        assert_eq!(stored, Delivery::from_request("sber", &pay()).unwrap());
+        let captured = stored.first_attempt_at.expect("the first attempt's time is stored");
+        assert!(captured <= now_millis() && captured + 60_000 > now_millis(), "{captured}");
+        let expected = Delivery {
+            first_attempt_at: stored.first_attempt_at,
+            ..Delivery::from_request("sber", &pay()).unwrap()
+        };
+        assert_eq!(stored, expected);
 
         *up.lock().unwrap() = true;
         let done = work_off(&queue, DeliveryHandler::new([sber])).await;
@@ -538,8 +555,9 @@ mod delivery {
             |system: &str, path: &str| Delivery::from_request(system, &Request::post(path)).unwrap();
         queue.enqueue(delivery("sber", "refused").task(&key)).await.unwrap();
         queue.enqueue(NewTask::new(DELIVERY_KIND, &delivery("sber", "payments"))).await.unwrap();
-        let sms_key = IdempotencyKey::v5("order-44", "send-sms");
-        queue.enqueue(delivery("sms", "messages").task(&sms_key)).await.unwrap();
+        let mut escaping = delivery("sber", "payments");
+        escaping.path = "pay/%2e%2e/%2E%2E/admin/refund".into();
+        queue.enqueue(escaping.task(&IdempotencyKey::v5("order-44", "refund"))).await.unwrap();
 
         let done = work_off(&queue, DeliveryHandler::new([sber])).await;
 
@@ -551,8 +569,108 @@ mod delivery {
             "{}",
             errors[1]
         );
-        assert!(errors[2].contains("unknown system \"sms\""), "{}", errors[2]);
+        assert!(errors[2].contains("`..` segment") && errors[2].contains("not sent"), "{}", errors[2]);
         assert_eq!(server.sent(), 1, "only the refused delivery reached the server");
+    }
+
+    /// A delivery whose system is not configured (a reload removed it) is
+    /// held, its attempt not counted, and delivered once the system returns.
+    #[tokio::test]
+    async fn a_delivery_to_an_unknown_system_is_held_not_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let schedule = ballast_queue::DurableSchedule { max_attempts: 1, ..Default::default() };
+        let queue = queue(&dir).await.with_schedule(schedule);
+        let applied = Arc::default();
+        let server = gateway(Arc::new(Mutex::new(true)), Arc::clone(&applied)).await;
+        let key = IdempotencyKey::v5("order-45", "send-sms");
+        let id = queue.enqueue(Delivery::from_request("sms", &Request::post("messages")).unwrap().task(&key));
+        let id = id.await.unwrap().id;
+        let systems = ballast_http::Systems::new([]);
+
+        let held =
+            work_until(&queue, DeliveryHandler::shared(systems.clone()), |t| t[0].last_error.is_some()).await;
+        let task = &held[0];
+        assert_eq!((task.state, task.attempt, task.max_attempts), (TaskState::Pending, 0, 1), "{task:#?}");
+        assert!(task.last_error.as_deref().unwrap().contains("unknown system \"sms\""), "{task:#?}");
+        let wait = task.run_at.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+        assert!(wait > Duration::from_secs(20), "held for a while, not retried at once: {wait:?}");
+
+        systems.replace([system("sms", &server, policy("sms")).dedupes_by_key(true).build().unwrap()]);
+        queue.run_now(id).await.unwrap();
+        let done = work_off(&queue, DeliveryHandler::shared(systems)).await;
+        assert_eq!((done[0].state, done[0].attempt), (TaskState::Completed, 1));
+        assert_eq!(applied.lock().unwrap()[key.as_str()], 1);
+    }
+
+    /// While the breaker refuses, a delivery is postponed again and again
+    /// without spending its attempts: once the system is back, the one
+    /// attempt it has goes through.
+    #[tokio::test]
+    async fn refusals_before_anything_is_sent_do_not_use_up_attempts() {
+        let dir = tempfile::tempdir().unwrap();
+        let schedule = ballast_queue::DurableSchedule { max_attempts: 2, ..Default::default() };
+        let queue = queue(&dir).await.with_schedule(schedule);
+        let applied = Arc::default();
+        let server = gateway(Arc::new(Mutex::new(true)), Arc::clone(&applied)).await;
+        let sber = system("sber", &server, policy("sber").breaker(Breaker::consecutive(3)))
+            .dedupes_by_key(true)
+            .key_ttl(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        sber.policy().breaker().unwrap().isolate();
+        let key = IdempotencyKey::v5("order-46", "register-payment");
+        queue
+            .enqueue(Delivery::from_request("sber", &Request::post("payments")).unwrap().task(&key))
+            .await
+            .unwrap();
+
+        let refused =
+            work_until(&queue, DeliveryHandler::new([sber.clone()]), |t| t[0].errors.len() >= 5).await;
+        let task = &refused[0];
+        assert_eq!((task.state, task.attempt), (TaskState::Pending, 0), "{task:#?}");
+        assert!(task.errors.len() >= 5, "refused 5 times, more than its 2 attempts: {task:#?}");
+        assert!(task.errors.iter().all(|e| e.error.contains("isolated")), "{task:#?}");
+        assert_eq!(server.sent(), 0, "nothing reached the system");
+
+        sber.policy().breaker().unwrap().reset();
+        let done = work_off(&queue, DeliveryHandler::new([sber])).await;
+        assert_eq!((done[0].state, done[0].attempt), (TaskState::Completed, 1), "{:#?}", done[0]);
+        assert_eq!((server.sent(), applied.lock().unwrap()[key.as_str()]), (1, 1));
+    }
+
+    /// A delivery is never sent once its key may have expired (the system's
+    /// key_ttl) or, for a system without one, once it is older than max_age:
+    /// it fails, unsent, and says why.
+    #[tokio::test]
+    async fn a_delivery_past_its_key_ttl_or_max_age_fails_unsent() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = queue(&dir).await;
+        let server = gateway(Arc::new(Mutex::new(true)), Arc::default()).await;
+        let sber = system("sber", &server, policy("sber"))
+            .dedupes_by_key(true)
+            .key_ttl(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        let crm = system("crm", &server, policy("crm")).dedupes_by_key(true).build().unwrap();
+        let two_hours_ago = now_millis() - 2 * 3600 * 1000;
+        for (system, operation) in [("sber", "register-payment"), ("crm", "create-lead")] {
+            let mut old = Delivery::from_request(system, &Request::post("payments")).unwrap();
+            old.first_attempt_at = Some(two_hours_ago);
+            queue.enqueue(old.task(&IdempotencyKey::v5("order-47", operation))).await.unwrap();
+        }
+
+        let done =
+            work_off(&queue, DeliveryHandler::new([sber, crm]).max_age(Duration::from_secs(3600))).await;
+
+        assert!(done.iter().all(|t| t.state == TaskState::Failed), "{done:#?}");
+        let errors: Vec<_> = done.iter().map(|t| t.last_error.clone().unwrap_or_default()).collect();
+        assert!(errors[0].contains("may have expired") && errors[0].contains("R-RES-RE-1"), "{}", errors[0]);
+        assert!(errors[1].contains("max_age"), "{}", errors[1]);
+        assert_eq!(server.sent(), 0, "neither was sent");
+    }
+
+    fn now_millis() -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
     }
 }
 

@@ -1,5 +1,6 @@
 //! Operating the queue: what is in it, and putting failed tasks back.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -11,6 +12,27 @@ impl Queue {
     /// Counts per kind and state, and the age of the oldest due task per kind.
     pub async fn stats(&self) -> Result<Vec<KindStats>> {
         self.store.stats().await
+    }
+
+    /// How many unfinished (pending or running) tasks of `kind` there are
+    /// for each value of their payload's top-level `field` (a task whose
+    /// payload has no such string counts under `""`). `field` is a plain
+    /// name: ASCII letters, digits and `_`. One grouped scan of the kind's
+    /// tasks: for an operator's question, not for every call.
+    ///
+    /// ```no_run
+    /// # async fn f(queue: ballast_queue::Queue) -> Result<(), ballast_queue::Error> {
+    /// let waiting = queue.unfinished_by("ballast.http.delivery", "system").await?;
+    /// println!("{} deliveries to pay", waiting.get("pay").copied().unwrap_or(0));
+    /// # Ok(()) }
+    /// ```
+    pub async fn unfinished_by(&self, kind: &str, field: &str) -> Result<BTreeMap<String, u64>> {
+        if field.is_empty() || !field.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(Error::Config(format!(
+                "unfinished_by: {field:?} is not a plain payload field name (letters, digits, _)"
+            )));
+        }
+        self.store.unfinished_by(kind, field).await
     }
 
     /// One page of tasks matching `filter`.

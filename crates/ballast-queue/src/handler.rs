@@ -5,6 +5,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ballast::{Classification, Classify, IdempotencyKey};
@@ -79,6 +80,7 @@ pub struct TaskContext {
     pub(crate) key: Option<IdempotencyKey>,
     pub(crate) cancel: CancellationToken,
     pub(crate) result: Arc<Mutex<Option<String>>>,
+    pub(crate) not_attempted: Arc<AtomicBool>,
 }
 
 impl TaskContext {
@@ -128,6 +130,28 @@ impl TaskContext {
         let text = serde_json::to_string(value)?;
         *self.result.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(text);
         Ok(())
+    }
+}
+
+impl TaskContext {
+    /// Says that this attempt reached nothing outside the process — a
+    /// breaker or a bulkhead refused it, or what it would call is not
+    /// configured — so that, if the handler then fails transiently, the task
+    /// is rescheduled without counting the attempt against its
+    /// `max_attempts`: an outage cannot use up a task's attempts without a
+    /// single request reaching the system. The task's attempt number stays
+    /// as it was.
+    ///
+    /// Nothing else bounds such postponements: the handler must stop calling
+    /// this once the task is too old to be worth sending (the HTTP delivery
+    /// handler fails a keyed write once its key may have expired, any other
+    /// after the schedule's [`max_age`](crate::DurableSchedule::max_age)).
+    pub fn not_attempted(&self) {
+        self.not_attempted.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn was_attempted(&self) -> bool {
+        !self.not_attempted.load(Ordering::Relaxed)
     }
 }
 

@@ -83,6 +83,7 @@ pub mod metrics;
 mod monitor;
 mod queue;
 mod retention;
+mod schedule;
 mod store;
 mod task;
 mod types;
@@ -96,6 +97,7 @@ pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
 pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
 pub use queue::{Queue, TxConnection};
 pub use retention::{Retention, RETAIN_COMPLETED, RETAIN_FAILED};
+pub use schedule::{DurableSchedule, DEFAULT_MAX_AGE};
 pub use task::{check_kind, NewTask, DEFAULT_MAX_ATTEMPTS, MAX_KIND_LEN};
 pub use types::{
     Backend, EnqueueOutcome, ErrorRecord, KindStats, ListFilter, TaskInfo, TaskState, UnknownState,

@@ -4,7 +4,7 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `ballast_task_attempts_total` | counter | `kind`, `outcome` | finished attempts of this process's workers; `outcome` is `completed`, `retried` (transient error, rescheduled), `failed` (marked failed: permanent error, panic, bad payload, last attempt), `lost` (outcome refused: the lease had expired and been taken over, or the task was cancelled) or `released` (handed back at shutdown) |
+//! | `ballast_task_attempts_total` | counter | `kind`, `outcome` | finished attempts of this process's workers; `outcome` is `completed`, `retried` (transient error, rescheduled), `postponed` (refused before anything was sent, rescheduled without counting the attempt), `failed` (marked failed: permanent error, panic, bad payload, last attempt), `lost` (outcome refused: the lease had expired and been taken over, or the task was cancelled) or `released` (handed back at shutdown) |
 //! | `ballast_queue_tasks` | gauge | `kind`, `state` | tasks in the table per state, as of the last [`Queue::record_metrics`] |
 //! | `ballast_queue_lag_seconds` | gauge | `kind` | age of the oldest due pending task (0 when none), as of the last [`Queue::record_metrics`] |
 //! | `ballast_queue_reachable` | gauge | — | 1 while a [`QueueMonitor`](crate::QueueMonitor)'s last refresh reached the database, else 0 |
@@ -53,6 +53,7 @@ pub const OTHER_KINDS: &str = "(other)";
 pub(crate) struct AttemptCounters {
     pub completed: Counter,
     pub retried: Counter,
+    pub postponed: Counter,
     pub failed: Counter,
     pub lost: Counter,
     pub released: Counter,
@@ -64,6 +65,7 @@ impl AttemptCounters {
         Arc::new(Self {
             completed: counter("completed"),
             retried: counter("retried"),
+            postponed: counter("postponed"),
             failed: counter("failed"),
             lost: counter("lost"),
             released: counter("released"),

@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 use crate::metrics::QueueGauges;
+use crate::schedule::DurableSchedule;
 use crate::store::any::AnyStore;
 #[cfg(feature = "postgres")]
 use crate::store::postgres;
@@ -35,6 +36,8 @@ pub struct Queue {
     pub(crate) wake: Arc<Notify>,
     /// The gauges [`Queue::record_metrics`] sets.
     pub(crate) gauges: Arc<QueueGauges>,
+    /// What tasks enqueued here and workers built on it follow.
+    pub(crate) schedule: DurableSchedule,
 }
 
 impl Queue {
@@ -155,7 +158,37 @@ impl Queue {
     }
 
     fn with_store(store: AnyStore) -> Self {
-        Self { store, wake: Arc::new(Notify::new()), gauges: Arc::default() }
+        Self {
+            store,
+            wake: Arc::new(Notify::new()),
+            gauges: Arc::default(),
+            schedule: DurableSchedule::default(),
+        }
+    }
+
+    /// This queue with `schedule`: every task enqueued through it without a
+    /// [`max_attempts`](NewTask::max_attempts) of its own gets the schedule's,
+    /// and a [`Worker`](crate::Worker) built on it polls and backs off by it.
+    /// Clones made before keep theirs.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), ballast_queue::Error> {
+    /// use ballast_queue::{DurableSchedule, NewTask, Queue};
+    ///
+    /// let schedule = DurableSchedule { max_attempts: 3, ..DurableSchedule::default() };
+    /// let queue = Queue::connect("sqlite://tasks.db").await?.with_schedule(schedule);
+    /// let task = queue.enqueue(NewTask::new("send-sms", "hello")).await?;
+    /// assert_eq!(queue.get(task.id).await?.map(|t| t.max_attempts), Some(3));
+    /// # Ok(()) }
+    /// ```
+    pub fn with_schedule(mut self, schedule: DurableSchedule) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
+    /// The schedule tasks enqueued here and workers built on it follow.
+    pub fn schedule(&self) -> &DurableSchedule {
+        &self.schedule
     }
 
     /// The backend this queue stores tasks in.
@@ -188,7 +221,8 @@ impl Queue {
     /// Enqueues several tasks in one transaction: all or none. Outcomes are in
     /// the order of `tasks`.
     pub async fn enqueue_batch(&self, tasks: Vec<NewTask>) -> Result<Vec<EnqueueOutcome>> {
-        let tasks = tasks.into_iter().map(NewTask::validate).collect::<Result<Vec<_>>>()?;
+        let max_attempts = self.schedule.max_attempts;
+        let tasks = tasks.into_iter().map(|t| t.validate(max_attempts)).collect::<Result<Vec<_>>>()?;
         let out = self.store.enqueue(tasks).await?;
         self.wake.notify_one();
         Ok(out)
@@ -214,7 +248,7 @@ impl Queue {
         if C::BACKEND != self.backend() {
             return Err(Error::BackendMismatch { queue: self.backend(), tx: C::BACKEND });
         }
-        let task = task.validate()?;
+        let task = task.validate(self.schedule.max_attempts)?;
         let out = sealed::Sealed::enqueue(conn, &task).await?;
         self.wake.notify_one();
         Ok(out)

@@ -59,7 +59,8 @@ pub struct NewTask {
     pub(crate) payload: Result<String, serde_json::Error>,
     pub(crate) key: Option<IdempotencyKey>,
     pub(crate) run_at: Option<SystemTime>,
-    pub(crate) max_attempts: u32,
+    /// `None`: the queue's schedule decides.
+    pub(crate) max_attempts: Option<u32>,
 }
 
 impl NewTask {
@@ -70,7 +71,7 @@ impl NewTask {
             payload: serde_json::to_string(payload),
             key: None,
             run_at: None,
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_attempts: None,
         }
     }
 
@@ -92,9 +93,11 @@ impl NewTask {
         self.run_at(SystemTime::now() + delay)
     }
 
-    /// Attempts before the task is marked failed and the alert fires (default 10).
+    /// Attempts before the task is marked failed and the alert fires
+    /// (default: the queue's [`DurableSchedule`](crate::DurableSchedule), 10
+    /// unless [`Queue::with_schedule`](crate::Queue::with_schedule) says otherwise).
     pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = n;
+        self.max_attempts = Some(n);
         self
     }
 
@@ -103,11 +106,13 @@ impl NewTask {
         &self.kind
     }
 
-    pub(crate) fn validate(self) -> Result<ValidTask> {
+    /// The task checked for storing, with `default_max_attempts` unless it has its own.
+    pub(crate) fn validate(self, default_max_attempts: u32) -> Result<ValidTask> {
         check_kind(&self.kind)?;
         let max = i32::MAX as u32;
-        if self.max_attempts == 0 || self.max_attempts > max {
-            return Err(Error::InvalidMaxAttempts { got: self.max_attempts, max });
+        let max_attempts = self.max_attempts.unwrap_or(default_max_attempts);
+        if max_attempts == 0 || max_attempts > max {
+            return Err(Error::InvalidMaxAttempts { got: max_attempts, max });
         }
         let payload = self.payload.map_err(|source| Error::Payload { kind: self.kind.clone(), source })?;
         Ok(ValidTask {
@@ -115,7 +120,7 @@ impl NewTask {
             payload,
             key: self.key.map(|k| k.as_str().to_owned()),
             run_at: self.run_at.map(micros),
-            max_attempts: self.max_attempts as i32,
+            max_attempts: max_attempts as i32,
         })
     }
 }
@@ -128,10 +133,10 @@ mod tests {
     fn kinds_are_short_identifiers() {
         for good in ["a", "send-sms", "ballast.http.delivery", "billing:charge/v2", &"k".repeat(MAX_KIND_LEN)]
         {
-            assert!(NewTask::new(good, &1).validate().is_ok(), "{good}");
+            assert!(NewTask::new(good, &1).validate(DEFAULT_MAX_ATTEMPTS).is_ok(), "{good}");
         }
         for bad in ["", " ", "send sms", "kind\u{1b}[2J", "ключ", &"k".repeat(MAX_KIND_LEN + 1)] {
-            let err = NewTask::new(bad, &1).validate().unwrap_err();
+            let err = NewTask::new(bad, &1).validate(DEFAULT_MAX_ATTEMPTS).unwrap_err();
             assert!(matches!(err, Error::InvalidKind { .. }), "{bad:?}: {err}");
         }
     }
@@ -139,10 +144,10 @@ mod tests {
     #[test]
     fn invalid_options_are_errors_not_panics() {
         assert!(matches!(
-            NewTask::new("k", &1).max_attempts(0).validate(),
+            NewTask::new("k", &1).max_attempts(0).validate(DEFAULT_MAX_ATTEMPTS),
             Err(Error::InvalidMaxAttempts { got: 0, .. })
         ));
         let bad = std::collections::HashMap::from([((1, 2), 3)]);
-        assert!(matches!(NewTask::new("k", &bad).validate(), Err(Error::Payload { .. })));
+        assert!(matches!(NewTask::new("k", &bad).validate(DEFAULT_MAX_ATTEMPTS), Err(Error::Payload { .. })));
     }
 }

@@ -45,6 +45,10 @@ const LINGER: Duration = Duration::from_millis(2);
 /// worker is not held to one commit at a time.
 const MAX_PIPELINE: usize = 4;
 
+/// The shortest wait of a task postponed unsent, so a refusal that names
+/// no wait (a probe due now) cannot make the task spin through claims.
+const MIN_POSTPONE: Duration = Duration::from_millis(100);
+
 /// Handlers running at once when not configured.
 pub const DEFAULT_CONCURRENCY: usize = 200;
 
@@ -170,7 +174,8 @@ impl WorkerBuilder {
     }
 
     /// How often to look for due tasks when nothing wakes the worker
-    /// (default 5 s; on PostgreSQL new tasks wake it through LISTEN/NOTIFY).
+    /// (default: the queue's [`DurableSchedule`](crate::DurableSchedule), 5 s
+    /// unless set; on PostgreSQL new tasks wake it through LISTEN/NOTIFY).
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.poll_interval = every;
         self
@@ -193,7 +198,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// Delay between attempts after a transient error (default 2^n s, ≤ 1 h).
+    /// Delay between attempts after a transient error (default: the queue's
+    /// [`DurableSchedule`](crate::DurableSchedule), 2^n s ≤ 1 h unless set).
     pub fn backoff(mut self, backoff: DurableBackoff) -> Self {
         self.backoff = backoff;
         self
@@ -252,6 +258,7 @@ impl WorkerBuilder {
         Ok(Worker {
             shared: Arc::new(Shared {
                 store: self.queue.store.clone(),
+                max_attempts: self.queue.schedule.max_attempts,
                 handlers: self.handlers,
                 alert: self.alert,
                 backoff: self.backoff,
@@ -313,6 +320,8 @@ impl Counts {
 
 struct Shared {
     store: AnyStore,
+    /// For the alert's tasks, as the queue's schedule says.
+    max_attempts: u32,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
     alert: Arc<dyn Alert>,
     backoff: DurableBackoff,
@@ -350,18 +359,20 @@ impl Done {
 }
 
 impl Worker {
-    /// Starts configuring a worker for `queue`.
+    /// Starts configuring a worker for `queue`; it polls and backs off by
+    /// the queue's [`schedule`](Queue::schedule) unless told otherwise.
     pub fn builder(queue: Queue) -> WorkerBuilder {
+        let schedule = queue.schedule;
         WorkerBuilder {
             queue,
             handlers: HashMap::new(),
             duplicate: None,
             concurrency: DEFAULT_CONCURRENCY,
             batch: DEFAULT_BATCH,
-            poll_interval: DEFAULT_POLL_INTERVAL,
+            poll_interval: schedule.poll_interval,
             lease: DEFAULT_LEASE,
             grace: Duration::from_secs(30),
-            backoff: DurableBackoff::default(),
+            backoff: schedule.backoff,
             alert: Arc::new(LogAlert),
             owner: None,
             seed: None,
@@ -683,8 +694,10 @@ impl Shared {
             key,
             cancel,
             result: Arc::default(),
+            not_attempted: Arc::default(),
         };
         let result = Arc::clone(&context.result);
+        let probe = context.clone();
         let outcome = AssertUnwindSafe(handler.call(context, &task.payload)).catch_unwind().await;
         match outcome {
             Ok(Ok(())) => {
@@ -695,18 +708,30 @@ impl Shared {
                 }
             }
             Ok(Err(AttemptError::BadPayload(error))) => self.fail(&task, FailReason::BadPayload, error).await,
-            Ok(Err(AttemptError::Failed { message, class })) if class.is_transient() && attempt < max => {
-                let delay = {
-                    let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
-                    self.backoff.delay(attempt, &mut *rng)
+            Ok(Err(AttemptError::Failed { message, class }))
+                if class.is_transient() && (attempt < max || !probe.was_attempted()) =>
+            {
+                let counted = probe.was_attempted();
+                let delay = match class.retry_after {
+                    // Refused unsent, with a time it will be let through: then, not later.
+                    Some(after) if !counted => after.max(MIN_POSTPONE),
+                    retry_after => {
+                        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+                        let delay = self.backoff.delay(attempt, &mut *rng);
+                        retry_after.map_or(delay, |after| after.max(delay))
+                    }
                 };
-                let delay = class.retry_after.map_or(delay, |after| after.max(delay));
                 self.held.finishing(task.lease);
-                match self.store.reschedule(task.lease, delay, &message).await {
-                    Ok(true) => {
+                match self.store.reschedule(task.lease, delay, &message, counted).await {
+                    Ok(true) if counted => {
                         Counts::bump(&self.counts.rescheduled, 1);
                         self.counters(&task.kind).retried.increment(1);
                         tracing::info!(task_id = task.lease.id, kind = %task.kind, attempt, ?delay, error = %message, "transient failure; task rescheduled");
+                    }
+                    Ok(true) => {
+                        Counts::bump(&self.counts.rescheduled, 1);
+                        self.counters(&task.kind).postponed.increment(1);
+                        tracing::info!(task_id = task.lease.id, kind = %task.kind, attempt, ?delay, error = %message, "refused before anything was sent; task postponed, the attempt not counted");
                     }
                     Ok(false) => self.lost(&task),
                     Err(e) => {
@@ -781,7 +806,7 @@ impl Shared {
         let mut valid = Vec::with_capacity(tasks.len());
         for task in tasks {
             let kind = task.kind().to_owned();
-            match task.validate() {
+            match task.validate(self.max_attempts) {
                 Ok(task) => valid.push(task),
                 Err(e) => tracing::error!(
                     rule = Rule::Re5.id(),
@@ -870,6 +895,35 @@ mod tests {
         fn text(&self) -> String {
             String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
         }
+    }
+
+    /// A worker built on a queue follows the queue's schedule unless told otherwise.
+    #[tokio::test]
+    async fn a_worker_polls_and_backs_off_by_its_queue_s_schedule() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue =
+            Queue::connect(&format!("sqlite://{}", dir.path().join("queue.db").display())).await.unwrap();
+        let schedule = crate::DurableSchedule {
+            poll_interval: Duration::from_millis(250),
+            backoff: DurableBackoff::exponential(Duration::from_millis(10)),
+            max_attempts: 3,
+            ..Default::default()
+        };
+        let queue = queue.with_schedule(schedule);
+        let worker = Worker::builder(queue.clone())
+            .handler("k", Failing(Classification::permanent()))
+            .build()
+            .unwrap();
+        assert_eq!(
+            (worker.poll_interval, worker.shared.backoff, worker.shared.max_attempts),
+            (schedule.poll_interval, schedule.backoff, 3)
+        );
+        let told = Worker::builder(queue)
+            .handler("k", Failing(Classification::permanent()))
+            .poll_interval(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        assert_eq!(told.poll_interval, Duration::from_secs(1));
     }
 
     /// A heartbeat round that began before the handlers returned reaches the

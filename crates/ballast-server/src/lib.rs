@@ -106,6 +106,7 @@ pub struct Server {
     gateway: Option<(Gateway, TcpListener, Limits)>,
     systems: Systems,
     config: Config,
+    queue: ballast_queue::Queue,
     queue_url: String,
     prometheus: PrometheusHandle,
     /// Stops the background tasks started by `bind` (the queue monitor).
@@ -152,7 +153,10 @@ impl Server {
         let deferrals = queue.clone();
         let worker = queue_settings
             .worker(queue)
-            .handler(DELIVERY_KIND, DeliveryHandler::shared(systems.clone()))
+            .handler(
+                DELIVERY_KIND,
+                DeliveryHandler::shared(systems.clone()).max_age(queue_settings.schedule.max_age),
+            )
             .handler(ALERT_KIND, webhooks.handler())
             .alert(webhooks)
             .build()
@@ -200,6 +204,7 @@ impl Server {
             gateway,
             systems,
             config: config.clone(),
+            queue: deferrals,
             queue_url,
             prometheus,
             background,
@@ -221,6 +226,12 @@ impl Server {
         &self.systems
     }
 
+    /// The queue deliveries are deferred to, with the schedule its tasks
+    /// and the worker follow ([`ballast_queue::Queue::schedule`]).
+    pub fn queue(&self) -> &ballast_queue::Queue {
+        &self.queue
+    }
+
     /// The queue's URL, its secrets masked.
     pub fn queue_url(&self) -> &str {
         &self.queue_url
@@ -240,13 +251,15 @@ impl Server {
             gateway,
             systems,
             config,
+            queue,
             prometheus,
             background,
             ..
         } = self;
         let _stop_background = background.drop_guard();
         tokio::spawn(upkeep(prometheus, shutdown.clone()));
-        tokio::spawn(reload::on_sighup(config, systems, shutdown.clone()));
+        tokio::spawn(reload::on_sighup(config, systems, queue, shutdown.clone()));
+        tokio::spawn(ui.clone().sample_rates(shutdown.clone()));
         let worker = tokio::spawn(worker.run(shutdown.clone()));
         let gateway = gateway.map(|(gateway, listener, limits)| {
             tokio::spawn(listener::serve(listener, gateway.router(), limits, shutdown.clone()))

@@ -6,11 +6,19 @@
 //! finish with the system they started on.
 //!
 //! Only `[systems.*]` is reloaded; listeners and the queue need a restart.
+//!
+//! A reload never strands deliveries: a file that removes a system with
+//! unfinished deliveries is refused (naming the system and the count) unless
+//! its `[serve] remove_systems` names that system; a file without `[queue]`,
+//! or without any system while deliveries wait, is refused too. A delivery
+//! whose system is gone after all is held, not failed
+//! ([`DeliveryError::UnknownSystem`](ballast_http::DeliveryError::UnknownSystem)).
 
 use std::path::PathBuf;
 
 use ballast_config::{report, Config};
-use ballast_http::Systems;
+use ballast_http::{Systems, DELIVERY_KIND};
+use ballast_queue::Queue;
 use tokio_util::sync::CancellationToken;
 
 /// What a reload did.
@@ -38,21 +46,66 @@ pub enum ReloadError {
     /// A system could not be built.
     #[error(transparent)]
     System(#[from] ballast_config::ConfigError),
+    /// The file has no `[queue]`: `ballast serve` could not start on it.
+    #[error(
+        "the new file has no [queue] section; `ballast serve` cannot run without one (the running queue \
+         stays until a restart): put the [queue] section back"
+    )]
+    NoQueue,
+    /// The file would leave unfinished deliveries without their system.
+    #[error("{}", stranding_message(.0))]
+    WouldStrand(Vec<(String, u64)>),
+    /// The unfinished deliveries could not be counted, so removing a system
+    /// could not be checked.
+    #[error("cannot count the unfinished deliveries of the systems this file removes: {0}")]
+    Queue(#[source] ballast_queue::Error),
 }
 
-/// Reads `path` again and, if it lints clean, replaces the systems in
-/// `systems`, keeping those whose section equals the one in `current`.
-/// Returns the new configuration and what changed.
-pub fn reload(
+fn stranding_message(stranded: &[(String, u64)]) -> String {
+    let named: Vec<String> =
+        stranded.iter().map(|(name, n)| format!("{name:?} with {n} unfinished deliveries")).collect();
+    let list: Vec<String> = stranded.iter().map(|(name, _)| format!("{name:?}")).collect();
+    format!(
+        "the new file removes {}; restore the section(s), or name them in `[serve] remove_systems = [{}]` \
+         to remove them anyway (their deliveries are then held until the system returns or they reach \
+         [queue] max_age)",
+        named.join(", "),
+        list.join(", ")
+    )
+}
+
+/// Reads `path` again and, if it lints clean and strands no delivery in
+/// `queue`, replaces the systems in `systems`, keeping those whose section
+/// equals the one in `current`. Returns the new configuration and what changed.
+pub async fn reload(
     path: &std::path::Path,
     current: &Config,
     systems: &Systems,
+    queue: &Queue,
 ) -> Result<(Config, Reloaded), ReloadError> {
     let config =
         Config::load(path).map_err(|e| ReloadError::Unreadable(report::human(&e.findings(), e.input())))?;
     let findings = config.lint();
     if ballast_config::has_errors(&findings) {
         return Err(ReloadError::Refused(report::human(&findings, Some(config.source()))));
+    }
+    if config.model().queue.is_none() {
+        return Err(ReloadError::NoQueue);
+    }
+    let removed: Vec<String> =
+        current.system_names().filter(|n| config.system(n).is_none()).map(str::to_owned).collect();
+    if !removed.is_empty() || config.system_names().next().is_none() {
+        let waiting = queue.unfinished_by(DELIVERY_KIND, "system").await.map_err(ReloadError::Queue)?;
+        let allowed =
+            config.model().serve.as_ref().and_then(|s| s.remove_systems.clone()).unwrap_or_default();
+        let stranded: Vec<(String, u64)> = waiting
+            .into_iter()
+            .filter(|(name, n)| *n > 0 && config.system(name).is_none() && !allowed.contains(name))
+            .filter(|(name, _)| removed.contains(name) || config.system_names().next().is_none())
+            .collect();
+        if !stranded.is_empty() {
+            return Err(ReloadError::WouldStrand(stranded));
+        }
     }
     let mut done = Reloaded::default();
     let mut next = Vec::new();
@@ -68,7 +121,7 @@ pub fn reload(
             }
         }
     }
-    done.removed = current.system_names().filter(|n| config.system(n).is_none()).map(str::to_owned).collect();
+    done.removed = removed;
     let (old, new) = (current.model(), config.model());
     for (section, changed) in [
         ("queue", old.queue != new.queue),
@@ -84,7 +137,12 @@ pub fn reload(
 }
 
 /// Reloads on every SIGHUP until `shutdown` is cancelled, logging what happened.
-pub(crate) async fn on_sighup(mut current: Config, systems: Systems, shutdown: CancellationToken) {
+pub(crate) async fn on_sighup(
+    mut current: Config,
+    systems: Systems,
+    queue: Queue,
+    shutdown: CancellationToken,
+) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -97,7 +155,7 @@ pub(crate) async fn on_sighup(mut current: Config, systems: Systems, shutdown: C
             }
         };
         while shutdown.run_until_cancelled(hangups.recv()).await.flatten().is_some() {
-            match reload(&path, &current, &systems) {
+            match reload(&path, &current, &systems, &queue).await {
                 Ok((config, done)) => {
                     current = config;
                     tracing::info!(
@@ -117,7 +175,7 @@ pub(crate) async fn on_sighup(mut current: Config, systems: Systems, shutdown: C
     }
     #[cfg(not(unix))]
     {
-        let _ = (current, systems);
+        let _ = (current, systems, queue);
         shutdown.cancelled().await;
     }
 }

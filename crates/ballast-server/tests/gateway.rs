@@ -322,7 +322,8 @@ base_url = "http://{upstream}/"
     tokio::time::sleep(Duration::from_millis(200)).await;
     let changed = std::fs::read_to_string(&path).unwrap() + "\n[systems.crm.retry]\nmax_attempts = 2\n";
     std::fs::write(&path, changed).unwrap();
-    let (config, done) = ballast_server::reload::reload(&path, &config, &served.systems).unwrap();
+    let (config, done) =
+        ballast_server::reload::reload(&path, &config, &served.systems, &served.queue).await.unwrap();
     assert_eq!((done.kept, done.rebuilt), (vec!["sms".to_owned()], vec!["crm".to_owned()]));
     assert_eq!(served.systems.get("sms").unwrap().breaker_state(), Some(ballast::BreakerState::Open));
     assert_eq!(served.systems.get("crm").unwrap().policy().retry().max_attempts(), 2);
@@ -330,7 +331,8 @@ base_url = "http://{upstream}/"
     assert_eq!(slow.status().as_u16(), 200, "the call in flight finished on the system it started with");
 
     std::fs::write(&path, "[systems.crm.retry]\nmax_attempts = 9\n").unwrap();
-    let refused = ballast_server::reload::reload(&path, &config, &served.systems).unwrap_err();
+    let refused =
+        ballast_server::reload::reload(&path, &config, &served.systems, &served.queue).await.unwrap_err();
     assert!(refused.to_string().contains("R-RES-RE-3"), "{refused}");
     assert_eq!(served.systems.names(), ["crm", "sms"], "the running systems stay");
 }

@@ -18,8 +18,8 @@
 //! | connection refused, other connect errors (nothing was sent) | transient | [`RetryOn::connect`] |
 //! | connect timeout, read/headers timeout | transient | [`RetryOn::timeouts`] |
 //! | connection reset or aborted, broken pipe, incomplete message | transient | [`RetryOn::reset`] |
+//! | 409 on a keyed write to a deduplicating system ("still in flight") | transient | [`RetryOn::conflict_in_flight`] |
 //! | 408, 429 | permanent | [`RetryOn::status_408`], [`RetryOn::status_429`] |
-//! | 409 on a keyed write to a deduplicating system | permanent | [`RetryOn::conflict_in_flight`] |
 //! | every other 4xx, TLS and protocol errors, anything else | permanent, never retried | — |
 
 use crate::{Class, Classification, Classify};
@@ -30,14 +30,29 @@ use reqwest::StatusCode;
 
 /// The outcome classes an HTTP system treats as transient.
 ///
-/// The default is `{5xx, timeout, connect, reset}`; 408, 429 and 409-in-flight
-/// are opt-in because they mean something only when the system documents it.
+/// The default is `{5xx, timeout, connect, reset, 409-in-flight}`; 408 and
+/// 429 are opt-in because they mean "try again" only when the system
+/// documents it.
+///
+/// # 409 on a keyed write
+///
+/// The IETF Idempotency-Key draft (draft-ietf-httpapi-idempotency-key-header-07,
+/// its section "Error Scenarios") and Stripe answer **409 Conflict** to a
+/// request that repeats a key while the original request with that key is
+/// still being processed. For a keyed write to a system that deduplicates by
+/// key, that is not a contract error: the original may well succeed, and the
+/// same key asked again later gets its answer. So it is transient by default,
+/// retried after backoff in memory and in the durable queue — never without
+/// the key, and only where [`status_class`](Self::status_class) is told the
+/// write is keyed and deduplicated. A system whose 409 means something else
+/// leaves `"409-in-flight"` out of its `retry_on` (`ballast lint` notes what
+/// that means); every other call keeps 409 permanent.
 ///
 /// ```
 /// use ballast::http_class::RetryOn;
 ///
 /// let on = RetryOn::default().with_429(true);
-/// assert_eq!(on, RetryOn::from_names(&["5xx", "timeout", "connect", "reset", "429"]).unwrap());
+/// assert_eq!(on, RetryOn::from_names(&["5xx", "timeout", "connect", "reset", "409-in-flight", "429"]).unwrap());
 /// assert!(RetryOn::from_names(&["4xx"]).unwrap_err().to_string().contains("R-RES-RE-X2"));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,7 +83,7 @@ impl Default for RetryOn {
             reset: true,
             status_408: false,
             status_429: false,
-            conflict_in_flight: false,
+            conflict_in_flight: true,
         }
     }
 }
@@ -98,17 +113,18 @@ impl RetryOn {
         }
     }
 
-    /// The `retry_on` names of the outcomes transient by nature, on by default.
-    pub const TRANSIENT_NAMES: [&'static str; 4] = ["5xx", "timeout", "connect", "reset"];
+    /// The `retry_on` names of the outcomes transient by default: those
+    /// transient by nature, and a keyed write's 409 "still in flight".
+    pub const DEFAULT_NAMES: [&'static str; 5] = ["5xx", "timeout", "connect", "reset", "409-in-flight"];
 
     /// The `retry_on` names of the 4xx outcomes that are transient only where
     /// the system documents it, off by default.
-    pub const OPT_IN_NAMES: [&'static str; 3] = ["408", "429", "409-in-flight"];
+    pub const OPT_IN_NAMES: [&'static str; 2] = ["408", "429"];
 
-    /// Every `retry_on` name: [`TRANSIENT_NAMES`](Self::TRANSIENT_NAMES), then
+    /// Every `retry_on` name: [`DEFAULT_NAMES`](Self::DEFAULT_NAMES), then
     /// [`OPT_IN_NAMES`](Self::OPT_IN_NAMES).
     pub fn names() -> impl Iterator<Item = &'static str> + Clone {
-        Self::TRANSIENT_NAMES.into_iter().chain(Self::OPT_IN_NAMES)
+        Self::DEFAULT_NAMES.into_iter().chain(Self::OPT_IN_NAMES)
     }
 
     /// A `retry_on` entry as it is read: trimmed and lower-cased, so `" 5XX"` names `5xx`.
@@ -138,9 +154,9 @@ impl RetryOn {
             &mut self.timeouts,
             &mut self.connect,
             &mut self.reset,
+            &mut self.conflict_in_flight,
             &mut self.status_408,
             &mut self.status_429,
-            &mut self.conflict_in_flight,
         ];
         Self::names().zip(flags).find_map(|(n, flag)| (n == name).then_some(flag))
     }
@@ -333,7 +349,9 @@ mod tests {
             (408, false, all, t),
             (429, false, default, p),
             (429, false, all, t),
-            (409, true, default, p),
+            (409, true, default, t),
+            (409, false, default, p),
+            (409, true, RetryOn::default().with_409_in_flight(false), p),
             (409, false, all, p),
             (409, true, all, t),
             (503, false, RetryOn::none(), p),
@@ -347,7 +365,10 @@ mod tests {
     fn names_round_trip_and_unknown_names_are_refused() {
         let every = ["5xx", "timeout", "connect", "reset", "408", "429", "409-in-flight"];
         let on = RetryOn::from_names(&every).unwrap();
-        assert_eq!(on, RetryOn::default().with_408(true).with_429(true).with_409_in_flight(true));
+        assert_eq!(on, RetryOn::default().with_408(true).with_429(true));
+        assert_eq!(RetryOn::from_names(&RetryOn::DEFAULT_NAMES).unwrap(), RetryOn::default());
+        let without = RetryOn::from_names(&["5xx", "timeout", "connect", "reset"]).unwrap();
+        assert_eq!(without, RetryOn::default().with_409_in_flight(false));
         assert_eq!(RetryOn::from_names::<&str>(&[]).unwrap(), RetryOn::none());
         let err = RetryOn::from_names(&["5xx", "404"]).unwrap_err();
         assert_eq!(err.name, "404");

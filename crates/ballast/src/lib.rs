@@ -55,6 +55,7 @@ mod call;
 mod classify;
 mod events;
 mod fallback;
+pub mod guide;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod http_class;

@@ -1,5 +1,6 @@
 //! Either backend behind one value: what a [`Queue`](crate::Queue) holds.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,8 +59,8 @@ impl Store for AnyStore {
     async fn complete_and_claim(&self, completed: &[Lease], claim: &ClaimRequest) -> Result<Exchange> {
         dispatch!(self, s => s.complete_and_claim(completed, claim))
     }
-    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool> {
-        dispatch!(self, s => s.reschedule(lease, delay, error))
+    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str, counted: bool) -> Result<bool> {
+        dispatch!(self, s => s.reschedule(lease, delay, error, counted))
     }
     async fn fail(&self, lease: Lease, error: &str, follow_ups: &[ValidTask]) -> Result<bool> {
         dispatch!(self, s => s.fail(lease, error, follow_ups))
@@ -78,6 +79,10 @@ impl Store for AnyStore {
     }
     async fn stats(&self) -> Result<Vec<KindStats>> {
         dispatch!(self, s => s.stats())
+    }
+
+    async fn unfinished_by(&self, kind: &str, field: &str) -> Result<BTreeMap<String, u64>> {
+        dispatch!(self, s => s.unfinished_by(kind, field))
     }
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
         dispatch!(self, s => s.list(filter))

@@ -2,6 +2,7 @@
 //! a database. Each backend implements it with its own SQL; the conformance
 //! suite in `tests/` runs against both.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,8 +87,9 @@ pub(crate) trait Store: Send + Sync {
     /// (pending and due, or running with an expired lease), in one round trip
     /// where the backend allows.
     async fn complete_and_claim(&self, completed: &[Lease], claim: &ClaimRequest) -> Result<Exchange>;
-    /// Back to pending after `delay`, recording `error`.
-    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool>;
+    /// Back to pending after `delay`, recording `error`; unless `counted`,
+    /// the attempt is given back (it reached nothing outside the process).
+    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str, counted: bool) -> Result<bool>;
     /// To failed, recording `error`; `follow_ups` (the failure's alert
     /// tasks) are enqueued in the same transaction, and only if the lease
     /// still held.
@@ -104,6 +106,9 @@ pub(crate) trait Store: Send + Sync {
     async fn listen(&self, wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>>;
 
     async fn stats(&self) -> Result<Vec<KindStats>>;
+    /// Unfinished tasks of `kind` counted by their payload's `field` (a
+    /// plain name, checked by the caller).
+    async fn unfinished_by(&self, kind: &str, field: &str) -> Result<BTreeMap<String, u64>>;
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>>;
     async fn get(&self, id: i64) -> Result<Option<TaskInfo>>;
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64>;

@@ -2,6 +2,7 @@
 //! with `FOR UPDATE SKIP LOCKED` so concurrent workers never wait on, or take,
 //! each other's tasks; all times come from the database's `now()`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -306,12 +307,12 @@ impl Store for PgStore {
         Ok(exchange)
     }
 
-    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool> {
+    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str, counted: bool) -> Result<bool> {
         let sql = format!(
             "UPDATE ballast_tasks
              SET state = 'pending', run_at = now() + $4 * interval '1 microsecond', lease_owner = NULL,
                  lease_token = NULL, lease_expires_at = NULL, last_error = $3, updated_at = now(),
-                 {PUSH_ERROR}
+                 attempt = attempt - CASE WHEN $5 THEN 0 ELSE 1 END, {PUSH_ERROR}
              WHERE id = $1 AND lease_token = $2 AND state = 'running'"
         );
         let done = sqlx::query(&sql)
@@ -319,6 +320,7 @@ impl Store for PgStore {
             .bind(lease.token)
             .bind(error)
             .bind(duration_micros(delay))
+            .bind(counted)
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() == 1)
@@ -433,6 +435,23 @@ impl Store for PgStore {
                     stats.oldest_due_age = Some(Duration::from_micros(age.max(0) as u64));
                 }
             }
+        }
+        Ok(out)
+    }
+
+    async fn unfinished_by(&self, kind: &str, field: &str) -> Result<BTreeMap<String, u64>> {
+        let rows = sqlx::query(
+            "SELECT coalesce(payload ->> $2, '') AS value, count(*) AS n
+             FROM ballast_tasks WHERE kind = $1 AND state IN ('pending', 'running') GROUP BY value",
+        )
+        .bind(kind)
+        .bind(field)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = BTreeMap::new();
+        for row in rows {
+            let value: String = row.try_get("value")?;
+            *out.entry(value).or_insert(0) += row.try_get::<i64, _>("n")?.max(0) as u64;
         }
         Ok(out)
     }

@@ -2,7 +2,7 @@
 //! needs no `SKIP LOCKED`: the `UPDATE … RETURNING` that claims is atomic.
 //! Timestamps are microseconds since the Unix epoch from this process's clock.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -312,12 +312,13 @@ impl Store for SqliteStore {
         exchange
     }
 
-    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool> {
+    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str, counted: bool) -> Result<bool> {
         let now = now();
         let sql = format!(
             "UPDATE ballast_tasks
              SET state = 'pending', run_at = ?3 + ?5, lease_owner = NULL, lease_token = NULL,
-                 lease_expires_at = NULL, last_error = ?4, updated_at = ?3, {PUSH_ERROR}
+                 lease_expires_at = NULL, last_error = ?4, updated_at = ?3,
+                 attempt = attempt - CASE WHEN ?6 THEN 0 ELSE 1 END, {PUSH_ERROR}
              WHERE id = ?1 AND lease_token = ?2 AND state = 'running'"
         );
         let done = sqlx::query(&sql)
@@ -326,6 +327,7 @@ impl Store for SqliteStore {
             .bind(now)
             .bind(error)
             .bind(duration_micros(delay))
+            .bind(counted)
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() == 1)
@@ -443,6 +445,24 @@ impl Store for SqliteStore {
         }
         let mut out: Vec<KindStats> = by_kind.into_values().collect();
         out.sort_by(|a, b| a.kind.cmp(&b.kind));
+        Ok(out)
+    }
+
+    async fn unfinished_by(&self, kind: &str, field: &str) -> Result<BTreeMap<String, u64>> {
+        let rows = sqlx::query(
+            "SELECT coalesce(json_extract(payload, '$.' || ?2), '') AS value, COUNT(*) AS n
+             FROM ballast_tasks WHERE kind = ?1 AND state IN ('pending', 'running') GROUP BY value",
+        )
+        .bind(kind)
+        .bind(field)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = BTreeMap::new();
+        for row in rows {
+            // A field holding a number or an object is not a name: counted under "".
+            let value: String = row.try_get::<Option<String>, _>("value").ok().flatten().unwrap_or_default();
+            *out.entry(value).or_insert(0) += row.try_get::<i64, _>("n")?.max(0) as u64;
+        }
         Ok(out)
     }
 

@@ -20,7 +20,7 @@ use ballast::{Failure, IdempotencyKey, Rejection, Rule, StopReason};
 use ballast_http::{Delivery, HttpError, HttpSystem};
 use ballast_queue::{Handover, HandoverError};
 
-use super::headers::{forwarded, wants_async, RESPOND_ASYNC};
+use super::headers::{came_through_us, forwarded, wants_async, RESPOND_ASYNC, VIA_NAME};
 use super::problem::{Problem, Reason};
 use super::{Gateway, ATTEMPTS};
 
@@ -43,11 +43,20 @@ pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Re
         let detail = format!("no system {name:?} is configured; the systems are: {names}");
         return Problem::new(StatusCode::NOT_FOUND, Reason::UnknownSystem, detail).into_response();
     };
-    let key = match parts.headers.get("idempotency-key").map(|v| v.to_str().map(IdempotencyKey::parse)) {
-        None => None,
-        Some(Ok(Ok(key))) => Some(key),
-        Some(Ok(Err(e))) => return bad_key(&e.to_string()),
-        Some(Err(_)) => return bad_key("not visible ASCII"),
+    if came_through_us(&parts.headers) {
+        let detail = format!(
+            "this request already came through a ballast gateway (Via: 1.1 {VIA_NAME}): the base_url of {name:?} \
+             points back at the gateway, so it would call itself; nothing was sent"
+        );
+        return Problem::new(StatusCode::LOOP_DETECTED, Reason::LoopDetected, detail).into_response();
+    }
+    let mut keys = parts.headers.get_all("idempotency-key").iter();
+    let key = match (keys.next().map(|v| v.to_str().map(IdempotencyKey::parse)), keys.next()) {
+        (None, _) => None,
+        (Some(_), Some(_)) => return bad_key("the header appears more than once; send one key"),
+        (Some(Ok(Ok(key))), None) => Some(key),
+        (Some(Ok(Err(e))), None) => return bad_key(&e.to_string()),
+        (Some(Err(_)), None) => return bad_key("not visible ASCII"),
     };
     let body = match read_body(body, &parts.headers, gateway.max_body()).await {
         Ok(body) => body,
@@ -187,6 +196,9 @@ fn answer(
         }
         Failure::Timeout { .. } => {
             Problem::new(StatusCode::GATEWAY_TIMEOUT, Reason::Timeout, failure.to_string())
+        }
+        Failure::Operation { error: HttpError::BadPath { .. }, attempts: 0, .. } => {
+            Problem::new(StatusCode::BAD_REQUEST, Reason::BadPath, failure.to_string())
         }
         Failure::Operation { attempts: 0, .. } => {
             Problem::new(StatusCode::BAD_REQUEST, Reason::BadRequest, failure.to_string())

@@ -44,11 +44,27 @@ pub(super) fn end_to_end(headers: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// The `Via` pseudonym (RFC 9110 §7.6.3) the gateway adds to every request
+/// it forwards, and finds again in a request that has come round to it.
+pub(super) const VIA_NAME: &str = "ballast";
+
+/// Whether a proxy calling itself [`VIA_NAME`] already forwarded the
+/// request: the gateway is calling itself (a `base_url` pointing back at it).
+pub(super) fn came_through_us(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::VIA)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|entry| entry.split_whitespace().nth(1).is_some_and(|by| by.eq_ignore_ascii_case(VIA_NAME)))
+}
+
 /// The headers of a request as forwarded upstream: end to end, without
 /// `Host` (the upstream's own is set), `Content-Length` (recomputed), the
 /// client's `Idempotency-Key` (the system adds the key under its own header
 /// name), the gateway's token when it asks for one, and the
-/// `respond-async` preference, which is addressed to the gateway.
+/// `respond-async` preference, which is addressed to the gateway; with
+/// `Via: 1.1 ballast` added after any `Via` it came with.
 pub(super) fn forwarded(headers: &HeaderMap, token_in_authorization: bool) -> HeaderMap {
     let mut out = end_to_end(headers);
     out.remove(header::HOST);
@@ -72,6 +88,7 @@ pub(super) fn forwarded(headers: &HeaderMap, token_in_authorization: bool) -> He
             out.insert(PREFER, value);
         }
     }
+    out.append(header::VIA, header::HeaderValue::from_static("1.1 ballast"));
     out
 }
 
@@ -124,11 +141,23 @@ mod tests {
         // and HeaderMap does not keep it across removals.
         let mut names: Vec<&str> = out.keys().map(HeaderName::as_str).collect();
         names.sort_unstable();
-        assert_eq!(names, ["accept", "prefer", "x-request-id"]);
+        assert_eq!(names, ["accept", "prefer", "via", "x-request-id"]);
+        assert_eq!(out["via"], "1.1 ballast");
         assert_eq!(out.get_all("accept").iter().count(), 2, "repeated headers stay repeated");
         assert_eq!(out["prefer"], "wait=5");
         assert!(wants_async(&incoming));
         assert!(!wants_async(&map(&[("prefer", "return=minimal")])));
         assert_eq!(forwarded(&incoming, false)["authorization"], "Bearer gateway-token");
+    }
+
+    #[test]
+    fn a_request_that_came_through_the_gateway_is_recognised() {
+        let through = forwarded(&map(&[("via", "1.0 fred, 1.1 p.example (Apache/1.1)")]), false);
+        let vias: Vec<_> = through.get_all("via").iter().collect();
+        assert_eq!(vias, ["1.0 fred, 1.1 p.example (Apache/1.1)", "1.1 ballast"]);
+        assert!(came_through_us(&through));
+        assert!(came_through_us(&map(&[("via", "HTTP/1.1 Ballast (x)")])));
+        assert!(!came_through_us(&map(&[("via", "1.1 ballast-edge, 2 ballastx")])));
+        assert!(!came_through_us(&HeaderMap::new()));
     }
 }

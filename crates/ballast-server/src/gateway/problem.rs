@@ -27,6 +27,11 @@ pub enum Reason {
     UnknownSystem,
     /// The `Idempotency-Key` header is not a valid key.
     BadKey,
+    /// The path has a `.` or `..` segment: it could leave the system's base URL.
+    BadPath,
+    /// The request already came through this gateway: its system's
+    /// `base_url` points back at the gateway.
+    LoopDetected,
     /// The request body is larger than `[gateway] max_body`.
     TooLarge,
     /// The request cannot be forwarded as it is (a header the upstream

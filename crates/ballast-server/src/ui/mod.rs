@@ -29,6 +29,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use ballast_http::Systems;
 use ballast_queue::{Queue, QueueMonitor};
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::Token;
 use rates::Rates;
@@ -74,14 +75,20 @@ impl Ui {
     ) -> Self {
         let csrf = secret();
         Self(Arc::new(Inner {
+            rates: Rates::new(&systems),
             systems,
             queue,
             monitor,
-            rates: Rates::default(),
             csrf,
             sessions: Sessions::default(),
             token,
         }))
+    }
+
+    /// Samples the systems' totals for the calls/s and attempts/s columns
+    /// until `stop` is cancelled; run it beside the router.
+    pub async fn sample_rates(self, stop: CancellationToken) {
+        self.0.rates.run(self.0.systems.clone(), stop).await;
     }
 
     /// The routes under `/ui/`.

@@ -143,6 +143,7 @@ pub struct Served {
     pub admin: String,
     pub gateway: String,
     pub systems: ballast_http::Systems,
+    pub queue: ballast_queue::Queue,
     stop: CancellationToken,
     pub dir: tempfile::TempDir,
 }
@@ -175,9 +176,10 @@ pub async fn serve_with(upstream: &Upstream, serve_lines: &str, rest: &str) -> S
     let admin = format!("http://{}", server.admin_addr());
     let gateway = server.gateway_addr().map(|a| format!("http://{a}")).unwrap_or_default();
     let systems = server.systems().clone();
+    let queue = server.queue().clone();
     let stop = CancellationToken::new();
     tokio::spawn(server.run(stop.clone()));
-    Served { admin, gateway, systems, stop, dir }
+    Served { admin, gateway, systems, queue, stop, dir }
 }
 
 /// A client that follows no redirect and waits long enough for any test.

@@ -1,0 +1,37 @@
+//! # ballast-test-support — what ballast's tests share
+//!
+//! A local HTTP/1.1 upstream on hyper whose every answer a test scripts —
+//! an answer, a lost answer (the request read and applied, the connection
+//! closed without a reply), a reset, a slow answer — and that keeps a ledger
+//! of every request it read, so a test can count what reached the external
+//! system and what took effect (tower-test and linkerd's `app/test` play this
+//! part for their projects).
+//!
+//! ```
+//! use ballast_test_support::{Reply, Upstream};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! // 503 for the first request, then 201.
+//! let upstream = Upstream::start(|_, n| if n == 1 { Reply::status(503) } else { Reply::status(201) }).await;
+//! let url = upstream.url("/pay");
+//! # let _ = url;
+//! # }
+//! ```
+
+mod upstream;
+
+pub use upstream::{Reply, Seen, Upstream};
+
+/// Polls `check` until it holds, for up to 20 s, with real time: for
+/// processes and sockets, whose pace no paused clock sets.
+///
+/// # Panics
+///
+/// When 20 s pass first, naming `what`.
+pub async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
