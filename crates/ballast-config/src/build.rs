@@ -66,6 +66,27 @@ pub enum ConfigError {
         /// The name refused.
         source: ballast_http::UnknownClass,
     },
+    /// A `[systems.NAME.headers]` value's variable is not set.
+    #[error(
+        "[systems.{system}.headers] {header} comes from {var}, which is not set (or empty): export it before \
+         `ballast serve` starts"
+    )]
+    HeaderEnvUnset {
+        /// The system.
+        system: String,
+        /// The header.
+        header: String,
+        /// The variable.
+        var: String,
+    },
+    /// `[queue] seal_key_env` names a variable that holds no usable key.
+    #[error("[queue] seal_key_env names {var}: {source}")]
+    SealKey {
+        /// The variable.
+        var: String,
+        /// Why the key is unusable (its value is never shown).
+        source: ballast_http::SealError,
+    },
     /// The file has no `[queue]` section.
     #[error("{file} has no [queue] section; add one with at least `url`")]
     NoQueue {

@@ -49,6 +49,28 @@ impl Config {
             .policy(|_| policy)
             .dedupes_by_key(system.dedupes_by_key.unwrap_or(false))
             .critical(system.critical.unwrap_or(false));
+        for (header, source) in system.headers.iter().flatten() {
+            let var = source.env.clone().unwrap_or_default();
+            let value = std::env::var(&var).ok().filter(|v| !v.is_empty()).ok_or_else(|| {
+                ConfigError::HeaderEnvUnset {
+                    system: name.to_owned(),
+                    header: header.clone(),
+                    var: var.clone(),
+                }
+            })?;
+            builder = builder.header(header, &value);
+        }
+        if let Some(queue) = &self.file.queue {
+            if let Some(var) = &queue.seal_key_env {
+                let text = std::env::var(var).unwrap_or_default();
+                let key = ballast_http::SealKey::from_text(&text)
+                    .map_err(|source| ConfigError::SealKey { var: var.clone(), source })?;
+                builder = builder.seal_key(key);
+            }
+            if let Some(extra) = &queue.seal_headers {
+                builder = builder.seal_headers(extra);
+            }
+        }
         if let Some(ttl) = system.key_ttl {
             builder = builder.key_ttl(ttl.get());
         }

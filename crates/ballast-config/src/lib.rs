@@ -88,7 +88,10 @@ pub use finding::Finding;
 pub use lint::has_errors;
 pub use load::{Checked, LoadError, MAX_CONFIG_BYTES};
 pub use rules::ORDER;
-pub use serving::{AlertFormat, GatewaySettings, ServeSettings, WebhookSettings};
+pub use serving::{
+    AlertFormat, GatewaySettings, ServeSettings, WebhookSettings, DEFAULT_BODY_READ_TIMEOUT,
+    DEFAULT_SESSION_TTL,
+};
 pub use size::{ConfigSize, SizeError};
 pub use source::{Location, Source};
 pub use translate::{BACKOFF_KINDS, BREAKER_KINDS, MAX_COUNT_WINDOW, STRATEGIES};

@@ -333,10 +333,14 @@ fn type_error(source: &Source, index: &SpanIndex, e: &toml::de::Error) -> Findin
         Some(k) => format!("`{k}`: {}", e.message().trim_end()),
         None => e.message().trim_end().to_owned(),
     };
-    let help = key
-        .as_deref()
-        .and_then(|k| k.rsplit('.').next())
-        .map_or("see examples/ballast.toml for the form of each key", expected);
+    let in_headers = key.as_deref().is_some_and(|k| k.split('.').nth(2) == Some("headers"));
+    let help = if in_headers {
+        "write `{ env = \"VARIABLE\" }`: a header's value comes from the environment, never the file"
+    } else {
+        key.as_deref()
+            .and_then(|k| k.rsplit('.').next())
+            .map_or("see examples/ballast.toml for the form of each key", expected)
+    };
     spanned(source, None, Severity::Error, span, message, help.to_owned())
 }
 
@@ -355,6 +359,8 @@ fn expected(key: &str) -> &'static str {
         | "connect"
         | "read"
         | "header_read_timeout"
+        | "body_read_timeout"
+        | "session_ttl"
         | "stats_interval" => "write a duration string, e.g. \"500ms\", \"5s\" or \"24h\"",
         "max_attempts" | "size" | "min_calls" | "min_throughput" | "limit" | "queue" | "retries"
         | "max_connections" => "write a whole number that is 0 or more, e.g. 3",
@@ -362,13 +368,15 @@ fn expected(key: &str) -> &'static str {
         "retain_completed" | "retain_failed" | "max_age" | "timeout" => {
             "write a duration string, e.g. \"7d\" or \"5s\""
         }
-        "critical" | "dedupes_by_key" | "protect_metrics" => "write true or false",
+        "critical" | "dedupes_by_key" | "protect_metrics" | "trust_forwarded" => "write true or false",
         "webhook" => "write [[alerts.webhook]] tables, each with url_env and format",
         "retry" | "breaker" | "bulkhead" => {
             "write a table of its settings, or the string \"none\" to leave this part out"
         }
         "threshold" | "budget_ratio" => "write a number, e.g. 0.5",
-        "retry_on" | "order" | "remove_systems" => "write a list of strings, e.g. [\"5xx\", \"timeout\"]",
+        "retry_on" | "order" | "remove_systems" | "allowed_hosts" | "seal_headers" => {
+            "write a list of strings, e.g. [\"5xx\", \"timeout\"]"
+        }
         _ => "write a string, e.g. \"exponential\"",
     }
 }

@@ -50,6 +50,14 @@ pub struct QueueSection {
     /// against `max_attempts` until then (default
     /// [`ballast_queue::DEFAULT_MAX_AGE`], 24 h).
     pub max_age: Option<ConfigDuration>,
+    /// `seal_key_env`: the environment variable holding the key (32 bytes,
+    /// as 64 hex digits or base64) that seals credential headers of
+    /// deferred writes before they are stored (ChaCha20-Poly1305). Without
+    /// it, deferring a request that carries one is refused unsent.
+    pub seal_key_env: Option<String>,
+    /// `seal_headers`: header names sealed besides `Authorization`,
+    /// `Proxy-Authorization`, `Cookie` and `X-Api-Key`.
+    pub seal_headers: Option<Vec<String>>,
     /// `retain_completed`: how long `ballast serve` keeps completed and
     /// cancelled tasks before pruning them (default 7 days).
     pub retain_completed: Option<ConfigDuration>,
@@ -79,6 +87,17 @@ pub struct ServeSection {
     /// `stats_interval`: how often the queue's counts are refreshed for
     /// `/metrics` and readiness (default in [`ServeSettings::default`](crate::ServeSettings), 5 s).
     pub stats_interval: Option<ConfigDuration>,
+    /// `body_read_timeout`: how long a client may take to send a request's
+    /// body once its headers are in (default 10 s); a slower one is answered
+    /// 408 and its connection closed.
+    pub body_read_timeout: Option<ConfigDuration>,
+    /// `allowed_hosts`: `Host` names the admin listener answers to besides
+    /// `localhost`, the loopback addresses and its listen address (e.g. the
+    /// name a reverse proxy forwards). Any other `Host` is answered 421: a web
+    /// page that rebinds its name to this host gets nothing.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `session_ttl`: how long a dashboard login lasts (default 12 h).
+    pub session_ttl: Option<ConfigDuration>,
     /// `remove_systems`: systems this file removes on purpose. A reload
     /// (SIGHUP) that removes a system with unfinished deliveries is refused
     /// unless the system is named here; its deliveries are then held until a
@@ -105,6 +124,13 @@ pub struct GatewaySection {
     /// `header_read_timeout`: how long a client may take to send a request's
     /// headers (default 5 s).
     pub header_read_timeout: Option<ConfigDuration>,
+    /// `body_read_timeout`: how long a client may take to send a request's
+    /// body once its headers are in (default 10 s).
+    pub body_read_timeout: Option<ConfigDuration>,
+    /// `trust_forwarded`: pass caller-sent `Forwarded`, `X-Forwarded-*` and
+    /// `X-Real-IP` upstream (default false: they are dropped, so no caller
+    /// can speak for another).
+    pub trust_forwarded: Option<bool>,
 }
 
 /// `[alerts]`: the sinks every task that fails for good is reported to
@@ -165,6 +191,18 @@ pub struct System {
     pub timeout: Option<TimeoutSection>,
     /// `[systems.NAME.client]`: the HTTP client's own settings.
     pub client: Option<ClientSection>,
+    /// `[systems.NAME.headers]`: headers added to every request to the
+    /// system, each from an environment variable
+    /// (`Authorization = { env = "PAY_TOKEN" }`), read when `ballast serve`
+    /// starts and never stored with a deferred write.
+    pub headers: Option<BTreeMap<String, HeaderSource>>,
+}
+
+/// Where a `[systems.NAME.headers]` value comes from.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct HeaderSource {
+    /// `env`: the environment variable holding the value.
+    pub env: Option<String>,
 }
 
 /// A part of the composition as a file gives it: its own table, or
@@ -324,6 +362,8 @@ const GATEWAY_KEYS: &[(&str, Schema)] = &[
     ("token_env", Value),
     ("max_connections", Value),
     ("header_read_timeout", Value),
+    ("body_read_timeout", Value),
+    ("trust_forwarded", Value),
 ];
 
 const SERVE_KEYS: &[(&str, Schema)] = &[
@@ -333,6 +373,9 @@ const SERVE_KEYS: &[(&str, Schema)] = &[
     ("token_env", Value),
     ("protect_metrics", Value),
     ("stats_interval", Value),
+    ("body_read_timeout", Value),
+    ("allowed_hosts", Value),
+    ("session_ttl", Value),
     ("remove_systems", Value),
 ];
 
@@ -342,6 +385,8 @@ const QUEUE_KEYS: &[(&str, Schema)] = &[
     ("lease", Value),
     ("max_attempts", Value),
     ("max_age", Value),
+    ("seal_key_env", Value),
+    ("seal_headers", Value),
     ("retain_completed", Value),
     ("retain_failed", Value),
 ];
@@ -388,4 +433,5 @@ const SYSTEM_KEYS: &[(&str, Schema)] = &[
         ]),
     ),
     ("client", Table(&[("retries", Value)])),
+    ("headers", Named(&[("env", Value)])),
 ];

@@ -330,6 +330,42 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
             ));
         }
     }
+    for (header, source) in sys.headers.iter().flatten() {
+        let at = system_path(name, &["headers", header]);
+        if !is_header_name(header) {
+            out.push(Problem::error(
+                None,
+                at.clone(),
+                format!("`{header}` is not an HTTP header name"),
+                "use e.g. `Authorization` or `X-Api-Key`",
+            ));
+        } else if sys.idempotency_header.as_deref().unwrap_or("Idempotency-Key").eq_ignore_ascii_case(header)
+        {
+            out.push(Problem::error(
+                Some(Rule::Re1),
+                at.clone(),
+                format!("`{header}` is the idempotency header: its value is each write's own key, never a fixed one"),
+                "remove it from [headers]; keyed writes carry their key (R-RES-RE-1)",
+            ));
+        }
+        match source.env.as_deref() {
+            None => out.push(Problem::error(
+                None,
+                at,
+                format!(
+                    "`{header}` names no `env`: a header value comes from the environment, never the file"
+                ),
+                format!("write `{header} = {{ env = \"VARIABLE\" }}` with the variable that holds the value"),
+            )),
+            Some(var) if !is_env_name(var) => out.push(Problem::error(
+                None,
+                at,
+                format!("`env = \"{var}\"` is not an environment variable name"),
+                "name the variable that holds the value (never the value itself)",
+            )),
+            Some(_) => {}
+        }
+    }
     if let Some(url) = &sys.base_url {
         // The parser `ballast serve` builds the client with: lint and serve agree.
         if let Err(e) = ballast_http::parse_base_url(url) {
@@ -346,9 +382,7 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
         }
     }
     if let Some(h) = &sys.idempotency_header {
-        let token =
-            !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-        if !token {
+        if !is_header_name(h) {
             out.push(Problem::error(
                 None,
                 system_path(name, &["idempotency_header"]),
@@ -364,7 +398,9 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
 pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
     let mut out = Vec::new();
     let mut refuse = |key: &str, message: String, help: String| {
-        out.push(Problem::error(None, vec!["queue".to_owned(), key.to_owned()], message, help));
+        let mut path = vec!["queue".to_owned()];
+        path.extend(key.split('.').map(str::to_owned));
+        out.push(Problem::error(None, path, message, help));
     };
     match q.url.as_deref() {
         None => refuse(
@@ -407,6 +443,24 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
             refuse("max_attempts", format!("`max_attempts` {n} is larger than the queue can store"), guide)
         }
         _ => {}
+    }
+    if let Some(name) = q.seal_key_env.as_deref() {
+        if !is_env_name(name) {
+            refuse(
+                "seal_key_env",
+                format!("seal_key_env \"{name}\" is not an environment variable name"),
+                "name the variable that holds the 32-byte key (64 hex digits), e.g. \"BALLAST_SEAL_KEY\"; never the key itself".into(),
+            );
+        }
+    }
+    let unsealable: Vec<(usize, &String)> =
+        q.seal_headers.iter().flatten().enumerate().filter(|(_, h)| !is_header_name(h)).collect();
+    for (i, header) in unsealable {
+        refuse(
+            &format!("seal_headers.{i}"),
+            format!("seal_headers entry \"{header}\" is not an HTTP header name"),
+            "use e.g. \"X-Card-Token\"".into(),
+        );
     }
     if q.max_age.is_some_and(|d| d.get().is_zero()) {
         refuse(
@@ -495,6 +549,11 @@ pub(crate) fn alerts(a: &AlertsSection) -> Vec<Problem> {
     out
 }
 
+/// Whether `name` is an HTTP field name (a token, RFC 9110 §5.1).
+pub(crate) fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
 /// Whether `name` can name an environment variable.
 pub(crate) fn is_env_name(name: &str) -> bool {
     name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
@@ -520,6 +579,28 @@ pub(crate) fn serve(s: &ServeSection) -> Vec<Problem> {
             "set `token_env`, or drop `protect_metrics`",
         ));
     }
+    out.extend(body_timeout("serve", s.body_read_timeout));
+    if s.session_ttl.is_some_and(|d| d.get().is_zero()) {
+        out.push(Problem::error(
+            None,
+            vec!["serve".to_owned(), "session_ttl".to_owned()],
+            "`session_ttl` is zero: every dashboard login would end at once".into(),
+            "use hours, e.g. \"12h\" (the default)",
+        ));
+    }
+    for (i, host) in s.allowed_hosts.iter().flatten().enumerate() {
+        let plain = !host.is_empty()
+            && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+            && !host.contains("://");
+        if !plain {
+            out.push(Problem::error(
+                None,
+                vec!["serve".to_owned(), "allowed_hosts".to_owned(), i.to_string()],
+                format!("allowed_hosts entry {host:?} is not a host name"),
+                "write the name a browser or proxy sends in `Host`, e.g. \"ballast.internal\" or \"ballast.internal:9464\"",
+            ));
+        }
+    }
     if s.stats_interval.is_some_and(|d| d.get() < Duration::from_secs(1)) {
         out.push(Problem::error(
             None,
@@ -542,6 +623,7 @@ pub(crate) fn gateway(g: &GatewaySection) -> Vec<Problem> {
             token_env: g.token_env.as_deref(),
         },
     );
+    out.extend(body_timeout("gateway", g.body_read_timeout));
     if g.max_body.is_some_and(|b| b.bytes() == 0 || b.bytes() > MAX_BODY_LIMIT) {
         out.push(Problem::error(
             None,
@@ -551,6 +633,28 @@ pub(crate) fn gateway(g: &GatewaySection) -> Vec<Problem> {
         ));
     }
     out
+}
+
+/// The longest `body_read_timeout` accepted: beyond it a slow client holds a
+/// slot for as long as it likes.
+const MAX_BODY_READ_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// `body_read_timeout` of a listener: above zero, at most 5 minutes.
+fn body_timeout(section: &str, value: Option<crate::duration::ConfigDuration>) -> Vec<Problem> {
+    match value.map(|d| d.get()) {
+        Some(d) if d.is_zero() || d > MAX_BODY_READ_TIMEOUT => vec![Problem::error(
+            None,
+            vec![section.to_owned(), "body_read_timeout".to_owned()],
+            format!(
+                "`body_read_timeout` {} is outside 1ms..={}: a client sending its body slowly would {}",
+                display(d),
+                display(MAX_BODY_READ_TIMEOUT),
+                if d.is_zero() { "never be read" } else { "hold a connection slot that long" }
+            ),
+            "use a few seconds, e.g. \"10s\" (the default)",
+        )],
+        _ => Vec::new(),
+    }
 }
 
 /// Below this a lease is renewed so often that one slow heartbeat loses it.

@@ -24,6 +24,13 @@ pub struct ServeSettings {
     pub protect_metrics: bool,
     /// How often the queue's counts are refreshed.
     pub stats_interval: Duration,
+    /// How long a client may take to send a request's body.
+    pub body_read_timeout: Duration,
+    /// Host names the admin listener answers to besides its own
+    /// (`localhost`, the loopback addresses, the listen address).
+    pub allowed_hosts: Vec<String>,
+    /// How long a dashboard session lasts.
+    pub session_ttl: Duration,
 }
 
 impl Default for ServeSettings {
@@ -37,9 +44,20 @@ impl Default for ServeSettings {
             token_env: None,
             protect_metrics: false,
             stats_interval: Duration::from_secs(5),
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            allowed_hosts: Vec::new(),
+            session_ttl: DEFAULT_SESSION_TTL,
         }
     }
 }
+
+/// How long a client may take to send a request's body, on both listeners,
+/// unless `body_read_timeout` says otherwise (10 s: nginx's `client_body_timeout` is 60 s for the
+/// open internet; a service on the same network needs far less).
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a dashboard session lasts unless `[serve] session_ttl` says otherwise (12 h).
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
 /// The outbound gateway of `ballast serve` (`/call/{system}/…`,
 /// `/tasks/{id}`), from `[gateway]`.
@@ -55,6 +73,11 @@ pub struct GatewaySettings {
     pub max_connections: usize,
     /// How long a client may take to send a request's headers.
     pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body.
+    pub body_read_timeout: Duration,
+    /// Whether caller-sent `Forwarded`, `X-Forwarded-*` and `X-Real-IP` are
+    /// passed upstream (default false: dropped).
+    pub trust_forwarded: bool,
 }
 
 impl Default for GatewaySettings {
@@ -67,6 +90,8 @@ impl Default for GatewaySettings {
             token_env: None,
             max_connections: 1024,
             header_read_timeout: Duration::from_secs(5),
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            trust_forwarded: false,
         }
     }
 }
@@ -130,6 +155,9 @@ impl Config {
             token_env: serve.token_env.clone(),
             protect_metrics: serve.protect_metrics.unwrap_or(false),
             stats_interval: serve.stats_interval.map_or(defaults.stats_interval, |d| d.get()),
+            body_read_timeout: serve.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
+            allowed_hosts: serve.allowed_hosts.clone().unwrap_or_default(),
+            session_ttl: serve.session_ttl.map_or(defaults.session_ttl, |d| d.get()),
         })
     }
 
@@ -149,6 +177,8 @@ impl Config {
             header_read_timeout: gateway
                 .header_read_timeout
                 .map_or(defaults.header_read_timeout, |d| d.get()),
+            body_read_timeout: gateway.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
+            trust_forwarded: gateway.trust_forwarded.unwrap_or(false),
         }))
     }
 

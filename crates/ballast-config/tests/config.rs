@@ -580,3 +580,58 @@ fn leaving_409_in_flight_out_of_a_deduplicating_system_s_retry_on_is_noted() {
         Config::parse("t.toml", "[systems.pay]\nbase_url = \"http://a/\"\ndedupes_by_key = true\n").unwrap();
     assert!(default.http_system("pay").unwrap().retry_on().conflict_in_flight, "on by default");
 }
+
+#[test]
+fn the_security_keys_are_checked() {
+    let text = r#"
+[queue]
+url = "sqlite://q.db"
+seal_key_env = "not a name"
+seal_headers = ["X Card"]
+
+[serve]
+body_read_timeout = "0s"
+session_ttl = "0s"
+allowed_hosts = ["https://ops.example/"]
+
+[gateway]
+body_read_timeout = "1h"
+trust_forwarded = true
+
+[systems.pay]
+base_url = "http://127.0.0.1:1/"
+retry = "none"
+
+[systems.pay.headers]
+Authorization = { env = "PAY_TOKEN" }
+Idempotency-Key = { env = "PAY_KEY" }
+X-Plain = "written in the file"
+X-Nothing = {}
+"#;
+    let checked = Config::check("t.toml", text).unwrap();
+    let at = |line: usize| {
+        let found: Vec<_> = checked
+            .findings
+            .iter()
+            .filter(|f| f.location.map(|l| l.line) == Some(line) && f.is_error())
+            .collect();
+        assert!(!found.is_empty(), "no error at line {line}: {:#?}", checked.findings);
+        found[0].message.clone()
+    };
+    assert!(at(4).contains("seal_key_env"));
+    assert!(at(5).contains("X Card"));
+    assert!(at(8).contains("body_read_timeout"));
+    assert!(at(9).contains("session_ttl"));
+    assert!(at(10).contains("not a host name"));
+    assert!(at(13).contains("body_read_timeout"));
+    assert!(at(22).contains("idempotency header"));
+    assert!(at(23).contains("X-Plain"), "a value written in the file is refused");
+    assert!(at(24).contains("names no `env`"));
+    let plain = checked.findings.iter().find(|f| f.message.contains("X-Plain")).unwrap();
+    assert!(plain.help.contains("env"), "{}", plain.help);
+    assert!(
+        !checked.findings.iter().any(|f| f.location.map(|l| l.line) == Some(21)),
+        "{:#?}",
+        checked.findings
+    );
+}

@@ -45,8 +45,11 @@ pub const DELIVERY_KIND: &str = "ballast.http.delivery";
 ///
 /// The idempotency key is not part of it: it is the task's own key, so the
 /// queue deduplicates deliveries of one user action and the handler sends the
-/// key the in-memory attempts sent (R-RES-RE-1). The headers are stored as
-/// given, in clear text in the queue's table.
+/// key the in-memory attempts sent (R-RES-RE-1). Headers a system adds on its
+/// own ([`HttpSystemBuilder::header`](crate::HttpSystemBuilder::header)) are
+/// never part of it. [`HttpSystem::capture`] seals the caller's credential
+/// headers (and, with a seal key, the body) before it is stored; other
+/// headers are stored as given.
 ///
 /// ```
 /// use ballast_http::{delivery::Body, Delivery, Request};
@@ -73,6 +76,10 @@ pub struct Delivery {
     /// Headers, in order (the idempotency header is added when sending).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<(String, String)>,
+    /// Credential headers, each sealed ([`crate::seal`]): only the worker
+    /// that sends the delivery opens them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sealed_headers: Vec<SealedHeader>,
     /// The body; `None` when empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<Body>,
@@ -85,10 +92,25 @@ pub struct Delivery {
     /// existed: they are bounded by their attempts alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_attempt_at: Option<u64>,
+    /// A random secret ([`HttpSystem::capture`] makes one) that, with the
+    /// task's id, forms the task's handle ([`Delivery::handle`]): the gateway
+    /// shows a deferred write to whoever holds its handle, never by its
+    /// sequential id alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<String>,
+}
+
+/// A header stored sealed: its name in clear, its value sealed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealedHeader {
+    /// The header's name.
+    pub name: String,
+    /// Its value, sealed (`base64(nonce ‖ ciphertext ‖ tag)`).
+    pub sealed: String,
 }
 
 /// A request body as stored in JSON: text when it is UTF-8, so an operator
-/// can read the payload, base64 otherwise.
+/// can read the payload, base64 otherwise, sealed when the system has a seal key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "encoding", content = "data", rename_all = "lowercase")]
 pub enum Body {
@@ -96,6 +118,8 @@ pub enum Body {
     Text(String),
     /// Any other body, base64 (standard alphabet, padded).
     Base64(String),
+    /// A body sealed with the system's seal key ([`crate::seal`]).
+    Sealed(String),
 }
 
 impl Body {
@@ -117,6 +141,9 @@ impl Body {
             Body::Base64(data) => {
                 BASE64.decode(data).map_err(|e| HttpError::invalid(format!("base64 body: {e}")))
             }
+            Body::Sealed(_) => Err(HttpError::invalid(
+                "the body is sealed: open the delivery with HttpSystem::open_delivery",
+            )),
         }
     }
 }
@@ -145,9 +172,50 @@ impl Delivery {
             raw_query: head.raw_query.clone(),
             query: head.query.clone(),
             headers,
+            sealed_headers: Vec::new(),
             body: Body::from_bytes(&request.body),
             first_attempt_at: Some(unix_millis(SystemTime::now())),
+            access: None,
         })
+    }
+
+    /// The handle of the task `task_id` holding this delivery:
+    /// `{task_id}.{access}`, or `None` without an access secret.
+    pub fn handle(&self, task_id: i64) -> Option<String> {
+        self.access.as_ref().map(|access| format!("{task_id}.{access}"))
+    }
+
+    /// Whether `payload` (that of the task [`handle_id`](Self::handle_id)
+    /// names) holds the handle's secret, compared in constant time.
+    pub fn opens(handle: &str, payload: &serde_json::Value) -> bool {
+        let Some((_, secret)) = handle.split_once('.') else { return false };
+        let stored = payload.get("access").and_then(|a| a.as_str()).unwrap_or_default();
+        !stored.is_empty() && bool::from(subtle::ConstantTimeEq::ct_eq(stored.as_bytes(), secret.as_bytes()))
+    }
+
+    /// The task id of a handle made by [`handle`](Self::handle).
+    pub fn handle_id(handle: &str) -> Option<i64> {
+        handle.split_once('.')?.0.parse().ok()
+    }
+
+    /// The payload as an operator may see it (the dashboard's task page):
+    /// sealed values shown as `"(sealed)"`, names kept.
+    pub fn shown(payload: &serde_json::Value) -> serde_json::Value {
+        let mut shown = payload.clone();
+        if let Some(sealed) = shown.get_mut("sealed_headers").and_then(|h| h.as_array_mut()) {
+            for header in sealed {
+                if let Some(value) = header.get_mut("sealed") {
+                    *value = serde_json::Value::from("(sealed)");
+                }
+            }
+        }
+        if let Some(body) = shown.get_mut("body").filter(|b| b["encoding"] == "sealed") {
+            body["data"] = serde_json::Value::from("(sealed)");
+        }
+        if let Some(access) = shown.get_mut("access") {
+            *access = serde_json::Value::from("(hidden)");
+        }
+        shown
     }
 
     /// The latest moment this delivery may still be sent to `system`: its
@@ -167,8 +235,19 @@ impl Delivery {
         first.checked_add(lasts)
     }
 
-    /// The request to send, or why the stored delivery is not a valid one.
+    /// The request to send, or why the stored delivery is not a valid one
+    /// (a sealed delivery is opened with [`HttpSystem::open_delivery`]).
     pub fn to_request(&self) -> Result<Request, HttpError> {
+        if let Some(header) = self.sealed_headers.first() {
+            return Err(HttpError::invalid(format!(
+                "header {} is sealed: open the delivery with HttpSystem::open_delivery",
+                header.name
+            )));
+        }
+        self.plain_request()
+    }
+
+    fn plain_request(&self) -> Result<Request, HttpError> {
         let method = Method::from_bytes(self.method.as_bytes())
             .map_err(|_| HttpError::invalid(format!("method {:?}", self.method)))?;
         let mut request = Request::new(method, &self.path);
@@ -191,6 +270,76 @@ impl Delivery {
 }
 
 impl HttpSystem {
+    /// `request` as a [`Delivery`] to store for a later send with `key`:
+    /// the caller's credential headers (`Authorization`, `Proxy-Authorization`,
+    /// `Cookie`, `X-Api-Key` and those of
+    /// [`seal_headers`](crate::HttpSystemBuilder::seal_headers)) sealed with
+    /// the system's [seal key](crate::HttpSystemBuilder::seal_key), and the body too when
+    /// there is a key; the trace context added with the `otel` feature.
+    /// Refused ([`HttpError::SealKeyMissing`]) when a credential header
+    /// would have to be stored and there is no key: nothing is stored in clear.
+    pub fn capture(&self, key: &IdempotencyKey, request: &Request) -> Result<Delivery, HttpError> {
+        let mut delivery = Delivery::from_request(self.name(), request)?;
+        let mut access = [0u8; 16];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut access);
+        delivery.access = Some(access.iter().map(|b| format!("{b:02x}")).collect());
+        let sealed = self.sealed_headers();
+        let (secret, plain): (Vec<_>, Vec<_>) = std::mem::take(&mut delivery.headers)
+            .into_iter()
+            .partition(|(name, _)| sealed.iter().any(|s| s.as_str().eq_ignore_ascii_case(name)));
+        delivery.headers = plain;
+        match (self.seal(), secret.first()) {
+            (None, Some((name, _))) => return Err(HttpError::SealKeyMissing { header: name.clone() }),
+            (None, None) => {}
+            (Some(seal), _) => {
+                delivery.sealed_headers = secret
+                    .into_iter()
+                    .map(|(name, value)| {
+                        let place = crate::seal::place(self.name(), key.as_str(), &name);
+                        SealedHeader { sealed: seal.seal(&place, value.as_bytes()), name }
+                    })
+                    .collect();
+                if !request.body.is_empty() {
+                    let place = crate::seal::place(self.name(), key.as_str(), "body");
+                    delivery.body = Some(Body::Sealed(seal.seal(&place, &request.body)));
+                }
+            }
+        }
+        #[cfg(feature = "otel")]
+        crate::otel::store(&mut delivery.headers);
+        Ok(delivery)
+    }
+
+    /// The request a stored `delivery` with `key` sends: its sealed parts
+    /// opened with the system's seal key.
+    pub fn open_delivery(&self, key: &IdempotencyKey, delivery: &Delivery) -> Result<Request, HttpError> {
+        let sealed_body = matches!(delivery.body, Some(Body::Sealed(_)));
+        if delivery.sealed_headers.is_empty() && !sealed_body {
+            return delivery.plain_request();
+        }
+        let unseal = |part: &str, text: &str| -> Result<Vec<u8>, HttpError> {
+            let seal = self.seal().ok_or_else(|| HttpError::Unseal {
+                part: part.to_owned(),
+                source: crate::seal::SealError::DoesNotOpen,
+            })?;
+            let place = crate::seal::place(self.name(), key.as_str(), part);
+            seal.open(&place, text).map_err(|source| HttpError::Unseal { part: part.to_owned(), source })
+        };
+        let mut plain = Delivery { sealed_headers: Vec::new(), ..delivery.clone() };
+        if let Some(Body::Sealed(text)) = &delivery.body {
+            plain.body = Body::from_bytes(&unseal("body", text)?);
+        }
+        let mut request = plain.plain_request()?;
+        for header in &delivery.sealed_headers {
+            let value = unseal(&header.name, &header.sealed)?;
+            let value = http::HeaderValue::from_bytes(&value).map_err(|_| {
+                HttpError::invalid(format!("sealed header {} is not a header value", header.name))
+            })?;
+            request = request.header(header.name.as_str(), value);
+        }
+        Ok(request)
+    }
+
     /// Sends a keyed write like [`write`](HttpSystem::write); if it gives up
     /// on transient errors or is rejected (breaker open, bulkhead full),
     /// enqueues a [`Delivery`] task with the same `key` so a worker running a
@@ -213,13 +362,7 @@ impl HttpSystem {
         }
         // Captured before sending: a request that cannot be stored is refused
         // unsent rather than found out after an attempt that may have applied it.
-        let task = match Delivery::from_request(self.name(), &request) {
-            #[cfg(feature = "otel")]
-            Ok(mut delivery) => {
-                crate::otel::store(&mut delivery.headers);
-                delivery.task(key)
-            }
-            #[cfg(not(feature = "otel"))]
+        let task = match self.capture(key, &request) {
             Ok(delivery) => delivery.task(key),
             Err(error) => return Err(HandoverError::Failed(Failure::unsent(error))),
         };
@@ -312,7 +455,7 @@ impl Handler for DeliveryHandler {
             return Err(DeliveryError::UnknownSystem { system: delivery.system.clone() });
         };
         let key = task.key().ok_or(DeliveryError::NoKey { task_id: task.id() })?;
-        let request = delivery.to_request().map_err(DeliveryError::Invalid)?;
+        let request = system.open_delivery(key, &delivery).map_err(DeliveryError::Invalid)?;
         let span = if tracing::dispatcher::has_been_set() {
             tracing::info_span!(
                 "ballast.delivery",

@@ -74,6 +74,27 @@ pub enum HttpError {
         /// The path given (at most 200 characters of it).
         path: String,
     },
+    /// A write to defer carries a credential header, and no seal key is
+    /// configured to store it sealed: refused unsent.
+    #[cfg(feature = "queue")]
+    #[error(
+        "the request carries {header}, a credential, which a deferred write stores only sealed, and no seal \
+         key is configured (`[queue] seal_key_env`, or HttpSystemBuilder::seal_key): it was not sent; \
+         configure a key, or send the request without deferring it"
+    )]
+    SealKeyMissing {
+        /// The header's name.
+        header: String,
+    },
+    /// A sealed part of a stored delivery does not open.
+    #[cfg(feature = "queue")]
+    #[error("the stored delivery's {part} cannot be opened: {source}")]
+    Unseal {
+        /// `body` or the header's name.
+        part: String,
+        /// Why.
+        source: crate::seal::SealError,
+    },
     /// The system's base URL is unusable.
     #[error("invalid base URL {url:?}: {reason}; use an absolute http:// or https:// URL")]
     InvalidBaseUrl {
@@ -159,9 +180,15 @@ impl HttpError {
     }
 
     /// A transport failure; the URL reqwest quotes in its message has its
-    /// secrets masked.
-    pub(crate) fn transport(kind: TransportKind, class: Class, source: reqwest::Error) -> Self {
-        HttpError::Transport { kind, class, source: without_secrets(source) }
+    /// secrets masked, and all of its path when `secret_path` (a URL that is
+    /// itself a secret, such as a Slack webhook's).
+    pub(crate) fn transport(
+        kind: TransportKind,
+        class: Class,
+        source: reqwest::Error,
+        secret_path: bool,
+    ) -> Self {
+        HttpError::Transport { kind, class, source: without_secrets(source, secret_path) }
     }
 
     pub(crate) fn invalid(reason: impl std::fmt::Display) -> Self {
@@ -170,10 +197,15 @@ impl HttpError {
 }
 
 /// `error` quoting its URL with the secrets masked ([`ballast::redact_url`]).
-fn without_secrets(error: reqwest::Error) -> reqwest::Error {
-    let Some(url) = error.url() else { return error };
+fn without_secrets(error: reqwest::Error, secret_path: bool) -> reqwest::Error {
+    let Some(original) = error.url() else { return error };
+    let mut url = original.clone();
+    if secret_path {
+        url.set_path("/***");
+        url.set_query(None);
+    }
     let shown = ballast::redact_url(url.as_str());
-    if shown == url.as_str() {
+    if shown == original.as_str() {
         return error;
     }
     match reqwest::Url::parse(&shown) {

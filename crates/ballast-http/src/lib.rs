@@ -66,6 +66,9 @@ pub mod middleware;
 pub mod otel;
 mod request;
 mod response;
+#[cfg(feature = "queue")]
+#[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+pub mod seal;
 mod system;
 mod system_policy;
 mod systems;
@@ -73,7 +76,9 @@ mod systems;
 pub use classify::{RetryOn, TransportKind, UnknownClass};
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
-pub use delivery::{Delivery, DeliveryError, DeliveryHandler, DeliveryResult, ExpiredBy, DELIVERY_KIND};
+pub use delivery::{
+    Delivery, DeliveryError, DeliveryHandler, DeliveryResult, ExpiredBy, SealedHeader, DELIVERY_KIND,
+};
 pub use error::HttpError;
 pub use health::{Health, HealthReport, SystemHealth};
 pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
@@ -82,6 +87,8 @@ pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
 pub use middleware::{CallFailed, PolicyMiddleware};
 pub use request::{OnceRequest, Request, StreamingRequest};
 pub use response::Response;
+#[cfg(feature = "queue")]
+pub use seal::{SealError, SealKey};
 pub use system::{parse_base_url, HttpSystem, HttpSystemBuilder};
 pub use system_policy::CallStats;
 pub use systems::Systems;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ballast::{BreakerState, Failure, IdempotencyKey, Policy, PolicyBuilder};
-use http::header::HeaderName;
+use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 use reqwest::Url;
 use tracing::Instrument;
@@ -31,6 +31,13 @@ pub struct HttpSystemBuilder {
     retry_on: RetryOn,
     critical: bool,
     key_ttl: Option<Duration>,
+    /// Added to every request; the first bad name or value, for `build`.
+    headers: Result<HeaderMap, String>,
+    secret_url: bool,
+    #[cfg(feature = "queue")]
+    seal: Option<crate::SealKey>,
+    #[cfg(feature = "queue")]
+    sealed: Vec<HeaderName>,
 }
 
 impl HttpSystemBuilder {
@@ -120,6 +127,64 @@ impl HttpSystemBuilder {
         self
     }
 
+    /// Adds a header to every request the system sends — the system's own
+    /// credential, say — replacing one the caller set. Its value is marked
+    /// sensitive (kept out of debug output) and never stored with a deferred
+    /// write: it is added again when the write is sent.
+    ///
+    /// ```
+    /// let pay = ballast_http::HttpSystem::builder("pay", "https://pay.example/")
+    ///     .header("Authorization", "Bearer from-the-environment")
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = pay;
+    /// ```
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        if let Ok(headers) = &mut self.headers {
+            match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+                (Ok(name), Ok(mut value)) => {
+                    value.set_sensitive(true);
+                    headers.insert(name, value);
+                }
+                (Err(_), _) => self.headers = Err(format!("header name {name:?}")),
+                (_, Err(_)) => self.headers = Err(format!("the value of header {name}")),
+            }
+        }
+        self
+    }
+
+    /// Treats the whole base URL as a secret (a Slack webhook's path is its
+    /// token): errors, logs and spans show only its scheme and host.
+    pub fn secret_url(mut self, yes: bool) -> Self {
+        self.secret_url = yes;
+        self
+    }
+
+    /// The key that seals the credential headers (and the body) of a write
+    /// deferred to the durable queue before it is stored; without one,
+    /// deferring a request that carries a credential header is refused unsent.
+    #[cfg(feature = "queue")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+    pub fn seal_key(mut self, key: crate::SealKey) -> Self {
+        self.seal = Some(key);
+        self
+    }
+
+    /// Seals `names` too, besides [`SEALED_BY_DEFAULT`](crate::seal::SEALED_BY_DEFAULT)
+    /// (`Authorization`, `Proxy-Authorization`, `Cookie`, `X-Api-Key`).
+    #[cfg(feature = "queue")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+    pub fn seal_headers<S: AsRef<str>>(mut self, names: &[S]) -> Self {
+        for name in names {
+            match HeaderName::from_bytes(name.as_ref().as_bytes()) {
+                Ok(name) if !self.sealed.contains(&name) => self.sealed.push(name),
+                Ok(_) => {}
+                Err(_) => self.headers = Err(format!("sealed header name {:?}", name.as_ref())),
+            }
+        }
+        self
+    }
+
     /// The header keyed writes carry their key in (default `Idempotency-Key`).
     pub fn idempotency_header(mut self, name: impl Into<String>) -> Self {
         self.header = name.into();
@@ -195,6 +260,7 @@ impl HttpSystemBuilder {
             }
             None => own_client(&policy, self.connect_timeout, self.read_timeout)?,
         };
+        let headers = self.headers.map_err(|what| HttpError::invalid(format!("{what} is not valid")))?;
         crate::metrics::describe_system(&self.name, policy.bulkhead_limit(), self.critical);
         let system_policy = SystemPolicy::new(policy, self.dedupes_by_key, header, self.retry_on);
         Ok(HttpSystem {
@@ -204,6 +270,12 @@ impl HttpSystemBuilder {
                 system_policy,
                 critical: self.critical,
                 key_ttl: self.key_ttl,
+                headers,
+                secret_url: self.secret_url,
+                #[cfg(feature = "queue")]
+                seal: self.seal,
+                #[cfg(feature = "queue")]
+                sealed: self.sealed,
             }),
         })
     }
@@ -260,15 +332,6 @@ pub fn parse_base_url(url: &str) -> Result<Url, HttpError> {
     Ok(base)
 }
 
-/// A request's URL as spans and logs show it: without the query string
-/// (whose values may be secrets) and with any userinfo masked.
-fn span_url(url: &Url) -> String {
-    let mut shown = url.clone();
-    shown.set_query(None);
-    shown.set_fragment(None);
-    ballast::redact_url(shown.as_str())
-}
-
 /// One external system: its own client and connection pool (rustls, no
 /// client-level retries, connect and read timeouts) and its [`Policy`].
 ///
@@ -291,6 +354,12 @@ struct Inner {
     system_policy: SystemPolicy,
     critical: bool,
     key_ttl: Option<Duration>,
+    headers: HeaderMap,
+    secret_url: bool,
+    #[cfg(feature = "queue")]
+    seal: Option<crate::SealKey>,
+    #[cfg(feature = "queue")]
+    sealed: Vec<HeaderName>,
 }
 
 impl HttpSystem {
@@ -317,6 +386,12 @@ impl HttpSystem {
             retry_on: RetryOn::default(),
             critical: false,
             key_ttl: None,
+            headers: Ok(HeaderMap::new()),
+            secret_url: false,
+            #[cfg(feature = "queue")]
+            seal: None,
+            #[cfg(feature = "queue")]
+            sealed: crate::seal::SEALED_BY_DEFAULT.iter().map(|n| HeaderName::from_static(n)).collect(),
         }
     }
 
@@ -344,6 +419,31 @@ impl HttpSystem {
     /// ([`HttpSystemBuilder::key_ttl`]).
     pub fn key_ttl(&self) -> Option<Duration> {
         self.inner.key_ttl
+    }
+
+    /// The key sealing deferred writes' credentials, if configured.
+    #[cfg(feature = "queue")]
+    pub(crate) fn seal(&self) -> Option<&crate::SealKey> {
+        self.inner.seal.as_ref()
+    }
+
+    /// The headers sealed before a deferred write is stored.
+    #[cfg(feature = "queue")]
+    pub(crate) fn sealed_headers(&self) -> &[HeaderName] {
+        &self.inner.sealed
+    }
+
+    /// `url` as errors, logs and spans show it: without the query string
+    /// (whose values may be secrets), userinfo masked, and — for a system
+    /// whose URL is a secret — without its path.
+    pub(crate) fn shown_url(&self, url: &Url) -> String {
+        let mut shown = url.clone();
+        shown.set_query(None);
+        shown.set_fragment(None);
+        if self.inner.secret_url {
+            shown.set_path("/***");
+        }
+        ballast::redact_url(shown.as_str())
     }
 
     /// The outcome classes treated as transient.
@@ -447,7 +547,7 @@ impl HttpSystem {
             "ballast.http",
             ballast.system = %self.name(),
             http.request.method = %head.method,
-            url.full = %span_url(url),
+            url.full = %self.shown_url(url),
             http.response.status_code = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
@@ -481,6 +581,9 @@ impl HttpSystem {
             url.query_pairs_mut().extend_pairs(&head.query);
         }
         let mut headers = head.headers.clone();
+        for (name, value) in &self.inner.headers {
+            headers.insert(name, value.clone());
+        }
         self.inner.system_policy.set_key(kind, &mut headers)?;
         Ok((url, headers))
     }
@@ -494,9 +597,10 @@ impl HttpSystem {
         url: &Url,
     ) -> Result<Response, HttpError> {
         let retry_on = self.retry_on();
-        let transport = |source: reqwest::Error| {
+        let secret_url = self.inner.secret_url;
+        let transport = move |source: reqwest::Error| {
             let kind = TransportKind::of(&source);
-            HttpError::transport(kind, retry_on.transport_class(kind), source)
+            HttpError::transport(kind, retry_on.transport_class(kind), source, secret_url)
         };
         let number = attempt;
         let send = move |request: reqwest::RequestBuilder| async move {
@@ -521,7 +625,7 @@ impl HttpSystem {
             http.request.method = tracing::field::Empty,
             server.address = url.host_str().unwrap_or_default(),
             server.port = url.port_or_known_default(),
-            url.full = %span_url(url),
+            url.full = %self.shown_url(url),
             http.request.resend_count = tracing::field::Empty,
             http.response.status_code = tracing::field::Empty,
             error.type = tracing::field::Empty,

@@ -477,8 +477,10 @@ mod delivery {
         let stored: Delivery = serde_json::from_value(task.payload).unwrap();
         let captured = stored.first_attempt_at.expect("the first attempt's time is stored");
         assert!(captured <= now_millis() && captured + 60_000 > now_millis(), "{captured}");
+        assert_eq!(stored.access.as_ref().map(String::len), Some(32), "a handle's secret");
         let expected = Delivery {
             first_attempt_at: stored.first_attempt_at,
+            access: stored.access.clone(),
             ..Delivery::from_request("sber", &pay()).unwrap()
         };
         assert_eq!(stored, expected);

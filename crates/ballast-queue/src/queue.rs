@@ -62,6 +62,7 @@ impl Queue {
             #[cfg(feature = "sqlite")]
             Backend::Sqlite => {
                 let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
+                create_private(options.get_filename())?;
                 Self::connect_sqlite(options).await
             }
             #[cfg(feature = "postgres")]
@@ -255,6 +256,26 @@ impl Queue {
     }
 }
 
+/// Creates a missing SQLite file readable and writable by its owner only
+/// (0600): tasks hold payloads. SQLite gives its `-wal` and `-shm` files the
+/// database file's permissions. An existing file is left as it is.
+#[cfg(feature = "sqlite")]
+fn create_private(path: &std::path::Path) -> Result<()> {
+    let name = path.to_string_lossy();
+    if name.is_empty() || name == ":memory:" || name.starts_with("file:") {
+        return Ok(());
+    }
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    match open.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::Database(sqlx::Error::Io(e))),
+    }
+}
+
 /// The backend `url` names, or why none.
 fn backend(url: &str) -> Result<Backend> {
     Backend::from_url(url).ok_or_else(|| Error::UnsupportedUrl { url: ballast::redact_url(url) })
@@ -314,4 +335,27 @@ impl TxConnection for SqliteConnection {
 #[cfg(feature = "postgres")]
 impl TxConnection for PgConnection {
     const BACKEND: Backend = Backend::Postgres;
+}
+
+#[cfg(all(test, unix, feature = "sqlite"))]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// Tasks hold payloads: a queue file, its WAL and its shared memory are
+    /// the owner's alone.
+    #[tokio::test]
+    async fn a_new_sqlite_queue_is_readable_by_its_owner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.db");
+        let queue = Queue::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+        queue.migrate().await.unwrap();
+        queue.enqueue(NewTask::new("k", &"card 4111")).await.unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            let file = dir.path().join(format!("tasks.db{suffix}"));
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}: {mode:o}", file.display());
+        }
+    }
 }

@@ -23,6 +23,19 @@ pub enum TokenError {
         /// The address.
         addr: SocketAddr,
     },
+    /// The token is too short to resist guessing.
+    #[error(
+        "[{section}] token_env names {var}, whose token is shorter than {min} bytes: use a random one of \
+         at least {min} (e.g. `openssl rand -hex 32`)"
+    )]
+    TooShort {
+        /// `serve` or `gateway`.
+        section: &'static str,
+        /// The variable.
+        var: String,
+        /// The shortest token accepted, [`MIN_TOKEN_LEN`].
+        min: usize,
+    },
     /// The variable `token_env` names is not set, or empty.
     #[error("[{section}] token_env names {var}, which is not set (or empty): export the token in {var}")]
     Missing {
@@ -32,6 +45,10 @@ pub enum TokenError {
         var: String,
     },
 }
+
+/// The shortest token a listener accepts, in bytes: a shorter one falls to
+/// guessing even at the login's rate limit.
+pub const MIN_TOKEN_LEN: usize = 16;
 
 /// A secret every request must present; compared in constant time.
 #[derive(Clone)]
@@ -62,7 +79,10 @@ impl Token {
             None if addr.ip().is_loopback() => Ok(None),
             None => Err(TokenError::Required { section, addr }),
             Some(var) => match std::env::var(var) {
-                Ok(value) if !value.is_empty() => Ok(Some(Token::new(value))),
+                Ok(value) if value.len() >= MIN_TOKEN_LEN => Ok(Some(Token::new(value))),
+                Ok(value) if !value.is_empty() => {
+                    Err(TokenError::TooShort { section, var: var.to_owned(), min: MIN_TOKEN_LEN })
+                }
                 _ => Err(TokenError::Missing { section, var: var.to_owned() }),
             },
         }

@@ -33,6 +33,7 @@ pub mod alerts;
 pub mod auth;
 pub mod gateway;
 pub mod listener;
+pub mod origin;
 pub mod reload;
 pub mod ui;
 
@@ -101,6 +102,7 @@ pub struct Server {
     worker: Worker,
     admin: Admin,
     ui: Ui,
+    hosts: origin::Hosts,
     listener: TcpListener,
     limits: Limits,
     gateway: Option<(Gateway, TcpListener, Limits)>,
@@ -168,9 +170,15 @@ impl Server {
                 let listener = TcpListener::bind(g.listen)
                     .await
                     .map_err(|source| ServeError::Bind { addr: g.listen, source })?;
-                let limits =
-                    Limits { max_connections: g.max_connections, header_read_timeout: g.header_read_timeout };
+                // Services call the gateway, not probes: no reserve.
+                let limits = Limits {
+                    max_connections: g.max_connections,
+                    header_read_timeout: g.header_read_timeout,
+                    body_read_timeout: g.body_read_timeout,
+                    probe_reserve: 0,
+                };
                 let gateway = Gateway::new(systems.clone(), deferrals.clone(), g.max_body, token)
+                    .trust_forwarded(g.trust_forwarded)
                     .keep_alive_hint(g.header_read_timeout);
                 Some((gateway, listener, limits))
             }
@@ -179,15 +187,19 @@ impl Server {
         // Refused before anything listens: beyond loopback only with a token.
         let admin_token = Token::for_listener("serve", addr, settings.token_env.as_deref())?;
         let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
+        let hosts = origin::Hosts::new(addr, &settings.allowed_hosts);
         let limits = Limits {
             max_connections: settings.max_connections,
             header_read_timeout: settings.header_read_timeout,
+            body_read_timeout: settings.body_read_timeout,
+            ..Limits::default()
         };
         let ui = Ui::new(
             systems.clone(),
             deferrals.clone(),
             monitor.clone(),
             admin_token.clone().zip(settings.token_env.clone()),
+            settings.session_ttl,
         );
         let admin = match (&admin_token, settings.protect_metrics) {
             (Some(token), true) => {
@@ -199,6 +211,7 @@ impl Server {
             worker,
             admin,
             ui,
+            hosts,
             listener,
             limits,
             gateway,
@@ -246,6 +259,7 @@ impl Server {
             worker,
             admin,
             ui,
+            hosts,
             listener,
             limits,
             gateway,
@@ -264,7 +278,11 @@ impl Server {
         let gateway = gateway.map(|(gateway, listener, limits)| {
             tokio::spawn(listener::serve(listener, gateway.router(), limits, shutdown.clone()))
         });
-        listener::serve(listener, admin.router().merge(ui.router()), limits, shutdown).await;
+        let router = admin
+            .router()
+            .merge(ui.router())
+            .layer(axum::middleware::from_fn_with_state(hosts, origin::admit_host));
+        listener::serve(listener, router, limits, shutdown).await;
         if let Some(gateway) = gateway {
             let _ = gateway.await;
         }

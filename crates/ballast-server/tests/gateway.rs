@@ -191,7 +191,19 @@ async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
     let location = response.headers()["location"].to_str().unwrap().to_owned();
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["state"], "pending");
-    assert_eq!(location, format!("/tasks/{}", body["task_id"]));
+    let handle = body["task_id"].as_str().expect("the task's handle").to_owned();
+    assert_eq!(location, format!("/tasks/{handle}"));
+    // The handle, not the task's sequential id, names it.
+    let (id, secret) = handle.split_once('.').expect("id.secret");
+    assert!(secret.len() >= 32, "{handle}");
+    for guess in [
+        id.to_owned(),
+        format!("{id}.{}", "0".repeat(secret.len())),
+        format!("{}.{secret}", id.parse::<i64>().unwrap() + 1),
+    ] {
+        let guessed = client().get(format!("{}/tasks/{guess}", served.gateway)).send().await.unwrap();
+        assert_eq!(guessed.status().as_u16(), 404, "{guess}");
+    }
 
     let task_url = format!("{}{location}", served.gateway);
     let task: Value = client().get(&task_url).send().await.unwrap().json().await.unwrap();
@@ -242,7 +254,7 @@ half_open_after = "60s"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_only_requests_that_bring_it_pass_and_it_goes_no_further() {
-    std::env::set_var("BALLAST_GATEWAY_TEST_TOKEN", "s3cret-token");
+    std::env::set_var("BALLAST_GATEWAY_TEST_TOKEN", "s3cret-gateway-token");
     let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "ok")).await;
     let systems = r#"
 [gateway]
@@ -259,7 +271,7 @@ base_url = "http://{upstream}/"
     assert_eq!(problem(refused).await["ballast"]["reason"], "unauthorized");
     let wrong = client().get(&url).bearer_auth("s3cret-tokeX").send().await.unwrap();
     assert_eq!(wrong.status().as_u16(), 401);
-    let admitted = client().get(&url).bearer_auth("s3cret-token").send().await.unwrap();
+    let admitted = client().get(&url).bearer_auth("s3cret-gateway-token").send().await.unwrap();
     assert_eq!(admitted.status().as_u16(), 200);
     let seen = upstream.requests();
     assert_eq!(seen.len(), 1);
@@ -352,7 +364,7 @@ async fn a_deferrable_write_goes_on_when_its_caller_hangs_up() {
         .await;
     assert!(gave_up.is_err(), "the caller hung up before the answer");
     eventually("the write is deferred all the same", || async {
-        client().get(format!("{}/tasks/1", served.gateway)).send().await.unwrap().status().as_u16() == 200
+        served.queue.list(&ballast_queue::ListFilter::default()).await.unwrap().len() == 1
     })
     .await;
 }

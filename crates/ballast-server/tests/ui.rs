@@ -135,7 +135,7 @@ async fn an_operator_sees_a_failed_task_and_retries_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_the_dashboard_asks_for_it_and_scrapers_need_none() {
-    std::env::set_var("BALLAST_UI_TEST_TOKEN", "operator-s3cret");
+    std::env::set_var("BALLAST_UI_TEST_TOKEN", "operator-s3cret-2026");
     let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "")).await;
     let served = serve_with(&upstream, "token_env = \"BALLAST_UI_TEST_TOKEN\"", SYSTEMS).await;
 
@@ -144,8 +144,12 @@ async fn with_a_token_the_dashboard_asks_for_it_and_scrapers_need_none() {
         (refused.status().as_u16(), refused.headers()["location"].to_str().unwrap()),
         (303, "/ui/login")
     );
-    let bearer =
-        client().get(format!("{}/ui/", served.admin)).bearer_auth("operator-s3cret").send().await.unwrap();
+    let bearer = client()
+        .get(format!("{}/ui/", served.admin))
+        .bearer_auth("operator-s3cret-2026")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bearer.status().as_u16(), 200);
     assert_eq!(
         client().get(format!("{}/metrics", served.admin)).send().await.unwrap().status().as_u16(),
@@ -161,7 +165,7 @@ async fn with_a_token_the_dashboard_asks_for_it_and_scrapers_need_none() {
     assert_eq!(wrong.status().as_u16(), 401);
     let login = client()
         .post(format!("{}/ui/login", served.admin))
-        .form(&[("token", "operator-s3cret")])
+        .form(&[("token", "operator-s3cret-2026")])
         .send()
         .await;
     let login = login.unwrap();

@@ -59,15 +59,25 @@ pub enum AlertsError {
         var: String,
     },
     /// The URL is not one a webhook can be posted to.
-    #[error("[[alerts.webhook]] #{index}: the URL in {var} cannot be used: {source}")]
+    #[error("[[alerts.webhook]] #{index}: the URL in {var} cannot be used: {reason}")]
     Url {
         /// The webhook's position in the file, from 1.
         index: usize,
         /// The variable's name.
         var: String,
-        /// Why.
-        source: HttpError,
+        /// Why, without the URL (it is a secret).
+        reason: String,
     },
+}
+
+/// Why a webhook URL was refused, without quoting the URL.
+fn url_refused(error: &HttpError) -> String {
+    match error {
+        HttpError::InvalidBaseUrl { reason, .. } => {
+            format!("{reason}; use an absolute http:// or https:// URL without query or fragment")
+        }
+        other => other.to_string(),
+    }
 }
 
 /// The alert webhooks: an [`Alert`] that stores one delivery per webhook for
@@ -91,11 +101,13 @@ impl Webhooks {
                 .ok_or_else(|| AlertsError::UrlUnset { index, var: var.clone() })?;
             let name = format!("alerts.webhook.{index}");
             let policy = Policy::builder(name.clone()).timeout(Timeout::aggressive(hook.timeout));
+            // A webhook's URL is a secret as a whole (Slack's path is the token).
             let system = HttpSystem::builder(name, &url)
                 .policy(|_| policy)
                 .dedupes_by_key(hook.dedupes_by_key)
+                .secret_url(true)
                 .build()
-                .map_err(|source| AlertsError::Url { index, var, source })?;
+                .map_err(|source| AlertsError::Url { index, var, reason: url_refused(&source) })?;
             sinks.push((system, hook.format));
         }
         Ok(Webhooks::new(sinks))

@@ -17,7 +17,7 @@ use axum::http::header::{self, HeaderValue};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ballast::{Failure, IdempotencyKey, Rejection, Rule, StopReason};
-use ballast_http::{Delivery, HttpError, HttpSystem};
+use ballast_http::{HttpError, HttpSystem};
 use ballast_queue::{Handover, HandoverError};
 
 use super::headers::{came_through_us, forwarded, wants_async, RESPOND_ASYNC, VIA_NAME};
@@ -69,7 +69,7 @@ pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Re
     };
     let request = ballast_http::Request::new(parts.method.clone(), &path)
         .raw_query(parts.uri.query().unwrap_or_default())
-        .headers(&forwarded(&parts.headers, gateway.has_token()))
+        .headers(&forwarded(&parts.headers, gateway.has_token(), gateway.trusts_forwarded()))
         .body(body);
     let outcome = match (declared, key) {
         (Declared::KeyedWrite, Some(key)) if wants_async(&parts.headers) && system.dedupes_by_key() => {
@@ -117,9 +117,15 @@ async fn read_body(
         return Err(too_large());
     }
     axum::body::to_bytes(body, max_body).await.map_err(|e| {
-        let over = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        // The body's own error sits some layers down (axum's, the length limit's).
+        let causes = std::iter::successors(std::error::Error::source(&e), |s| s.source());
+        let mut causes = causes.collect::<Vec<_>>().into_iter();
+        let over = causes.clone().any(|s| s.is::<http_body_util::LengthLimitError>());
         if over {
             too_large()
+        } else if let Some(late) = causes.find_map(|s| s.downcast_ref::<crate::listener::BodyTimeout>()) {
+            let detail = format!("{late}; nothing was sent");
+            Problem::new(StatusCode::REQUEST_TIMEOUT, Reason::BodyTimeout, detail)
         } else {
             Problem::new(
                 StatusCode::BAD_REQUEST,
@@ -140,7 +146,7 @@ async fn deferrable(
 ) -> Response {
     // Captured before sending: a request that cannot be stored is refused
     // unsent rather than found out after an attempt that may have applied it.
-    let task = match Delivery::from_request(system.name(), &request) {
+    let task = match system.capture(key, &request) {
         Ok(delivery) => delivery.task(key),
         Err(error) => return answer(Err(Failure::unsent(error)), Declared::KeyedWrite, system),
     };
@@ -149,15 +155,24 @@ async fn deferrable(
     match ballast_queue::hand_over(gateway.queue(), key, task, outcome).await {
         Ok(Handover::Done(response)) => upstream(response.attempts(), response),
         Ok(Handover::Deferred(task_id)) => {
+            // The task may be an earlier one with the same key: its handle is its own.
+            let handle = match gateway.queue().get(task_id).await {
+                Ok(Some(task)) => serde_json::from_value::<ballast_http::Delivery>(task.payload)
+                    .ok()
+                    .and_then(|delivery| delivery.handle(task_id)),
+                _ => None,
+            };
+            // Deferred all the same; without a handle (a task stored by an
+            // older version) there is only nothing to point at.
             let mut response = (
                 StatusCode::ACCEPTED,
-                [
-                    (header::HeaderName::from_static("preference-applied"), RESPOND_ASYNC.to_owned()),
-                    (header::LOCATION, format!("/tasks/{task_id}")),
-                ],
-                axum::Json(serde_json::json!({ "task_id": task_id, "state": "pending" })),
+                [(header::HeaderName::from_static("preference-applied"), RESPOND_ASYNC.to_owned())],
+                axum::Json(serde_json::json!({ "task_id": handle, "state": "pending" })),
             )
                 .into_response();
+            if let Some(location) = handle.and_then(|h| HeaderValue::from_str(&format!("/tasks/{h}")).ok()) {
+                response.headers_mut().insert(header::LOCATION, location);
+            }
             response.headers_mut().insert(ATTEMPTS, HeaderValue::from(attempts));
             response
         }
@@ -199,6 +214,9 @@ fn answer(
         }
         Failure::Operation { error: HttpError::BadPath { .. }, attempts: 0, .. } => {
             Problem::new(StatusCode::BAD_REQUEST, Reason::BadPath, failure.to_string())
+        }
+        Failure::Operation { error: HttpError::SealKeyMissing { .. }, attempts: 0, .. } => {
+            Problem::new(StatusCode::BAD_REQUEST, Reason::SealKeyMissing, failure.to_string())
         }
         Failure::Operation { attempts: 0, .. } => {
             Problem::new(StatusCode::BAD_REQUEST, Reason::BadRequest, failure.to_string())

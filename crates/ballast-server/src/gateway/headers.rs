@@ -63,10 +63,29 @@ pub(super) fn came_through_us(headers: &HeaderMap) -> bool {
 /// `Host` (the upstream's own is set), `Content-Length` (recomputed), the
 /// client's `Idempotency-Key` (the system adds the key under its own header
 /// name), the gateway's token when it asks for one, and the
-/// `respond-async` preference, which is addressed to the gateway; with
+/// `respond-async` preference, which is addressed to the gateway, and —
+/// unless `trust_forwarded` — the caller's `Forwarded`, `X-Forwarded-*` and
+/// `X-Real-IP`, which would let any caller speak for another; with
 /// `Via: 1.1 ballast` added after any `Via` it came with.
-pub(super) fn forwarded(headers: &HeaderMap, token_in_authorization: bool) -> HeaderMap {
+pub(super) fn forwarded(
+    headers: &HeaderMap,
+    token_in_authorization: bool,
+    trust_forwarded: bool,
+) -> HeaderMap {
     let mut out = end_to_end(headers);
+    if !trust_forwarded {
+        let spoofable: Vec<HeaderName> = out
+            .keys()
+            .filter(|name| {
+                let name = name.as_str();
+                name == "forwarded" || name == "x-real-ip" || name.starts_with("x-forwarded-")
+            })
+            .cloned()
+            .collect();
+        for name in spoofable {
+            out.remove(name);
+        }
+    }
     out.remove(header::HOST);
     out.remove(header::CONTENT_LENGTH);
     out.remove(HeaderName::from_static("idempotency-key"));
@@ -136,7 +155,7 @@ mod tests {
             ("accept", "application/json"),
             ("accept", "text/plain"),
         ]);
-        let out = forwarded(&incoming, true);
+        let out = forwarded(&incoming, true, false);
         // The order of different field names carries no meaning (RFC 9110 §5.3),
         // and HeaderMap does not keep it across removals.
         let mut names: Vec<&str> = out.keys().map(HeaderName::as_str).collect();
@@ -147,12 +166,32 @@ mod tests {
         assert_eq!(out["prefer"], "wait=5");
         assert!(wants_async(&incoming));
         assert!(!wants_async(&map(&[("prefer", "return=minimal")])));
-        assert_eq!(forwarded(&incoming, false)["authorization"], "Bearer gateway-token");
+        assert_eq!(forwarded(&incoming, false, false)["authorization"], "Bearer gateway-token");
+    }
+
+    #[test]
+    fn forwarded_headers_are_dropped_unless_trusted() {
+        let incoming = map(&[
+            ("forwarded", "for=10.0.0.9"),
+            ("x-forwarded-for", "10.0.0.9"),
+            ("x-forwarded-host", "admin.internal"),
+            ("x-real-ip", "10.0.0.9"),
+            ("x-request-id", "r-1"),
+        ]);
+        let mut dropped: Vec<&str> = Vec::new();
+        let out = forwarded(&incoming, false, false);
+        for name in ["forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip"] {
+            assert!(!out.contains_key(name), "{name} dropped");
+            dropped.push(name);
+        }
+        assert_eq!(out["x-request-id"], "r-1");
+        let trusted = forwarded(&incoming, false, true);
+        assert!(dropped.iter().all(|name| trusted.contains_key(*name)), "kept when trusted");
     }
 
     #[test]
     fn a_request_that_came_through_the_gateway_is_recognised() {
-        let through = forwarded(&map(&[("via", "1.0 fred, 1.1 p.example (Apache/1.1)")]), false);
+        let through = forwarded(&map(&[("via", "1.0 fred, 1.1 p.example (Apache/1.1)")]), false, false);
         let vias: Vec<_> = through.get_all("via").iter().collect();
         assert_eq!(vias, ["1.0 fred, 1.1 p.example (Apache/1.1)", "1.1 ballast"]);
         assert!(came_through_us(&through));

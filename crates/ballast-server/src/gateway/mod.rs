@@ -52,6 +52,8 @@ struct Inner {
     /// `Keep-Alive: timeout=…` on every response, so clients drop an idle
     /// connection before the listener closes it under them.
     keep_alive: Option<HeaderValue>,
+    /// Whether caller-sent `Forwarded` / `X-Forwarded-*` / `X-Real-IP` pass.
+    trust_forwarded: bool,
 }
 
 impl Gateway {
@@ -59,7 +61,15 @@ impl Gateway {
     /// bodies up to `max_body` bytes and, with a `token`, admits only requests
     /// that bring it.
     pub fn new(systems: Systems, queue: Queue, max_body: usize, token: Option<Token>) -> Self {
-        Self(Arc::new(Inner { systems, queue, max_body, token, keep_alive: None }))
+        Self(Arc::new(Inner { systems, queue, max_body, token, keep_alive: None, trust_forwarded: false }))
+    }
+
+    /// Passes caller-sent `Forwarded`, `X-Forwarded-*` and `X-Real-IP`
+    /// upstream (default: dropped, so no caller speaks for another).
+    pub fn trust_forwarded(self, yes: bool) -> Self {
+        let mut inner = Arc::unwrap_or_clone(self.0);
+        inner.trust_forwarded = yes;
+        Self(Arc::new(inner))
     }
 
     /// Tells clients, on every response, to drop a connection idle for
@@ -68,9 +78,9 @@ impl Gateway {
     /// fails without knowing whether it was sent.
     pub fn keep_alive_hint(self, idle: Duration) -> Self {
         let secs = idle.as_secs().saturating_sub(1).max(1);
-        let hint = HeaderValue::from_str(&format!("timeout={secs}")).ok();
-        let Inner { systems, queue, max_body, token, .. } = Arc::unwrap_or_clone(self.0);
-        Self(Arc::new(Inner { systems, queue, max_body, token, keep_alive: hint }))
+        let mut inner = Arc::unwrap_or_clone(self.0);
+        inner.keep_alive = HeaderValue::from_str(&format!("timeout={secs}")).ok();
+        Self(Arc::new(inner))
     }
 
     /// `/call/{system}/…` and `/tasks/{id}`, behind the token if there is one.
@@ -80,6 +90,7 @@ impl Gateway {
             .route("/tasks/{id}", get(tasks::task))
             .fallback(not_found)
             .route_layer(axum::middleware::from_fn_with_state(self.clone(), admit))
+            .route_layer(axum::middleware::from_fn(crate::origin::no_browser_pages))
             .layer(axum::middleware::from_fn_with_state(self.clone(), hint))
             .with_state(self)
     }
@@ -98,6 +109,10 @@ impl Gateway {
 
     fn has_token(&self) -> bool {
         self.0.token.is_some()
+    }
+
+    fn trusts_forwarded(&self) -> bool {
+        self.0.trust_forwarded
     }
 }
 

@@ -32,11 +32,21 @@ pub enum Reason {
     /// The request already came through this gateway: its system's
     /// `base_url` points back at the gateway.
     LoopDetected,
+    /// The request body did not arrive within `[gateway] body_read_timeout`.
+    BodyTimeout,
+    /// A browser marked the request cross-site: the gateway serves
+    /// services, not web pages.
+    CrossSite,
+    /// A write to defer carries a credential header, and no seal key is
+    /// configured to store it sealed (`[queue] seal_key_env`).
+    SealKeyMissing,
     /// The request body is larger than `[gateway] max_body`.
     TooLarge,
     /// The request cannot be forwarded as it is (a header the upstream
     /// request cannot carry, a path that is not a call).
     BadRequest,
+    /// The admin listener was asked for a `Host` that is not one of its names.
+    UnknownHost,
     /// The request lacks the gateway's token.
     Unauthorized,
     /// No task of that id.

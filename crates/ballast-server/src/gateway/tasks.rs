@@ -1,20 +1,21 @@
-//! `GET /tasks/{id}`: where a deferred write stands — its state, attempts,
+//! `GET /tasks/{handle}`: where a deferred write stands — its state, attempts,
 //! last error and, once delivered, the upstream's final status.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ballast_http::DELIVERY_KIND;
+use ballast_http::{Delivery, DELIVERY_KIND};
 use serde::Serialize;
 
 use super::problem::{Problem, Reason};
 use super::Gateway;
 
-/// The body of `GET /tasks/{id}`.
+/// The body of `GET /tasks/{handle}`.
 #[derive(Debug, Serialize)]
 struct TaskView {
-    task_id: i64,
+    /// The handle it was asked by (what the 202's `task_id` said).
+    task_id: String,
     system: Option<String>,
     state: &'static str,
     attempts: u32,
@@ -30,12 +31,15 @@ struct TaskView {
 
 pub(super) async fn task(State(gateway): State<Gateway>, Path(id): Path<String>) -> Response {
     let not_found = || {
-        let detail = format!("no deferred write {id:?}: the ids are the ones a 202 named in Location");
+        let detail = format!(
+            "no deferred write {id:?}: a deferred write is named by the handle its 202 gave in Location \
+             (/tasks/{{handle}}), not by a task id"
+        );
         Problem::new(StatusCode::NOT_FOUND, Reason::NotFound, detail).into_response()
     };
-    let Ok(task_id) = id.parse::<i64>() else { return not_found() };
+    let Some(task_id) = Delivery::handle_id(&id) else { return not_found() };
     let task = match gateway.queue().get(task_id).await {
-        Ok(Some(task)) if task.kind == DELIVERY_KIND => task,
+        Ok(Some(task)) if task.kind == DELIVERY_KIND && Delivery::opens(&id, &task.payload) => task,
         Ok(_) => return not_found(),
         Err(e) => {
             let detail = format!("cannot read the queue: {e}");
@@ -46,7 +50,7 @@ pub(super) async fn task(State(gateway): State<Gateway>, Path(id): Path<String>)
     let seconds =
         |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     Json(TaskView {
-        task_id: task.id,
+        task_id: id.clone(),
         system: task.payload.get("system").and_then(|s| s.as_str()).map(str::to_owned),
         state: task.state.as_str(),
         attempts: task.attempt,

@@ -24,6 +24,7 @@ mod rates;
 mod session;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -34,6 +35,31 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Token;
 use rates::Rates;
 use session::Sessions;
+pub use session::{LOGIN_BURST, LOGIN_EVERY, LOGIN_FAILURES};
+
+/// How long a dashboard login lasts unless configured.
+pub const DEFAULT_SESSION_TTL: Duration = ballast_config::DEFAULT_SESSION_TTL;
+
+/// What every `/ui` answer tells the browser: scripts, styles and frames
+/// only from the dashboard itself (no inline script), never framed, no
+/// content sniffing, no `Referer` leaving it.
+pub const BROWSER_HEADERS: [(&str, &str); 4] = [
+    (
+        "content-security-policy",
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; object-src 'none'; \
+         base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    ),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+];
+
+async fn browser_headers(mut response: axum::response::Response) -> axum::response::Response {
+    for (name, value) in BROWSER_HEADERS {
+        response.headers_mut().insert(name, axum::http::HeaderValue::from_static(value));
+    }
+    response
+}
 
 /// 128 random bits from the thread's CSPRNG, in hex: a CSRF token or a
 /// session id.
@@ -66,12 +92,14 @@ impl std::fmt::Debug for Ui {
 impl Ui {
     /// A dashboard over `systems` and `queue` (acted on), with counts from
     /// `monitor`; with a `token` (and the name of its variable, for the log of
-    /// actions) only operators who bring it get in.
+    /// actions) only operators who bring it get in, each login lasting
+    /// `session_ttl` ([`DEFAULT_SESSION_TTL`] unless configured).
     pub fn new(
         systems: Systems,
         queue: Queue,
         monitor: QueueMonitor,
         token: Option<(Token, String)>,
+        session_ttl: Duration,
     ) -> Self {
         let csrf = secret();
         Self(Arc::new(Inner {
@@ -80,7 +108,7 @@ impl Ui {
             queue,
             monitor,
             csrf,
-            sessions: Sessions::default(),
+            sessions: Sessions::new(session_ttl),
             token,
         }))
     }
@@ -108,6 +136,8 @@ impl Ui {
             .route("/ui", get(|| async { axum::response::Redirect::permanent("/ui/") }))
             .route("/ui/login", get(session::login_form).post(session::login))
             .route("/ui/assets/{file}", get(assets::serve))
+            .layer(axum::middleware::from_fn(crate::origin::same_origin_actions))
+            .layer(axum::middleware::map_response(browser_headers))
             .with_state(self)
     }
 }

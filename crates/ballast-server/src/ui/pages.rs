@@ -266,7 +266,14 @@ pub(super) async fn task(State(ui): State<Ui>, Path(id): Path<i64>, Query(said):
 }
 
 fn task_page(ui: &Ui, task: &TaskInfo, said: &Said) -> Markup {
-    let payload = serde_json::to_string_pretty(&task.payload).unwrap_or_default();
+    // A delivery's sealed parts and handle secret are shown by name only.
+    let shown = match task.kind.as_str() {
+        ballast_http::DELIVERY_KIND | crate::alerts::ALERT_KIND => {
+            ballast_http::Delivery::shown(&task.payload)
+        }
+        _ => task.payload.clone(),
+    };
+    let payload = serde_json::to_string_pretty(&shown).unwrap_or_default();
     let retryable = matches!(task.state, TaskState::Failed | TaskState::Pending);
     let cancellable = matches!(task.state, TaskState::Pending | TaskState::Running);
     html! {

@@ -1,13 +1,25 @@
 //! Who may use the dashboard: everyone who reaches a loopback listener;
 //! beyond loopback, operators who bring the token — as
 //! `Authorization: Bearer`, or once through the login form, which sets an
-//! `HttpOnly`, `SameSite=Strict` session cookie.
+//! `HttpOnly`, `SameSite=Strict` session cookie that lasts `[serve]
+//! session_ttl` (12 h by default), on the server as in the cookie's `Max-Age`.
+//!
+//! Logins are rate limited per peer address (governor's GCRA: a burst of
+//! [`LOGIN_BURST`], then one every [`LOGIN_EVERY`]), so a token cannot be
+//! guessed at thousands of tries a second; each refused login is counted in
+//! `ballast_ui_login_failures_total`, not logged line by line.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::extract::ConnectInfo;
+use governor::{DefaultKeyedRateLimiter, Quota};
 
 use axum::extract::{Request, State};
-use axum::http::header::{COOKIE, SET_COOKIE};
+use axum::http::header::{COOKIE, RETRY_AFTER, SET_COOKIE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -19,24 +31,58 @@ use super::{pages, secret, Ui};
 /// The session cookie's name.
 const COOKIE_NAME: &str = "ballast_session";
 
-/// The sessions opened through the login form, in memory: a restart logs
-/// everyone out.
-#[derive(Default)]
-pub(super) struct Sessions(Mutex<HashSet<String>>);
+/// Logins a peer may try at once.
+pub const LOGIN_BURST: u32 = 5;
+
+/// How often a peer may try again once its burst is spent.
+pub const LOGIN_EVERY: Duration = Duration::from_secs(6);
+
+/// The counter of refused dashboard logins.
+pub const LOGIN_FAILURES: &str = "ballast_ui_login_failures_total";
+
+/// The sessions opened through the login form, each until it expires, in
+/// memory: a restart logs everyone out.
+pub(super) struct Sessions {
+    open: Mutex<HashMap<String, Instant>>,
+    ttl: Duration,
+    logins: DefaultKeyedRateLimiter<IpAddr>,
+}
 
 impl Sessions {
+    pub(super) fn new(ttl: Duration) -> Self {
+        let quota = Quota::with_period(LOGIN_EVERY)
+            .expect("a period above zero")
+            .allow_burst(NonZeroU32::new(LOGIN_BURST).expect("a burst above zero"));
+        Self { open: Mutex::default(), ttl, logins: DefaultKeyedRateLimiter::keyed(quota) }
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn open(&self) -> String {
         let id = secret();
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone());
+        let now = Instant::now();
+        let mut open = self.sessions();
+        open.retain(|_, expires| *expires > now);
+        open.insert(id.clone(), now + self.ttl);
         id
     }
 
     fn contains(&self, id: &str) -> bool {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).contains(id)
+        self.sessions().get(id).is_some_and(|expires| *expires > Instant::now())
     }
 
     fn close(&self, id: &str) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
+        self.sessions().remove(id);
+    }
+
+    /// Whether `peer` may try a login now; else how long until it may.
+    fn may_try(&self, peer: IpAddr) -> Result<(), Duration> {
+        self.logins.retain_recent();
+        self.logins.check_key(&peer).map_err(|not_until| {
+            not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()))
+        })
     }
 }
 
@@ -82,16 +128,31 @@ pub(super) async fn login_form() -> Response {
     pages::login(None).into_response()
 }
 
-pub(super) async fn login(State(ui): State<Ui>, Form(form): Form<Login>) -> Response {
+pub(super) async fn login(
+    State(ui): State<Ui>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    Form(form): Form<Login>,
+) -> Response {
     let Some((token, name)) = &ui.0.token else { return Redirect::to("/ui/").into_response() };
+    // The listener records every connection's peer; a router mounted
+    // elsewhere without it shares one limit.
+    let peer = peer.map_or(IpAddr::from([0, 0, 0, 0]), |Extension(ConnectInfo(addr))| addr.ip());
+    if let Err(wait) = ui.0.sessions.may_try(peer) {
+        metrics::counter!(LOGIN_FAILURES, "reason" => "rate_limited").increment(1);
+        let secs = wait.as_secs().max(1);
+        let page = pages::login(Some(&format!("Too many tries from {peer}; try again in {secs} s.")));
+        return (StatusCode::TOO_MANY_REQUESTS, [(RETRY_AFTER, secs.to_string())], page).into_response();
+    }
     if !token.matches(form.token.as_bytes()) {
-        tracing::warn!("dashboard login refused: the token does not match {name}");
+        metrics::counter!(LOGIN_FAILURES, "reason" => "wrong_token").increment(1);
+        tracing::debug!(%peer, "dashboard login refused: the token does not match {name}");
         let page = pages::login(Some("That is not the token."));
         return (StatusCode::UNAUTHORIZED, page).into_response();
     }
     let id = ui.0.sessions.open();
-    tracing::info!("dashboard login with {name}");
-    let cookie = format!("{COOKIE_NAME}={id}; Path=/ui; HttpOnly; SameSite=Strict");
+    tracing::info!(%peer, "dashboard login with {name}");
+    let max_age = ui.0.sessions.ttl.as_secs();
+    let cookie = format!("{COOKIE_NAME}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={max_age}");
     ([(SET_COOKIE, cookie)], Redirect::to("/ui/")).into_response()
 }
 

@@ -245,7 +245,7 @@ async fn without_javascript_the_forms_work_the_same() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_the_browser_logs_in_first() {
     let Some(browser) = Browser::start(Scripts::On).await else { return };
-    std::env::set_var("BALLAST_BROWSER_TEST_TOKEN", "operator-s3cret");
+    std::env::set_var("BALLAST_BROWSER_TEST_TOKEN", "operator-s3cret-2026");
     let upstream = Upstream::start(upstream_script).await;
     let served = serve_with(&upstream, "token_env = \"BALLAST_BROWSER_TEST_TOKEN\"", SYSTEMS).await;
 
@@ -257,7 +257,7 @@ async fn with_a_token_the_browser_logs_in_first() {
     assert_eq!(browser.at().await, "/ui/login");
     assert!(browser.text("tr[data-system='pay']").await.is_none(), "nothing shown without the token");
 
-    browser.type_into("input[name='token']", "operator-s3cret").await;
+    browser.type_into("input[name='token']", "operator-s3cret-2026").await;
     browser.click("main form button[type='submit']").await;
     browser.until_text("tr[data-system='pay'] .tag", |s| s == "critical").await;
     assert_eq!(browser.at().await, "/ui/");

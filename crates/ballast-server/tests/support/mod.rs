@@ -163,12 +163,17 @@ pub async fn serve(upstream: &Upstream, rest: &str) -> Served {
 
 /// [`serve`] with `serve_lines` added to `[serve]`.
 pub async fn serve_with(upstream: &Upstream, serve_lines: &str, rest: &str) -> Served {
-    let dir = tempfile::tempdir().unwrap();
     let text = format!(
-        "[queue]\nurl = \"sqlite://{}\"\npoll_interval = \"100ms\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n{serve_lines}\n{}",
-        dir.path().join("queue.db").display(),
-        rest.replace("{upstream}", &upstream.addr.to_string())
+        "[queue]\nurl = \"sqlite://{{dir}}/queue.db\"\npoll_interval = \"100ms\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n{serve_lines}\n{rest}"
     );
+    serve_text(&upstream.addr.to_string(), &text).await
+}
+
+/// `ballast serve` on the whole configuration `text`, in which `{dir}`
+/// stands for a temp dir and `{upstream}` for `upstream`.
+pub async fn serve_text(upstream: &str, text: &str) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let text = text.replace("{dir}", &dir.path().display().to_string()).replace("{upstream}", upstream);
     let path = dir.path().join("ballast.toml");
     std::fs::write(&path, &text).unwrap();
     let config = Config::load(&path).unwrap();
