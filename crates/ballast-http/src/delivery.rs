@@ -17,7 +17,7 @@
 //! let pay = Request::post("payments").json(&serde_json::json!({ "amount": 100 }));
 //! match sber.write_or_defer(&key, &queue, pay).await? {
 //!     Handover::Done(response) => println!("paid: {}", response.status()),
-//!     Handover::Deferred(task_id) => println!("in progress, task {task_id}"),
+//!     Handover::Deferred { task_id, .. } => println!("in progress, task {task_id}"),
 //! }
 //!
 //! // In the worker process (or the same one):
@@ -28,7 +28,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ballast::{Classification, Classify, Failure, IdempotencyKey, Rejection};
+use ballast::{Classification, Classify, Failure, IdempotencyKey, Operation, Rejection};
 use ballast_queue::{Handler, Handover, HandoverError, NewTask, Queue, TaskContext, DEFAULT_MAX_AGE};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -340,25 +340,29 @@ impl HttpSystem {
         Ok(request)
     }
 
-    /// Sends a keyed write like [`write`](HttpSystem::write); if it gives up
-    /// on transient errors or is rejected (breaker open, bulkhead full),
-    /// enqueues a [`Delivery`] task with the same `key` so a worker running a
-    /// [`DeliveryHandler`] finishes it, and returns [`Handover::Deferred`] —
-    /// the semantics of [`ballast_queue::WriteOrDefer`].
+    /// Sends a keyed write as [`send`](HttpSystem::send) does; if it gives
+    /// up on transient failures — no answer, or a transient answer such as a
+    /// 503 after its last attempt — or is rejected (breaker open, bulkhead
+    /// full), enqueues a [`Delivery`] task with the same `key` ([`capture`](Self::capture)d
+    /// before the first attempt, trace context included) so a worker running
+    /// a [`DeliveryHandler`] finishes it, and returns [`Handover::Deferred`]
+    /// — the semantics of [`ballast_queue::WriteOrDefer`].
     ///
-    /// A task deferred because the breaker is open is due when the breaker
-    /// lets its next probe through. A permanent failure (a 4xx, R-RES-RE-X2) is
-    /// returned, not deferred. So is every failure of a system that does not
-    /// [deduplicate by key](crate::HttpSystemBuilder::dedupes_by_key): a
-    /// durable retry of a write needs that guarantee (R-RES-RE-1).
+    /// Every other answer is [`Handover::Done`], as it came: a 201, and a 4xx
+    /// too (a contract error, R-RES-RE-X2, is never deferred; its
+    /// [`verdict`](Response::verdict) says so). A task deferred because the
+    /// breaker is open is due when the breaker lets its next probe through.
+    /// A system that does not [deduplicate by key](crate::HttpSystemBuilder::dedupes_by_key)
+    /// never defers: a durable retry of a write needs that guarantee (R-RES-RE-1).
     pub async fn write_or_defer(
         &self,
         key: &IdempotencyKey,
         queue: &Queue,
         request: Request,
     ) -> Result<Handover<Response>, HandoverError<HttpError>> {
+        let operation = Operation::Write(key);
         if !self.dedupes_by_key() {
-            return self.write(key, request).await.map(Handover::Done).map_err(HandoverError::Failed);
+            return self.send(operation, request).await.map(Handover::Done).map_err(HandoverError::Failed);
         }
         // Captured before sending: a request that cannot be stored is refused
         // unsent rather than found out after an attempt that may have applied it.
@@ -366,7 +370,25 @@ impl HttpSystem {
             Ok(delivery) => delivery.task(key),
             Err(error) => return Err(HandoverError::Failed(Failure::unsent(error))),
         };
-        ballast_queue::hand_over(queue, key, task, self.write(key, request).await).await
+        let outcome = match self.send(operation, request).await {
+            // A transient answer after the last attempt: the queue tries again.
+            Ok(answer) if answer.verdict().is_some_and(|v| v.is_transient()) => {
+                let attempts = answer.attempts();
+                Err(Failure::Operation {
+                    error: HttpError::Status {
+                        status: answer.status(),
+                        class: ballast::Class::Transient,
+                        retry_after: answer.verdict().and_then(|v| v.retry_after),
+                        response: Box::new(answer),
+                    },
+                    class: ballast::Class::Transient,
+                    attempts,
+                    stop: ballast::StopReason::Exhausted,
+                })
+            }
+            other => other,
+        };
+        ballast_queue::hand_over(queue, key, task, outcome).await
     }
 }
 
@@ -469,16 +491,26 @@ impl Handler for DeliveryHandler {
         };
         #[cfg(feature = "otel")]
         crate::otel::continue_trace(&span, &delivery.headers);
-        let response = system.write(key, request).instrument(span).await.map_err(|failure| {
-            if matches!(failure, Failure::Rejected { attempts: 0, .. }) {
-                task.not_attempted();
-            }
-            DeliveryError::Failed {
+        let response =
+            system.send(Operation::Write(key), request).instrument(span).await.map_err(|failure| {
+                if matches!(failure, Failure::Rejected { attempts: 0, .. }) {
+                    task.not_attempted();
+                }
+                DeliveryError::Failed {
+                    system: delivery.system.clone(),
+                    dedupes_by_key: system.dedupes_by_key(),
+                    failure,
+                }
+            })?;
+        if let Some(verdict) = response.verdict() {
+            return Err(DeliveryError::Answered {
                 system: delivery.system.clone(),
                 dedupes_by_key: system.dedupes_by_key(),
-                failure,
-            }
-        })?;
+                status: response.status(),
+                verdict,
+                attempts: response.attempts(),
+            });
+        }
         tracing::info!(
             system = %delivery.system,
             task_id = task.id(),
@@ -541,7 +573,21 @@ pub enum DeliveryError {
     /// The stored delivery is not a valid request.
     #[error("the stored delivery is not a valid request: {0}")]
     Invalid(#[source] HttpError),
-    /// The system did not accept the write.
+    /// The system answered the write with a 4xx or 5xx.
+    #[error("{}", answered_message(system, *dedupes_by_key, *status, *verdict, *attempts))]
+    Answered {
+        /// The system's name.
+        system: String,
+        /// Whether the system deduplicates by key, which a durable retry needs.
+        dedupes_by_key: bool,
+        /// Its last answer's status.
+        status: http::StatusCode,
+        /// What the policy made of it.
+        verdict: Classification,
+        /// The attempts this delivery made.
+        attempts: u32,
+    },
+    /// The system gave no answer to the write.
     #[error("{}", failed_message(system, *dedupes_by_key, failure))]
     Failed {
         /// The system's name.
@@ -576,6 +622,24 @@ fn expired_message(system: &str, bound: ExpiredBy) -> String {
     }
 }
 
+fn answered_message(
+    system: &str,
+    dedupes_by_key: bool,
+    status: http::StatusCode,
+    verdict: Classification,
+    attempts: u32,
+) -> String {
+    let said = crate::error::status_message(status, verdict.class);
+    match verdict.class {
+        ballast::Class::Permanent => format!("delivery to {system}: {said} ({attempts} attempt(s); R-RES-RE-X2)"),
+        ballast::Class::Transient if dedupes_by_key => format!("delivery to {system}: {said} ({attempts} attempt(s))"),
+        ballast::Class::Transient => format!(
+            "delivery to {system}: {said} ({attempts} attempt(s)); not retried: {system} does not deduplicate by \
+             key, and the write may have been applied (R-RES-RE-1)"
+        ),
+    }
+}
+
 fn failed_message(system: &str, dedupes_by_key: bool, failure: &Failure<HttpError>) -> String {
     if dedupes_by_key || matches!(failure, Failure::Rejected { .. }) {
         format!("delivery to {system} failed: {failure}")
@@ -590,6 +654,10 @@ fn failed_message(system: &str, dedupes_by_key: bool, failure: &Failure<HttpErro
 impl Classify for DeliveryError {
     fn classify(&self) -> Classification {
         let (dedupes_by_key, failure) = match self {
+            DeliveryError::Answered { dedupes_by_key: true, verdict, .. } if verdict.is_transient() => {
+                return *verdict;
+            }
+            DeliveryError::Answered { .. } => return Classification::permanent(),
             DeliveryError::Failed { dedupes_by_key, failure, .. } => (dedupes_by_key, failure),
             DeliveryError::UnknownSystem { .. } => {
                 return Classification::transient().with_retry_after(HOLD_UNKNOWN)

@@ -30,14 +30,17 @@ pub enum HttpError {
         response: Box<Response>,
     },
     /// The request did not get a complete response.
-    #[error("{}: {source}", transport_message(*kind))]
+    #[error("{} ({url}): {source}", transport_message(*kind))]
     Transport {
         /// What went wrong below HTTP.
         kind: TransportKind,
         /// Its class under the system's [`RetryOn`](crate::RetryOn).
         class: Class,
-        /// reqwest's error, with hyper's and the OS's underneath.
-        source: reqwest::Error,
+        /// Where it was sent, its secrets masked (query values; the whole
+        /// path of a secret URL).
+        url: String,
+        /// The transport's error (hyper's or reqwest's), with the OS's underneath.
+        source: crate::BoxError,
     },
     /// The response's body is not the JSON the caller expected: a permanent
     /// failure of the call (asking again gets the same body).
@@ -146,9 +149,9 @@ pub enum HttpError {
     /// The default policy could not be built.
     #[error(transparent)]
     Policy(#[from] ballast::BuildError),
-    /// reqwest could not build the client (e.g. TLS setup).
+    /// The transport could not be built (e.g. TLS setup).
     #[error("could not build the HTTP client: {0}")]
-    Client(#[source] reqwest::Error),
+    Client(#[source] crate::BoxError),
 }
 
 impl HttpError {
@@ -185,10 +188,15 @@ impl HttpError {
     pub(crate) fn transport(
         kind: TransportKind,
         class: Class,
-        source: reqwest::Error,
+        url: String,
+        source: crate::BoxError,
         secret_path: bool,
     ) -> Self {
-        HttpError::Transport { kind, class, source: without_secrets(source, secret_path) }
+        let source = match source.downcast::<reqwest::Error>() {
+            Ok(reqwest) => Box::new(without_secrets(*reqwest, secret_path)),
+            Err(other) => other,
+        };
+        HttpError::Transport { kind, class, url, source }
     }
 
     pub(crate) fn invalid(reason: impl std::fmt::Display) -> Self {

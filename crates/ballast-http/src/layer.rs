@@ -8,16 +8,16 @@ use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
-use std::time::Duration;
 
-use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Policy};
+use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Operation, Policy};
 use http::header::HeaderName;
 use tower::{Layer, Service};
 
-use crate::classify::{self, TransportKind};
-use crate::error::{status_message, transport_message};
+use crate::classify::TransportKind;
+use crate::error::transport_message;
 use crate::request::is_safe;
-use crate::system_policy::{CallKind, SystemPolicy};
+use crate::system::verdict;
+use crate::system_policy::SystemPolicy;
 use crate::RetryOn;
 
 /// A boxed error, as tower services commonly return.
@@ -35,8 +35,10 @@ pub struct RequestKey(pub IdempotencyKey);
 ///
 /// The inner service is cloned for each attempt and the request too, so the
 /// request body type must be `Clone` (a buffered body such as `String`,
-/// `Bytes` or `Full<Bytes>`). A 4xx or 5xx response is an error classified by
-/// [`RetryOn`], as for [`HttpSystem`](crate::HttpSystem).
+/// `Bytes` or `Full<Bytes>`). A 4xx or 5xx response is an answer the policy
+/// judges by [`RetryOn`], as for [`HttpSystem`](crate::HttpSystem): a
+/// transient one is retried, and the call's last answer comes back as `Ok`
+/// whatever its status — `Err` means there was no answer to give.
 ///
 /// ```
 /// use ballast::Policy;
@@ -106,20 +108,10 @@ pub struct PolicyService<S> {
     system_policy: Arc<SystemPolicy>,
 }
 
-/// Why one attempt through a [`PolicyService`] failed.
+/// Why one attempt through a [`PolicyService`] got no answer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ServiceError<B> {
-    /// The service answered with a 4xx or 5xx status.
-    #[error("{}", status_message(response.status(), *class))]
-    Status {
-        /// Its class under the layer's [`RetryOn`].
-        class: Class,
-        /// The wait the server asked for in `Retry-After`, if any.
-        retry_after: Option<Duration>,
-        /// The response, to map to a domain error.
-        response: http::Response<B>,
-    },
+pub enum ServiceError {
     /// The service returned an error.
     #[error("{}: {source}", transport_message(*kind))]
     Service {
@@ -138,20 +130,16 @@ pub enum ServiceError<B> {
     },
 }
 
-impl<B> Classify for ServiceError<B> {
+impl Classify for ServiceError {
     fn classify(&self) -> Classification {
         match self {
-            ServiceError::Status { class: Class::Transient, retry_after, .. } => {
-                let c = Classification::transient();
-                retry_after.map_or(c, |after| c.with_retry_after(after))
-            }
             ServiceError::Service { class: Class::Transient, .. } => Classification::transient(),
             _ => Classification::permanent(),
         }
     }
 }
 
-type Outcome<RB> = Result<http::Response<RB>, Failure<ServiceError<RB>>>;
+type Outcome<RB> = Result<http::Response<RB>, Failure<ServiceError>>;
 
 impl<S, B, RB> Service<http::Request<B>> for PolicyService<S>
 where
@@ -162,7 +150,7 @@ where
     RB: Send + 'static,
 {
     type Response = http::Response<RB>;
-    type Error = Failure<ServiceError<RB>>;
+    type Error = Failure<ServiceError>;
     type Future = Pin<Box<dyn Future<Output = Outcome<RB>> + Send>>;
 
     /// Always ready: each attempt waits for its own clone of the inner
@@ -176,32 +164,28 @@ where
         let system_policy = self.system_policy.clone();
         Box::pin(async move {
             let key = request.extensions().get::<RequestKey>().map(|k| k.0.clone());
-            let kind = match &key {
-                _ if is_safe(request.method()) => CallKind::Read,
-                Some(key) => CallKind::KeyedWrite(key),
-                None => CallKind::WriteOnce,
+            let operation = match &key {
+                _ if is_safe(request.method()) => Operation::Read,
+                Some(key) => Operation::Write(key),
+                None => Operation::WriteOnce,
             };
-            if let Err(e) = system_policy.set_key(kind, request.headers_mut()) {
+            if let Err(e) = system_policy.set_key(operation, request.headers_mut()) {
                 return Err(Failure::unsent(ServiceError::InvalidRequest { reason: e.to_string() }));
             }
-            let keyed_write = system_policy.keyed_write(kind);
+            let keyed_write = system_policy.keyed_write(operation);
             let retry_on = system_policy.retry_on;
             let request = &request;
+            let judge = move |response: &http::Response<RB>| {
+                verdict(retry_on, response.status(), response.headers(), keyed_write)
+            };
             system_policy
-                .run(kind, move |_ctx| {
+                .run(operation, judge, move |_ctx| {
                     let mut service = inner.clone();
                     let request = request.clone();
                     async move {
                         let failed = |e: S::Error| service_error(e.into(), retry_on);
                         poll_fn(|cx| service.poll_ready(cx)).await.map_err(failed)?;
-                        let response = service.call(request).await.map_err(failed)?;
-                        let status = response.status();
-                        if status.is_client_error() || status.is_server_error() {
-                            let class = retry_on.status_class(status, keyed_write);
-                            let retry_after = classify::retry_after(response.headers());
-                            return Err(ServiceError::Status { class, retry_after, response });
-                        }
-                        Ok(response)
+                        service.call(request).await.map_err(failed)
                     }
                 })
                 .await
@@ -209,7 +193,7 @@ where
     }
 }
 
-fn service_error<B>(source: BoxError, retry_on: RetryOn) -> ServiceError<B> {
+fn service_error(source: BoxError, retry_on: RetryOn) -> ServiceError {
     let kind = TransportKind::of(source.as_ref());
     ServiceError::Service { kind, class: retry_on.transport_class(kind), source }
 }

@@ -72,6 +72,7 @@ pub mod seal;
 mod system;
 mod system_policy;
 mod systems;
+pub mod transport;
 
 pub use classify::{RetryOn, TransportKind, UnknownClass};
 #[cfg(feature = "queue")]

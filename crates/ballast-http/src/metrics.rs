@@ -215,7 +215,9 @@ fn reason_index(reason: StopReason) -> (usize, usize) {
     match reason {
         StopReason::Permanent => (0, PERMANENT),
         StopReason::Exhausted => (1, TRANSIENT),
-        StopReason::NotRetryable => (2, TRANSIENT),
+        // The policy's own events say not_retryable for both: the HTTP
+        // integration tells them apart only on the failure it returns.
+        StopReason::NotRetryable | StopReason::NotDeduplicated => (2, TRANSIENT),
         StopReason::BudgetExhausted => (3, TRANSIENT),
         StopReason::DeadlineWouldOverrun => (4, TRANSIENT),
         StopReason::TotalTimeout => (5, TRANSIENT),

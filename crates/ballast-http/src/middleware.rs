@@ -40,17 +40,17 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
-use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Policy};
+use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Operation, Policy};
 use http::header::HeaderName;
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
 
-use crate::classify::{self, TransportKind};
-use crate::error::{status_message, transport_message};
+use crate::classify::TransportKind;
+use crate::error::transport_message;
 use crate::request::is_safe;
-use crate::system_policy::{CallKind, SystemPolicy};
+use crate::system::verdict;
+use crate::system_policy::SystemPolicy;
 use crate::RetryOn;
 
 /// Applies one system's [`Policy`] to every request of a
@@ -96,20 +96,10 @@ impl PolicyMiddleware {
     }
 }
 
-/// Why one attempt through [`PolicyMiddleware`] did not succeed.
+/// Why one attempt through [`PolicyMiddleware`] got no answer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AttemptError {
-    /// The upstream answered with a 4xx or 5xx status.
-    #[error("{}", status_message(response.status(), *class))]
-    Status {
-        /// Its class under the middleware's [`RetryOn`].
-        class: Class,
-        /// The wait the server asked for in `Retry-After`, if any.
-        retry_after: Option<Duration>,
-        /// The response, body unread.
-        response: reqwest::Response,
-    },
     /// No complete response: reqwest's error, or a failure of a middleware
     /// further down the chain.
     #[error("{}: {source}", transport_message(*kind))]
@@ -134,11 +124,7 @@ pub enum AttemptError {
 impl Classify for AttemptError {
     fn classify(&self) -> Classification {
         match self {
-            AttemptError::Status { class: Class::Transient, retry_after: Some(after), .. } => {
-                Classification::transient().with_retry_after(*after)
-            }
-            AttemptError::Status { class: Class::Transient, .. }
-            | AttemptError::Transport { class: Class::Transient, .. } => Classification::transient(),
+            AttemptError::Transport { class: Class::Transient, .. } => Classification::transient(),
             _ => Classification::permanent(),
         }
     }
@@ -188,17 +174,20 @@ impl Middleware for PolicyMiddleware {
             Some(Err(_)) => return Err(unsent(&self.header, "not visible ASCII".to_owned())),
         };
         let cloneable = request.try_clone().is_some();
-        let kind = match &key {
-            _ if !cloneable => CallKind::WriteOnce,
-            _ if is_safe(request.method()) => CallKind::Read,
-            Some(key) => CallKind::KeyedWrite(key),
-            None => CallKind::WriteOnce,
+        let operation = match &key {
+            _ if !cloneable => Operation::WriteOnce,
+            _ if is_safe(request.method()) => Operation::Read,
+            Some(key) => Operation::Write(key),
+            None => Operation::WriteOnce,
         };
-        let keyed_write = system_policy.keyed_write(kind);
+        let keyed_write = system_policy.keyed_write(operation);
         let retry_on = self.retry_on;
         let (template, mut once) = if cloneable { (Some(request), None) } else { (None, Some(request)) };
+        let judge = |(response, _): &(reqwest::Response, Extensions)| {
+            verdict(retry_on, response.status(), response.headers(), keyed_write)
+        };
         let outcome = system_policy
-            .run(kind, |_ctx| {
+            .run(operation, judge, |_ctx| {
                 // A clone per attempt; a stream is taken by its only attempt.
                 let request = template.as_ref().and_then(reqwest::Request::try_clone).or_else(|| once.take());
                 let mut attempt_extensions = extensions.clone();
@@ -221,12 +210,6 @@ impl Middleware for PolicyMiddleware {
                             return Err(AttemptError::Transport { kind, class, source });
                         }
                     };
-                    let status = response.status();
-                    if status.is_client_error() || status.is_server_error() {
-                        let class = retry_on.status_class(status, keyed_write);
-                        let retry_after = classify::retry_after(response.headers());
-                        return Err(AttemptError::Status { class, retry_after, response });
-                    }
                     Ok((response, attempt_extensions))
                 }
             })
@@ -236,8 +219,6 @@ impl Middleware for PolicyMiddleware {
                 *extensions = seen;
                 Ok(response)
             }
-            // The upstream's answer is returned as it is, as without the middleware.
-            Err(Failure::Operation { error: AttemptError::Status { response, .. }, .. }) => Ok(response),
             Err(failure) => Err(reqwest_middleware::Error::middleware(CallFailed {
                 failure,
                 sent_once_for_its_body: !cloneable,

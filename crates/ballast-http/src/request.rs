@@ -207,6 +207,21 @@ impl Request {
         self
     }
 
+    /// Takes `headers` as the request's own (after any set before, which
+    /// they join): a proxy hands over what it received without copying it.
+    pub fn with_headers(mut self, headers: HeaderMap) -> Self {
+        if self.head.headers.is_empty() {
+            self.head.headers = headers;
+        } else {
+            for (name, value) in headers {
+                if let Some(name) = name {
+                    self.head.headers.append(name, value);
+                }
+            }
+        }
+        self
+    }
+
     /// Sets the body.
     pub fn body(mut self, body: impl Into<Bytes>) -> Self {
         self.body = body.into();

@@ -3,10 +3,12 @@
 
 use std::borrow::Cow;
 
+use ballast::Classification;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
-/// A complete response from an external system.
+/// A complete response from an external system, with what the policy made
+/// of it beside it (as linkerd keeps a response's class beside the response).
 #[derive(Debug, Clone)]
 pub struct Response {
     pub(crate) status: StatusCode,
@@ -14,6 +16,8 @@ pub struct Response {
     pub(crate) body: Bytes,
     /// The number of the attempt that got it: the call's attempts.
     pub(crate) attempts: u32,
+    /// `None` for a success; else the class of a failed answer (a 4xx, a 5xx).
+    pub(crate) verdict: Option<Classification>,
 }
 
 impl Response {
@@ -45,5 +49,18 @@ impl Response {
     /// How many attempts the call made, this one included.
     pub fn attempts(&self) -> u32 {
         self.attempts
+    }
+
+    /// What the policy made of this answer: `None` for a success (1xx–3xx),
+    /// else the class of a 4xx or 5xx under the system's `retry_on` (and the
+    /// wait its `Retry-After` asks for) — transient answers were retried
+    /// where the call allowed.
+    pub fn verdict(&self) -> Option<Classification> {
+        self.verdict
+    }
+
+    /// Takes the status, the headers and the body apart, to pass them on.
+    pub fn into_parts(self) -> (StatusCode, HeaderMap, Bytes) {
+        (self.status, self.headers, self.body)
     }
 }

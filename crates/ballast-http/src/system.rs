@@ -4,15 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ballast::{BreakerState, Failure, IdempotencyKey, Policy, PolicyBuilder};
+use ballast::{BreakerState, Classification, Failure, IdempotencyKey, Operation, Policy, PolicyBuilder};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 use reqwest::Url;
 use tracing::Instrument;
 
-use crate::classify::{self, TransportKind};
+use crate::classify;
 use crate::request::{Head, OnceRequest};
-use crate::system_policy::{CallKind, SystemPolicy};
+use crate::system_policy::SystemPolicy;
+use crate::transport::{HyperTransport, OutBody, ReqwestTransport, Transport};
 use crate::{HttpError, Request, Response, RetryOn};
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -242,7 +245,7 @@ impl HttpSystemBuilder {
     /// Builds the system and, unless one was given, its client, with the
     /// client's own retries and redirects off (R-RES-RE-X4).
     pub fn build(self) -> Result<HttpSystem, HttpError> {
-        let base = parse_base_url(&self.base_url)?;
+        let url = parse_base_url(&self.base_url)?;
         let policy = self.policy.build()?;
         if policy.name() != self.name {
             // Only a closure that ignored the builder it was given gets here.
@@ -250,23 +253,24 @@ impl HttpSystemBuilder {
         }
         let header = HeaderName::from_bytes(self.header.as_bytes())
             .map_err(|_| HttpError::InvalidHeaderName { name: self.header.clone() })?;
-        let client = match self.client {
+        let transport = match self.client {
             Some(client) => {
                 let set = [("connect_timeout", self.connect_timeout), ("read_timeout", self.read_timeout)];
                 if let Some((setting, _)) = set.iter().find(|(_, t)| t.is_some()) {
                     return Err(HttpError::OwnClientTimeout { setting });
                 }
-                client
+                Transport::Reqwest(ReqwestTransport(client))
             }
-            None => own_client(&policy, self.connect_timeout, self.read_timeout)?,
+            None => own_transport(&policy, self.connect_timeout, self.read_timeout)?,
         };
-        let headers = self.headers.map_err(|what| HttpError::invalid(format!("{what} is not valid")))?;
+        let mut headers = self.headers.map_err(|what| HttpError::invalid(format!("{what} is not valid")))?;
+        let base = Base::new(&url, &mut headers)?;
         crate::metrics::describe_system(&self.name, policy.bulkhead_limit(), self.critical);
         let system_policy = SystemPolicy::new(policy, self.dedupes_by_key, header, self.retry_on);
         Ok(HttpSystem {
             inner: Arc::new(Inner {
                 base,
-                client,
+                transport,
                 system_policy,
                 critical: self.critical,
                 key_ttl: self.key_ttl,
@@ -281,13 +285,14 @@ impl HttpSystemBuilder {
     }
 }
 
-/// The client ballast builds for a system: connect and read timeouts under
-/// the attempt timeout, no retries, no redirects.
-fn own_client(
+/// The transport ballast builds for a system: a pooled hyper client with
+/// connect and read timeouts under the attempt timeout, no retries, no
+/// redirects (R-RES-RE-X4: a 307/308 would resend a write's body).
+fn own_transport(
     policy: &Policy,
     connect: Option<Duration>,
     read: Option<Duration>,
-) -> Result<reqwest::Client, HttpError> {
+) -> Result<Transport, HttpError> {
     let attempt = policy.timeout().attempt();
     let read = read.unwrap_or(attempt);
     let connect = connect.unwrap_or(DEFAULT_CONNECT_TIMEOUT.min(attempt));
@@ -296,17 +301,96 @@ fn own_client(
             return Err(HttpError::TimeoutHierarchy { which, timeout, attempt });
         }
     }
-    // reqwest 0.12 retries HTTP/2 protocol NACKs by default; that would be
-    // a retry the breaker never sees (R-RES-RE-X4). Redirects are not
-    // followed either: a 307/308 would resend a write's body.
-    reqwest::Client::builder()
-        .use_rustls_tls()
-        .retry(reqwest::retry::never())
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(connect)
-        .read_timeout(read)
-        .build()
-        .map_err(HttpError::Client)
+    let transport = HyperTransport::new(connect, read).map_err(HttpError::Client)?;
+    Ok(Transport::Hyper(transport))
+}
+
+/// A system's base URL, taken apart once: a request's URI is its scheme and
+/// authority, the base path, then the request's path and query — no URL is
+/// parsed per request.
+#[derive(Debug)]
+struct Base {
+    url: Url,
+    scheme: http::uri::Scheme,
+    authority: http::uri::Authority,
+    /// Without its trailing `/`.
+    path: String,
+}
+
+/// What a path may hold unencoded: the URL standard's path set (controls,
+/// space, `"`, `#`, `<`, `>`, `?`, `` ` ``, `{`, `}` are encoded; `%` is
+/// left as it is, a path may already be encoded).
+const PATH: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
+
+impl Base {
+    /// The base of `url`; its userinfo, if any, becomes `Authorization:
+    /// Basic` in `headers` (as browsers and reqwest do), never part of the URI.
+    fn new(url: &Url, headers: &mut HeaderMap) -> Result<Self, HttpError> {
+        let invalid =
+            |reason: String| HttpError::InvalidBaseUrl { url: ballast::redact_url(url.as_str()), reason };
+        if !url.username().is_empty() && !headers.contains_key(http::header::AUTHORIZATION) {
+            let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+            let pair =
+                format!("{}:{}", decode(url.username()), url.password().map(decode).unwrap_or_default());
+            let mut value = HeaderValue::try_from(format!("Basic {}", BASE64.encode(pair)))
+                .map_err(|e| invalid(format!("its userinfo: {e}")))?;
+            value.set_sensitive(true);
+            headers.insert(http::header::AUTHORIZATION, value);
+        }
+        let host = url.host_str().ok_or_else(|| invalid("it has no host".into()))?;
+        let authority = match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
+        };
+        Ok(Self {
+            scheme: url.scheme().parse().map_err(|e: http::uri::InvalidUri| invalid(e.to_string()))?,
+            authority: authority.parse().map_err(|e: http::uri::InvalidUri| invalid(e.to_string()))?,
+            path: url.path().trim_end_matches('/').to_owned(),
+            url: url.clone(),
+        })
+    }
+
+    /// The URI of `head`: the base path and the request's path (an empty
+    /// path is the base URL itself, as given), then its query.
+    fn uri(&self, head: &Head) -> Result<http::Uri, HttpError> {
+        let mut target = String::with_capacity(self.path.len() + head.path.len() + 16);
+        if head.path.is_empty() {
+            target.push_str(self.url.path());
+        } else {
+            target.push_str(&self.path);
+            target.push('/');
+            target.extend(percent_encoding::utf8_percent_encode(head.path.trim_start_matches('/'), PATH));
+        }
+        let mut separator = '?';
+        if let Some(raw) = &head.raw_query {
+            target.push(separator);
+            target.push_str(raw);
+            separator = '&';
+        }
+        if !head.query.is_empty() {
+            target.push(separator);
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            query.extend_pairs(&head.query);
+            target.push_str(&query.finish());
+        }
+        let path_and_query = http::uri::PathAndQuery::try_from(target)
+            .map_err(|e| HttpError::invalid(format!("path or query: {e}")))?;
+        http::Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(path_and_query)
+            .build()
+            .map_err(|e| HttpError::invalid(format!("URI: {e}")))
+    }
 }
 
 /// Parses a system's base URL exactly as [`HttpSystemBuilder::build`] does:
@@ -332,16 +416,20 @@ pub fn parse_base_url(url: &str) -> Result<Url, HttpError> {
     Ok(base)
 }
 
-/// One external system: its own client and connection pool (rustls, no
-/// client-level retries, connect and read timeouts) and its [`Policy`].
+/// One external system: its own transport and connection pool (a pooled
+/// hyper client over rustls, or your own reqwest client; no client-level
+/// retries; connect and read timeouts) and its [`Policy`].
 ///
 /// Entry points mirror the policy's (R-RES-RE-1):
 /// [`read`](HttpSystem::read) is retried on transient failures,
 /// [`write`](HttpSystem::write) sends the idempotency key and is retried only
 /// if the system [deduplicates by key](HttpSystemBuilder::dedupes_by_key),
-/// [`write_once`](HttpSystem::write_once) makes exactly one attempt.
+/// [`write_once`](HttpSystem::write_once) makes exactly one attempt. They
+/// hand a final 4xx or 5xx back as [`HttpError::Status`], which reads well in
+/// an adapter; [`send`](HttpSystem::send) hands every answer back as an
+/// answer, for a proxy.
 ///
-/// Cloning is cheap and clones share the client, the pool and the policy.
+/// Cloning is cheap and clones share the transport, the pool and the policy.
 #[derive(Debug, Clone)]
 pub struct HttpSystem {
     inner: Arc<Inner>,
@@ -349,8 +437,8 @@ pub struct HttpSystem {
 
 #[derive(Debug)]
 struct Inner {
-    base: Url,
-    client: reqwest::Client,
+    base: Base,
+    transport: Transport,
     system_policy: SystemPolicy,
     critical: bool,
     key_ttl: Option<Duration>,
@@ -433,17 +521,21 @@ impl HttpSystem {
         &self.inner.sealed
     }
 
-    /// `url` as errors, logs and spans show it: without the query string
-    /// (whose values may be secrets), userinfo masked, and — for a system
-    /// whose URL is a secret — without its path.
-    pub(crate) fn shown_url(&self, url: &Url) -> String {
-        let mut shown = url.clone();
-        shown.set_query(None);
-        shown.set_fragment(None);
+    /// `uri` as errors, logs and spans show it: without the query string
+    /// (whose values may be secrets), and — for a system whose URL is a
+    /// secret — without its path.
+    fn shown_uri(&self, uri: &http::Uri) -> String {
+        let path = if self.inner.secret_url { "/***" } else { uri.path() };
+        format!("{}://{}{path}", self.inner.base.scheme, self.inner.base.authority)
+    }
+
+    /// `uri` as an error says where a request went: query values masked
+    /// ([`ballast::redact_url`]), a secret URL's path hidden.
+    fn error_uri(&self, uri: &http::Uri) -> String {
         if self.inner.secret_url {
-            shown.set_path("/***");
+            return self.shown_uri(uri);
         }
-        ballast::redact_url(shown.as_str())
+        ballast::redact_url(&uri.to_string())
     }
 
     /// The outcome classes treated as transient.
@@ -468,7 +560,7 @@ impl HttpSystem {
         if !request.is_read() {
             return Err(Failure::unsent(HttpError::NotARead { method: request.head.method }));
         }
-        self.send(CallKind::Read, request).await
+        self.call(Operation::Read, request, false).await
     }
 
     /// Sends a write carrying `key` in the idempotency header — the same key
@@ -479,7 +571,40 @@ impl HttpSystem {
         key: &IdempotencyKey,
         request: Request,
     ) -> Result<Response, Failure<HttpError>> {
-        self.send(CallKind::KeyedWrite(key), request).await
+        self.call(Operation::Write(key), request, false).await
+    }
+
+    /// Sends `request` as `operation` declares it — read, keyed write or
+    /// write once, with the same rules as [`read`](Self::read),
+    /// [`write`](Self::write) and [`write_once`](Self::write_once) — and
+    /// hands back every answer as an answer: a 503 after the last attempt,
+    /// or a 404, is `Ok` with that [`Response`], whose
+    /// [`verdict`](Response::verdict) says what the policy made of it.
+    /// `Failure` means there was no answer to give (no connection, a
+    /// timeout, the breaker open, the request refused unsent). What a proxy
+    /// wants; an adapter usually reads better with the others.
+    ///
+    /// ```no_run
+    /// # async fn f(crm: ballast_http::HttpSystem) {
+    /// use ballast::Operation;
+    /// use ballast_http::Request;
+    ///
+    /// match crm.send(Operation::Read, Request::get("leads/7")).await {
+    ///     Ok(answer) if answer.verdict().is_none() => println!("{}", answer.text()),
+    ///     Ok(answer) => println!("the CRM said {} after {} attempts", answer.status(), answer.attempts()),
+    ///     Err(no_answer) => println!("no answer: {no_answer}"),
+    /// }
+    /// # }
+    /// ```
+    pub async fn send(
+        &self,
+        operation: Operation<'_>,
+        request: Request,
+    ) -> Result<Response, Failure<HttpError>> {
+        if matches!(operation, Operation::Read) && !request.is_read() {
+            return Err(Failure::unsent(HttpError::NotARead { method: request.head.method }));
+        }
+        self.call(operation, request, true).await
     }
 
     /// Sends a write without a key: exactly one attempt, never retried, even
@@ -487,47 +612,65 @@ impl HttpSystem {
     /// takes a [`StreamingRequest`](crate::StreamingRequest).
     pub async fn write_once(&self, request: impl Into<OnceRequest>) -> Result<Response, Failure<HttpError>> {
         match request.into() {
-            OnceRequest::Buffered(request) => self.send(CallKind::WriteOnce, request).await,
+            OnceRequest::Buffered(request) => self.call(Operation::WriteOnce, request, false).await,
             OnceRequest::Streaming(request) => {
-                let (url, headers) = match self.prepare(&request.head, CallKind::WriteOnce) {
+                let (uri, headers) = match self.prepare(&request.head, Operation::WriteOnce) {
                     Ok(prepared) => prepared,
                     Err(e) => return Err(Failure::unsent(e)),
                 };
-                let (head, url) = (&request.head, &url);
+                let head = &request.head;
                 let mut body = Some(request.body);
-                let call = self.inner.system_policy.run(CallKind::WriteOnce, |ctx| {
-                    let builder = self.inner.client.request(head.method.clone(), url.clone());
-                    let builder = builder.headers(headers.clone());
+                let call = self.inner.system_policy.run(Operation::WriteOnce, AllAnswersGood, |ctx| {
                     // write_once makes a single attempt, so the body is always there.
-                    let builder = body.take().map(|body| builder.body(body));
+                    let body = body.take().map(OutBody::Stream);
+                    let (uri, headers) = (uri.clone(), headers.clone());
                     async move {
-                        let builder =
-                            builder.ok_or_else(|| HttpError::invalid("a streaming body is sent once"))?;
-                        self.attempt(builder, false, ctx.attempt(), url).await
+                        let body = body.ok_or_else(|| HttpError::invalid("a streaming body is sent once"))?;
+                        self.attempt(&head.method, uri, headers, body, false, ctx.attempt())
+                            .await
+                            .and_then(failed)
                     }
                 });
-                self.traced(head, url, call).await
+                self.traced(head, &uri, call).await
             }
         }
     }
 
-    async fn send(&self, kind: CallKind<'_>, request: Request) -> Result<Response, Failure<HttpError>> {
-        let (url, headers) = match self.prepare(&request.head, kind) {
+    /// One call: `judged` hands answers back as answers, else a final
+    /// failed answer is [`HttpError::Status`].
+    async fn call(
+        &self,
+        operation: Operation<'_>,
+        request: Request,
+        judged: bool,
+    ) -> Result<Response, Failure<HttpError>> {
+        let (uri, headers) = match self.prepare(&request.head, operation) {
             Ok(prepared) => prepared,
             Err(e) => return Err(Failure::unsent(e)),
         };
-        let keyed_write = self.inner.system_policy.keyed_write(kind);
+        let keyed_write = self.inner.system_policy.keyed_write(operation);
         let (head, body) = (&request.head, &request.body);
-        let call = self.inner.system_policy.run(kind, |ctx| {
-            let builder = self.inner.client.request(head.method.clone(), url.clone());
-            self.attempt(
-                builder.headers(headers.clone()).body(body.clone()),
-                keyed_write,
-                ctx.attempt(),
-                &url,
-            )
-        });
-        self.traced(head, &url, call).await
+        let attempt = |ctx: ballast::Context| {
+            let (uri, headers, body) = (uri.clone(), headers.clone(), OutBody::Full(body.clone()));
+            self.attempt(&head.method, uri, headers, body, keyed_write, ctx.attempt())
+        };
+        let policy = &self.inner.system_policy;
+        if judged {
+            let call = policy.run(operation, |answer: &Response| answer.verdict, attempt);
+            let result = self.traced(head, &uri, call).await;
+            if let Ok(answer) = &result {
+                if answer.verdict.is_some() {
+                    policy.answered_failure(answer.status);
+                }
+            }
+            result
+        } else {
+            let call = policy.run(operation, AllAnswersGood, |ctx| {
+                let attempt = attempt(ctx);
+                async move { attempt.await.and_then(failed) }
+            });
+            self.traced(head, &uri, call).await
+        }
     }
 
     /// Runs a call inside its span, recording the final status on it. The
@@ -535,7 +678,7 @@ impl HttpSystem {
     async fn traced(
         &self,
         head: &Head,
-        url: &Url,
+        uri: &http::Uri,
         call: impl std::future::Future<Output = Result<Response, Failure<HttpError>>>,
     ) -> Result<Response, Failure<HttpError>> {
         if !tracing::dispatcher::has_been_set() {
@@ -547,7 +690,7 @@ impl HttpSystem {
             "ballast.http",
             ballast.system = %self.name(),
             http.request.method = %head.method,
-            url.full = %self.shown_url(url),
+            url.full = %self.shown_uri(uri),
             http.response.status_code = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
@@ -555,6 +698,9 @@ impl HttpSystem {
         match &result {
             Ok(response) => {
                 span.record("http.response.status_code", response.status().as_u16());
+                if response.verdict.is_some() {
+                    span.record("error.type", response.status().as_str());
+                }
             }
             Err(failure) => {
                 if let Some(status) = failure.error().and_then(HttpError::status) {
@@ -566,95 +712,138 @@ impl HttpSystem {
         result
     }
 
-    /// The URL and headers of every attempt, or why the request cannot be sent.
-    fn prepare(&self, head: &Head, kind: CallKind<'_>) -> Result<(Url, HeaderMap), HttpError> {
+    /// The URI and headers of every attempt, or why the request cannot be sent.
+    fn prepare(&self, head: &Head, operation: Operation<'_>) -> Result<(http::Uri, HeaderMap), HttpError> {
         head.check()?;
-        let mut url = self.inner.base.clone();
-        // An empty path is the base URL itself: a webhook's URL is often
-        // the whole endpoint, and a trailing `/` would be another route.
-        if !head.path.is_empty() {
-            let path = format!("{}/{}", url.path().trim_end_matches('/'), head.path.trim_start_matches('/'));
-            url.set_path(&path);
-        }
-        url.set_query(head.raw_query.as_deref());
-        if !head.query.is_empty() {
-            url.query_pairs_mut().extend_pairs(&head.query);
-        }
+        let uri = self.inner.base.uri(head)?;
         let mut headers = head.headers.clone();
         for (name, value) in &self.inner.headers {
             headers.insert(name, value.clone());
         }
-        self.inner.system_policy.set_key(kind, &mut headers)?;
-        Ok((url, headers))
+        self.inner.system_policy.set_key(operation, &mut headers)?;
+        Ok((uri, headers))
     }
 
-    /// One attempt: send, read the whole body, classify the outcome.
+    /// One attempt: send, read the whole body, judge the answer.
     async fn attempt(
         &self,
-        request: reqwest::RequestBuilder,
+        method: &http::Method,
+        uri: http::Uri,
+        headers: HeaderMap,
+        body: OutBody,
         keyed_write: bool,
         attempt: u32,
-        url: &Url,
     ) -> Result<Response, HttpError> {
         let retry_on = self.retry_on();
         let secret_url = self.inner.secret_url;
-        let transport = move |source: reqwest::Error| {
-            let kind = TransportKind::of(&source);
-            HttpError::transport(kind, retry_on.transport_class(kind), source, secret_url)
-        };
-        let number = attempt;
-        let send = move |request: reqwest::RequestBuilder| async move {
-            let response = request.send().await.map_err(transport)?;
-            let status = response.status();
-            let headers = response.headers().clone();
-            let body = response.bytes().await.map_err(transport)?;
-            let response = Response { status, headers, body, attempts: attempt };
-            if status.is_client_error() || status.is_server_error() {
-                let class = retry_on.status_class(status, keyed_write);
-                let retry_after = classify::retry_after(&response.headers);
-                return Err(HttpError::Status { status, class, retry_after, response: Box::new(response) });
+        let mut request = http::Request::new(body);
+        *request.method_mut() = method.clone();
+        *request.headers_mut() = headers;
+        let span = tracing::dispatcher::has_been_set().then(|| {
+            let span = tracing::debug_span!(
+                "ballast.http.attempt",
+                otel.kind = "client",
+                http.request.method = %method,
+                server.address = self.inner.base.url.host_str().unwrap_or_default(),
+                server.port = self.inner.base.url.port_or_known_default(),
+                url.full = %self.shown_uri(&uri),
+                http.request.resend_count = tracing::field::Empty,
+                http.response.status_code = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+            );
+            if attempt > 1 {
+                span.record("http.request.resend_count", attempt - 1);
             }
-            Ok(response)
-        };
-        if !tracing::dispatcher::has_been_set() {
-            return send(request).await;
-        }
-        let span = tracing::debug_span!(
-            "ballast.http.attempt",
-            otel.kind = "client",
-            http.request.method = tracing::field::Empty,
-            server.address = url.host_str().unwrap_or_default(),
-            server.port = url.port_or_known_default(),
-            url.full = %self.shown_url(url),
-            http.request.resend_count = tracing::field::Empty,
-            http.response.status_code = tracing::field::Empty,
-            error.type = tracing::field::Empty,
-        );
-        if number > 1 {
-            span.record("http.request.resend_count", number - 1);
-        }
+            span
+        });
+        let shown = uri.clone();
+        *request.uri_mut() = uri;
         // Replaces a trace context the caller sent: the upstream's parent is this attempt.
         #[cfg(feature = "otel")]
-        let request = match crate::otel::trace_headers(&span) {
-            Some(headers) => request.headers(headers),
-            None => request,
+        if let Some(trace) = span.as_ref().and_then(crate::otel::trace_headers) {
+            request.headers_mut().extend(trace);
+        }
+        let sent = self.inner.transport.send(request);
+        let result = match &span {
+            Some(span) => sent.instrument(span.clone()).await,
+            None => sent.await,
         };
-        let result = send(request).instrument(span.clone()).await;
-        match &result {
-            Ok(response) => {
-                span.record("http.response.status_code", response.status().as_u16());
+        let result = match result {
+            Ok(answer) => {
+                let (parts, body) = answer.into_parts();
+                let verdict = verdict(retry_on, parts.status, &parts.headers, keyed_write);
+                Ok(Response {
+                    status: parts.status,
+                    headers: parts.headers,
+                    body,
+                    attempts: attempt,
+                    verdict,
+                })
             }
-            Err(HttpError::Status { status, .. }) => {
-                span.record("http.response.status_code", status.as_u16())
-                    .record("error.type", status.as_str());
+            Err(e) => {
+                let class = retry_on.transport_class(e.kind);
+                Err(HttpError::transport(e.kind, class, self.error_uri(&shown), e.source, secret_url))
             }
-            Err(HttpError::Transport { kind, .. }) => {
-                span.record("error.type", kind.as_str());
-            }
-            Err(_) => {
-                span.record("error.type", "other");
+        };
+        if let Some(span) = span {
+            match &result {
+                Ok(response) => {
+                    span.record("http.response.status_code", response.status.as_u16());
+                    if response.verdict.is_some() {
+                        span.record("error.type", response.status.as_str());
+                    }
+                }
+                Err(HttpError::Transport { kind, .. }) => {
+                    span.record("error.type", kind.as_str());
+                }
+                Err(_) => {
+                    span.record("error.type", "other");
+                }
             }
         }
         result
+    }
+}
+
+/// What the policy makes of an answer: `None` for a success (1xx–3xx),
+/// else the class of its status under `retry_on` and the wait it asks for.
+pub(crate) fn verdict(
+    retry_on: RetryOn,
+    status: http::StatusCode,
+    headers: &HeaderMap,
+    keyed_write: bool,
+) -> Option<Classification> {
+    if !(status.is_client_error() || status.is_server_error()) {
+        return None;
+    }
+    let class = retry_on.status_class(status, keyed_write);
+    let c = Classification { class, retry_after: None };
+    Some(match classify::retry_after(headers) {
+        Some(after) if class == ballast::Class::Transient => c.with_retry_after(after),
+        _ => c,
+    })
+}
+
+/// The entry points that hand a failed answer back as an error: it becomes
+/// [`HttpError::Status`], classified as the policy judged it.
+fn failed(response: Response) -> Result<Response, HttpError> {
+    match response.verdict {
+        None => Ok(response),
+        Some(c) => Err(HttpError::Status {
+            status: response.status,
+            class: c.class,
+            retry_after: c.retry_after,
+            response: Box::new(response),
+        }),
+    }
+}
+
+/// Every `Ok` a success: errors carry the failed answers.
+#[derive(Clone, Copy)]
+struct AllAnswersGood;
+
+impl ballast::Judge<Response> for AllAnswersGood {
+    fn judge(&self, _: &Response) -> Option<Classification> {
+        None
     }
 }

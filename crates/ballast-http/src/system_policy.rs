@@ -9,24 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
-use ballast::{Classify, Context, Failure, IdempotencyKey, Policy};
+use ballast::{Classify, Context, Failure, Judge, Operation, Policy, StopReason};
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 use tokio::time::Instant;
 
 use crate::metrics::CallMetrics;
 use crate::{HttpError, RetryOn};
-
-/// The kind of a call, as the caller declared it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum CallKind<'a> {
-    /// No side effect: retried on transient failures.
-    Read,
-    /// A write carrying a key: retried only if the system deduplicates by it.
-    KeyedWrite(&'a IdempotencyKey),
-    /// A write without a key: one attempt (R-RES-RE-X1).
-    WriteOnce,
-}
 
 /// The policy of one system and what the HTTP integration adds to it.
 #[derive(Debug)]
@@ -81,27 +70,35 @@ impl SystemPolicy {
 
     /// Whether a 409 on this kind may mean "original still in flight": only
     /// a keyed write to a system that deduplicates has an original.
-    pub(crate) fn keyed_write(&self, kind: CallKind<'_>) -> bool {
-        matches!(kind, CallKind::KeyedWrite(_)) && self.dedupes_by_key
+    pub(crate) fn keyed_write(&self, operation: Operation<'_>) -> bool {
+        matches!(operation, Operation::Write(_)) && self.dedupes_by_key
     }
 
     /// Sets the idempotency header of a keyed write, whether or not it is
     /// retried: the system may still use it to deduplicate.
-    pub(crate) fn set_key(&self, kind: CallKind<'_>, headers: &mut HeaderMap) -> Result<(), HttpError> {
-        if let CallKind::KeyedWrite(key) = kind {
+    pub(crate) fn set_key(&self, operation: Operation<'_>, headers: &mut HeaderMap) -> Result<(), HttpError> {
+        if let Operation::Write(key) = operation {
             let value = HeaderValue::from_str(key.as_str()).map_err(HttpError::invalid)?;
             headers.insert(self.header.clone(), value);
         }
         Ok(())
     }
 
-    /// Runs `op` through the entry point the kind allows, counting attempts
-    /// in flight and timing the whole call.
-    pub(crate) async fn run<T, E, F, Fut>(&self, kind: CallKind<'_>, mut op: F) -> Result<T, Failure<E>>
+    /// Runs `op` as `operation` allows on this system — a keyed write to a
+    /// system that does not deduplicate makes one attempt, stopped by
+    /// R-RES-RE-1 — with `judge` on its answers, counting attempts in flight
+    /// and timing the whole call.
+    pub(crate) async fn run<T, E, F, Fut, J>(
+        &self,
+        operation: Operation<'_>,
+        judge: J,
+        mut op: F,
+    ) -> Result<T, Failure<E>>
     where
         F: FnMut(Context) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + std::fmt::Display,
+        J: Judge<T>,
     {
         let started = Instant::now();
         self.calls.fetch_add(1, Ordering::Relaxed);
@@ -116,14 +113,19 @@ impl SystemPolicy {
                 attempt.await
             }
         };
-        let result = match kind {
-            CallKind::Read => self.policy.read(counted).await,
-            CallKind::KeyedWrite(key) if self.dedupes_by_key => self.policy.write(key, counted).await,
-            CallKind::KeyedWrite(_) => {
-                self.warn_not_deduplicated();
-                self.policy.write_once(counted).await
-            }
-            CallKind::WriteOnce => self.policy.write_once(counted).await,
+        let not_deduplicated = matches!(operation, Operation::Write(_)) && !self.dedupes_by_key;
+        let result = if not_deduplicated {
+            self.warn_not_deduplicated();
+            self.policy.judged(Operation::WriteOnce, judge, counted).await.map_err(|mut failure| {
+                if let Failure::Operation { stop, .. } | Failure::Timeout { stop, .. } = &mut failure {
+                    if *stop == StopReason::NotRetryable {
+                        *stop = StopReason::NotDeduplicated;
+                    }
+                }
+                failure
+            })
+        } else {
+            self.policy.judged(operation, judge, counted).await
         };
         metrics.call_took(started.elapsed());
         if let Err(failure) = &result {
@@ -131,6 +133,13 @@ impl SystemPolicy {
                 Some((SystemTime::now(), failure.to_string()));
         }
         result
+    }
+
+    /// Remembers a call that ended on a failed answer (a 503 after its
+    /// attempts) as the system's last error, as a failure would be.
+    pub(crate) fn answered_failure(&self, status: http::StatusCode) {
+        let said = format!("the system answered {status}");
+        *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) = Some((SystemTime::now(), said));
     }
 
     fn warn_not_deduplicated(&self) {

@@ -79,7 +79,8 @@ async fn keyed_write_to_a_system_that_does_not_dedupe_sends_the_key_once() {
 
     let (reason, attempts, failure) = stop(crm.write(&key, Request::post("leads")).await);
 
-    assert_eq!((reason, attempts), (StopReason::NotRetryable, 1));
+    assert_eq!((reason, attempts), (StopReason::NotDeduplicated, 1));
+    assert_eq!(reason.rule().map(ballast::Rule::id), Some("R-RES-RE-1"));
     assert_eq!(failure.error().and_then(HttpError::status), Some(http::StatusCode::SERVICE_UNAVAILABLE));
     assert_eq!(server.requests()[0].key.as_deref(), Some(key.as_str()), "the key is still sent");
     assert_eq!(server.sent(), 1);
@@ -250,7 +251,7 @@ async fn credentials_and_query_values_stay_out_of_error_messages() {
     let failure = down.read(Request::get("x").query(&[("token", "s3cret")])).await.unwrap_err();
     let shown = format!("{failure} / {failure:?}");
     assert!(!shown.contains("s3cret"), "{shown}");
-    // reqwest moves the credentials into a header; the query is masked.
+    // The credentials move into a header; the query is masked.
     assert!(shown.contains("/api/x?token=***"), "still says where: {shown}");
 
     let refused = HttpSystem::builder("a", "ftp://app:s3cret@h/").build().unwrap_err();
@@ -306,8 +307,8 @@ async fn the_layer_chooses_read_keyed_or_once_from_the_method_and_the_key_extens
     keyed.extensions_mut().insert(RequestKey(key.clone()));
     assert_eq!(service.clone().oneshot(keyed).await.unwrap().status(), 200);
     let once = http::Request::post("/leads").body("{}".to_owned()).unwrap();
-    let failure = service.clone().oneshot(once).await.unwrap_err();
-    assert_eq!((failure.stop_reason(), failure.attempts()), (StopReason::NotRetryable, 1));
+    let answer = service.clone().oneshot(once).await.expect("an answer, not a failure");
+    assert_eq!(answer.status(), 503, "the one attempt's answer, as it came");
 
     let calls = calls.lock().unwrap().clone();
     let k = Some(key.as_str().to_owned());
@@ -389,7 +390,7 @@ mod delivery {
     use super::*;
 
     use ballast_http::{Delivery, DeliveryHandler, DELIVERY_KIND};
-    use ballast_queue::{Handover, HandoverError, ListFilter, NewTask, Queue, TaskInfo, TaskState, Worker};
+    use ballast_queue::{Handover, ListFilter, NewTask, Queue, TaskInfo, TaskState, Worker};
     use tokio_util::sync::CancellationToken;
 
     async fn queue(dir: &tempfile::TempDir) -> Queue {
@@ -463,11 +464,13 @@ mod delivery {
         let key = IdempotencyKey::v5("order-42", "register-payment");
         let pay = || Request::post("payments").query(&[("v", "2")]).json(&serde_json::json!({"amount": 100}));
 
-        let Ok(Handover::Deferred(deferred)) = sber.write_or_defer(&key, &queue, pay()).await else {
+        let Ok(Handover::Deferred { task_id: deferred, .. }) = sber.write_or_defer(&key, &queue, pay()).await
+        else {
             panic!("a write that ran out of attempts on 503s is deferred");
         };
         assert_eq!(server.sent(), 3, "three attempts in memory, then the hand-over");
-        let Ok(Handover::Deferred(again)) = sber.write_or_defer(&key, &queue, pay()).await else {
+        let Ok(Handover::Deferred { task_id: again, .. }) = sber.write_or_defer(&key, &queue, pay()).await
+        else {
             panic!("deferred again");
         };
         assert_eq!(again, deferred, "one task per user action");
@@ -510,7 +513,7 @@ mod delivery {
 
         let handover = sber.write_or_defer(&key, &queue, Request::post("payments")).await;
 
-        let Ok(Handover::Deferred(deferred)) = handover else { panic!("deferred") };
+        let Ok(Handover::Deferred { task_id: deferred, .. }) = handover else { panic!("deferred") };
         assert_eq!(server.sent(), 1, "the breaker opened after the first failure");
         let task = queue.get(deferred).await.unwrap().unwrap();
         let wait = task.run_at.duration_since(std::time::SystemTime::now()).unwrap();
@@ -526,22 +529,21 @@ mod delivery {
         let crm = system("crm", &server, policy("crm")).build().unwrap();
         let key = IdempotencyKey::v5("lead-7", "create");
 
-        let Err(HandoverError::Failed(failure)) =
-            crm.write_or_defer(&key, &queue, Request::post("leads")).await
-        else {
+        // The answers come back as answers: neither is deferred.
+        let Ok(Handover::Done(answer)) = crm.write_or_defer(&key, &queue, Request::post("leads")).await else {
             panic!("a write to a system that does not dedupe by key is never deferred (R-RES-RE-1)");
         };
-        assert_eq!(failure.error().and_then(HttpError::status), Some(http::StatusCode::SERVICE_UNAVAILABLE));
+        assert_eq!(answer.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(answer.verdict().is_some_and(|v| v.is_transient()));
         assert_eq!(server.sent(), 1);
 
         *up.lock().unwrap() = true;
         let sber = system("sber", &server, policy("sber")).dedupes_by_key(true).build().unwrap();
-        let Err(HandoverError::Failed(failure)) =
-            sber.write_or_defer(&key, &queue, Request::post("refused")).await
-        else {
+        let Ok(Handover::Done(answer)) = sber.write_or_defer(&key, &queue, Request::post("refused")).await else {
             panic!("a contract error is never deferred (R-RES-RE-X2)");
         };
-        assert_eq!(failure.error().and_then(HttpError::status), Some(http::StatusCode::UNPROCESSABLE_ENTITY));
+        assert_eq!(answer.status(), http::StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(answer.verdict().is_some_and(|v| !v.is_transient()), "a contract error: {answer:?}");
         assert_eq!(server.sent(), 2);
         assert!(tasks(&queue).await.is_empty());
     }

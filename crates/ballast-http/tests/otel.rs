@@ -54,7 +54,7 @@ async fn a_deferred_write_s_delivery_continues_the_trace_that_deferred_it() {
     let trace_id = checkout.context().span().span_context().trace_id().to_string();
     let key = IdempotencyKey::v5("order-7", "pay");
     let handover = sber.write_or_defer(&key, &queue, Request::post("payments")).instrument(checkout).await;
-    let Ok(Handover::Deferred(task_id)) = handover else {
+    let Ok(Handover::Deferred { task_id, .. }) = handover else {
         panic!("deferred during the outage: {handover:?}")
     };
 

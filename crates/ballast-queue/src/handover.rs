@@ -17,10 +17,15 @@ use crate::Queue;
 pub enum Handover<T> {
     /// The write succeeded in memory.
     Done(T),
-    /// The write was handed to the durable queue: the id of the task that
-    /// will finish it. A second hand-over of the same user action (same kind
-    /// and key) returns the same task instead of making another.
-    Deferred(i64),
+    /// The write was handed to the durable queue. A second hand-over of
+    /// the same user action (same kind and key) returns the same task
+    /// instead of making another.
+    Deferred {
+        /// The id of the task that will finish it.
+        task_id: i64,
+        /// The in-memory attempts made before the hand-over.
+        attempts: u32,
+    },
 }
 
 /// Why [`WriteOrDefer::write_or_defer`] returned neither a value nor a task.
@@ -64,7 +69,7 @@ pub trait WriteOrDefer {
     ///     Ok::<_, std::io::Error>(ctx.attempt())
     /// }).await {
     ///     Ok(Handover::Done(_)) => { /* paid */ }
-    ///     Ok(Handover::Deferred(task_id)) => { /* tell the user it is in progress: task {task_id} */ }
+    ///     Ok(Handover::Deferred { task_id, .. }) => { /* tell the user it is in progress: task {task_id} */ }
     ///     Err(e) => { /* declined: show the error */ let _ = e; }
     /// }
     /// # }
@@ -138,7 +143,7 @@ pub async fn hand_over<T, E: fmt::Display>(
                 cause = %failure,
                 "write deferred to the durable queue with the same idempotency key (R-RES-RE-4)"
             );
-            Ok(Handover::Deferred(outcome.id))
+            Ok(Handover::Deferred { task_id: outcome.id, attempts: failure.attempts() })
         }
         Err(error) => Err(HandoverError::Enqueue { failure, error }),
     }

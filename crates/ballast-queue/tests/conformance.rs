@@ -795,14 +795,14 @@ async fn write_or_defer_hands_over_with_the_same_key(h: &Harness) {
         })
         .await
         .unwrap();
-    let Handover::Deferred(deferred) = deferred else { panic!("expected a deferral") };
+    let Handover::Deferred { task_id: deferred, .. } = deferred else { panic!("expected a deferral") };
     assert_eq!(seen.lock().unwrap().len(), 2, "both in-memory attempts ran before the hand-over");
 
     // The breaker is open now (2 failed attempts in a row): rejected, deferred again,
     // landing on the same task because the key is the same.
     let again =
         policy.write_or_defer(&key, &h.queue, task(), |_| async { Ok::<_, TestError>(1) }).await.unwrap();
-    let Handover::Deferred(again) = again else { panic!("expected a rejection to defer") };
+    let Handover::Deferred { task_id: again, .. } = again else { panic!("expected a rejection to defer") };
     assert_eq!(again, deferred, "the same user action lands on the same task");
     assert_eq!(h.scalar("SELECT count(*) FROM ballast_tasks").await, 1);
 
@@ -817,7 +817,7 @@ async fn write_or_defer_hands_over_with_the_same_key(h: &Harness) {
 
     // A task deferred by an open breaker waits for the breaker's next probe.
     let other = IdempotencyKey::v5("order-10", "charge");
-    let Handover::Deferred(later) =
+    let Handover::Deferred { task_id: later, .. } =
         policy.write_or_defer(&other, &h.queue, task(), |_| async { Ok::<_, TestError>(1) }).await.unwrap()
     else {
         panic!("breaker still open")

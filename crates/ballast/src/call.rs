@@ -57,30 +57,43 @@ impl MaybeSpan {
 }
 
 /// How a failed attempt ended.
-enum LastFailure<E> {
+enum LastFailure<T, E> {
     Error(E, Class),
     TimedOut(TimeoutKind),
+    /// An answer the judge found a failure (a 503): kept as the answer.
+    Answered(T, Class),
 }
 
-impl<E> LastFailure<E> {
-    fn into_failure(self, attempts: u32, stop: StopReason) -> Failure<E> {
+impl<T, E> LastFailure<T, E> {
+    /// The call's result when this failure ends it: a failure, or the
+    /// last answer as it came.
+    fn end(self, attempts: u32, stop: StopReason) -> Result<T, Failure<E>> {
         match self {
-            LastFailure::Error(error, class) => Failure::Operation { error, class, attempts, stop },
-            LastFailure::TimedOut(kind) => Failure::Timeout { kind, attempts, stop },
+            LastFailure::Error(error, class) => Err(Failure::Operation { error, class, attempts, stop }),
+            LastFailure::TimedOut(kind) => Err(Failure::Timeout { kind, attempts, stop }),
+            LastFailure::Answered(answer, _) => Ok(answer),
         }
     }
 
     fn into_error(self) -> Option<E> {
         match self {
             LastFailure::Error(e, _) => Some(e),
-            LastFailure::TimedOut(_) => None,
+            LastFailure::TimedOut(_) | LastFailure::Answered(..) => None,
         }
     }
 
     fn class(&self) -> Class {
         match self {
-            LastFailure::Error(_, class) => *class,
+            LastFailure::Error(_, class) | LastFailure::Answered(_, class) => *class,
             LastFailure::TimedOut(_) => Class::Transient,
+        }
+    }
+
+    /// The `error.type` of a call this failure ends.
+    fn error_type(&self) -> &'static str {
+        match self {
+            LastFailure::Error(_, class) | LastFailure::Answered(_, class) => class.as_str(),
+            LastFailure::TimedOut(_) => "timeout",
         }
     }
 }
@@ -88,23 +101,25 @@ impl<E> LastFailure<E> {
 /// How one attempt ended, as far as the retry loop is concerned.
 enum Step<T, E> {
     Succeeded(T),
-    /// The call is over without success.
-    Stopped(Failure<E>),
+    /// The call is over: a failure, or an answer it ends on.
+    Stopped(Result<T, Failure<E>>),
     /// The attempt failed; the loop decides whether to retry.
     Failed {
-        failure: LastFailure<E>,
+        failure: LastFailure<T, E>,
         retry_after: Option<Duration>,
         span: MaybeSpan,
     },
 }
 
 /// What every attempt of one call shares.
-struct Call<'a, F> {
+struct Call<'a, F, J> {
     inner: &'a Shared,
     kind: OpKind,
     key: Option<&'a IdempotencyKey>,
     cancel: Option<&'a CancellationToken>,
     op: F,
+    /// Which successful results are failures all the same (see [`Judge`]).
+    judge: J,
     deadline: Option<Instant>,
     /// One timer per call, armed only when something has to wait.
     timer: Option<Pin<Box<Sleep>>>,
@@ -114,11 +129,37 @@ struct Call<'a, F> {
     nested: Option<Rule>,
 }
 
-pub(crate) fn run<'a, T, E, F, Fut>(
+/// Which answers are failures all the same: `None` for a success,
+/// `Some(classification)` for an answer that is a failure (a 503, a 429) —
+/// counted by the breaker, retried when transient, and kept: a call that
+/// ends on such an answer returns it as `Ok`, for the caller to pass on.
+pub trait Judge<T> {
+    /// The verdict on one attempt's answer.
+    fn judge(&self, answer: &T) -> Option<crate::Classification>;
+}
+
+impl<T, F: Fn(&T) -> Option<crate::Classification>> Judge<T> for F {
+    fn judge(&self, answer: &T) -> Option<crate::Classification> {
+        self(answer)
+    }
+}
+
+/// The judge of the plain entry points: every `Ok` is a success.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AllGood;
+
+impl<T> Judge<T> for AllGood {
+    fn judge(&self, _: &T) -> Option<crate::Classification> {
+        None
+    }
+}
+
+pub(crate) fn run<'a, T, E, F, Fut, J>(
     inner: &'a Shared,
     kind: OpKind,
     key: Option<&'a IdempotencyKey>,
     cancel: Option<&'a CancellationToken>,
+    judge: J,
     op: F,
 ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
 where
@@ -126,6 +167,7 @@ where
     Fut: Future<Output = Result<T, E>> + 'a,
     E: Classify + 'a,
     T: 'a,
+    J: Judge<T> + 'a,
 {
     let mut call = Call {
         inner,
@@ -133,6 +175,7 @@ where
         key,
         cancel,
         op,
+        judge,
         deadline: None,
         timer: None,
         span: MaybeSpan::default(),
@@ -166,14 +209,14 @@ where
         // call's state.
         let (failure, retry_after, span) = match call.attempt(1).await {
             Step::Succeeded(value) => return Ok(value),
-            Step::Stopped(failure) => return Err(failure),
+            Step::Stopped(result) => return result,
             Step::Failed { failure, retry_after, span } => (failure, retry_after, span),
         };
         Box::pin(call.retry_loop(failure, retry_after, span)).await
     }
 }
 
-impl<F> Call<'_, F> {
+impl<F, J> Call<'_, F, J> {
     /// This call runs inside another policy's attempt: if it would retry,
     /// it makes one attempt instead and says which rule retrying would break.
     #[cold]
@@ -194,22 +237,41 @@ impl<F> Call<'_, F> {
     }
 
     fn gave_up<E>(&self, failure: Failure<E>) -> Failure<E> {
-        let (attempts, reason) = (failure.attempts(), failure.stop_reason());
+        self.record_stop(failure.attempts(), failure.stop_reason(), failure.error_type());
+        failure
+    }
+
+    /// Ends the call on `failure` after `attempts`, for `stop`.
+    fn ended<T, E>(
+        &self,
+        failure: LastFailure<T, E>,
+        attempts: u32,
+        stop: StopReason,
+    ) -> Result<T, Failure<E>> {
+        self.record_stop(attempts, stop, failure.error_type());
+        failure.end(attempts, stop)
+    }
+
+    fn record_stop(&self, attempts: u32, reason: StopReason, error_type: &'static str) {
         if self.span.get().is_some() {
             self.span
                 .record("ballast.attempts", attempts)
                 .record("ballast.stop_reason", reason.as_str())
-                .record("error.type", failure.error_type())
+                .record("error.type", error_type)
                 .record("otel.status_code", "ERROR");
             if let Some(rule) = reason.rule() {
                 self.span.record("ballast.rule", rule.id());
             }
         }
         self.inner.events.emit(EventKind::GaveUp { op: self.kind, attempts, reason });
-        failure
     }
 
-    fn rejected<E>(&self, rejection: Rejection, attempts: u32, last: Option<LastFailure<E>>) -> Failure<E> {
+    fn rejected<T, E>(
+        &self,
+        rejection: Rejection,
+        attempts: u32,
+        last: Option<LastFailure<T, E>>,
+    ) -> Failure<E> {
         let last_error = last.and_then(LastFailure::into_error);
         self.gave_up(Failure::Rejected { rejection, attempts, last_error })
     }
@@ -221,14 +283,15 @@ impl<F> Call<'_, F> {
         F: FnMut(Context) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify,
+        J: Judge<T>,
     {
         let (inner, done) = (self.inner, n - 1);
         if self.cancel.is_some_and(CancellationToken::is_cancelled) {
-            return Step::Stopped(self.gave_up(Failure::Cancelled { attempts: done }));
+            return Step::Stopped(Err(self.gave_up(Failure::Cancelled { attempts: done })));
         }
         let admission = match inner.breaker.as_ref().map(|b| b.admit()).transpose() {
             Ok(a) => a,
-            Err(rejection) => return Step::Stopped(self.rejected(rejection, done, None)),
+            Err(rejection) => return Step::Stopped(Err(self.rejected::<T, E>(rejection, done, None))),
         };
         let slot = match &inner.bulkhead {
             None => None,
@@ -238,15 +301,19 @@ impl<F> Call<'_, F> {
                     Ok(slot) => Some(slot),
                     Err(Refused::Full) => {
                         inner.events.emit(EventKind::BulkheadRejected);
-                        return Step::Stopped(self.rejected(Rejection::BulkheadFull, done, None));
+                        return Step::Stopped(Err(self.rejected::<T, E>(
+                            Rejection::BulkheadFull,
+                            done,
+                            None,
+                        )));
                     }
                     Err(Refused::Deadline) => {
                         let stop = StopReason::TotalTimeout;
                         let timeout = Failure::Timeout { kind: TimeoutKind::Total, attempts: done, stop };
-                        return Step::Stopped(self.gave_up(timeout));
+                        return Step::Stopped(Err(self.gave_up(timeout)));
                     }
                     Err(Refused::Cancelled) => {
-                        return Step::Stopped(self.gave_up(Failure::Cancelled { attempts: done }));
+                        return Step::Stopped(Err(self.gave_up(Failure::Cancelled { attempts: done })));
                     }
                 },
             },
@@ -289,14 +356,17 @@ impl<F> Call<'_, F> {
         drop(slot);
 
         let (failure, retry_after) = match result {
-            Attempt::Done(Ok(value)) | Attempt::Drained(Ok(value), _) => {
-                if let Some(a) = admission {
-                    a.record(false);
+            Attempt::Done(Ok(value)) | Attempt::Drained(Ok(value), _) => match self.judge.judge(&value) {
+                Some(c) => (LastFailure::Answered(value, c.class), c.retry_after),
+                None => {
+                    if let Some(a) = admission {
+                        a.record(false);
+                    }
+                    self.span.record("ballast.attempts", n);
+                    self.inner.events.emit(EventKind::Succeeded { op: self.kind, attempts: n });
+                    return Step::Succeeded(value);
                 }
-                self.span.record("ballast.attempts", n);
-                self.inner.events.emit(EventKind::Succeeded { op: self.kind, attempts: n });
-                return Step::Succeeded(value);
-            }
+            },
             Attempt::Done(Err(error)) => {
                 let c = error.classify();
                 (LastFailure::Error(error, c.class), c.retry_after)
@@ -306,7 +376,7 @@ impl<F> Call<'_, F> {
             }
             Attempt::Cancelled | Attempt::Drained(Err(_), None) => {
                 drop(admission);
-                return Step::Stopped(self.gave_up(Failure::Cancelled { attempts: n }));
+                return Step::Stopped(Err(self.gave_up(Failure::Cancelled { attempts: n })));
             }
         };
         let class = failure.class();
@@ -331,7 +401,7 @@ impl<F> Call<'_, F> {
             None
         };
         match stop {
-            Some(stop) => Step::Stopped(self.gave_up(failure.into_failure(n, stop))),
+            Some(stop) => Step::Stopped(self.ended(failure, n, stop)),
             None => Step::Failed { failure, retry_after, span },
         }
     }
@@ -339,7 +409,7 @@ impl<F> Call<'_, F> {
     /// Retries after a failed first attempt, until success or a reason to stop.
     async fn retry_loop<T, E, Fut>(
         &mut self,
-        mut failure: LastFailure<E>,
+        mut failure: LastFailure<T, E>,
         mut retry_after: Option<Duration>,
         mut span: MaybeSpan,
     ) -> Result<T, Failure<E>>
@@ -347,6 +417,7 @@ impl<F> Call<'_, F> {
         F: FnMut(Context) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify,
+        J: Judge<T>,
     {
         let inner = self.inner;
         let backoff = inner.retry.get_backoff();
@@ -359,7 +430,7 @@ impl<F> Call<'_, F> {
             }
             if inner.budget.as_ref().is_some_and(|b| !b.try_withdraw()) {
                 inner.events.emit(EventKind::BudgetExhausted);
-                return Err(self.gave_up(failure.into_failure(attempt, StopReason::BudgetExhausted)));
+                return self.ended(failure, attempt, StopReason::BudgetExhausted);
             }
             let mut delay = delays.next().unwrap_or(backoff.cap());
             if let Some(after) = retry_after {
@@ -370,7 +441,7 @@ impl<F> Call<'_, F> {
                 None => retry_after.is_some_and(|after| after > inner.worst_case),
             };
             if overruns {
-                return Err(self.gave_up(failure.into_failure(attempt, StopReason::DeadlineWouldOverrun)));
+                return self.ended(failure, attempt, StopReason::DeadlineWouldOverrun);
             }
             span.record("ballast.next_delay_ms", delay.as_millis() as u64);
             inner.events.emit(EventKind::RetryScheduled { op: self.kind, attempt, delay });
@@ -381,11 +452,11 @@ impl<F> Call<'_, F> {
             attempt += 1;
             match self.attempt(attempt).await {
                 Step::Succeeded(value) => return Ok(value),
-                Step::Stopped(Failure::Rejected { rejection, attempts, last_error: None }) => {
+                Step::Stopped(Err(Failure::Rejected { rejection, attempts, last_error: None })) => {
                     let last_error = failure.into_error();
                     return Err(Failure::Rejected { rejection, attempts, last_error });
                 }
-                Step::Stopped(f) => return Err(f),
+                Step::Stopped(result) => return result,
                 Step::Failed { failure: f, retry_after: r, span: s } => {
                     (failure, retry_after, span) = (f, r, s)
                 }

@@ -40,6 +40,47 @@ impl fmt::Display for OpKind {
     }
 }
 
+/// An operation as its caller declares it — the one description of what a
+/// call is, from the policy's entry points to HTTP and the gateway: a read,
+/// a write with the key the system deduplicates by, or a write without one.
+///
+/// ```
+/// use ballast::{IdempotencyKey, OpKind, Operation};
+///
+/// let key = IdempotencyKey::v5("order-7", "pay");
+/// assert_eq!(Operation::Write(&key).kind(), OpKind::Write);
+/// assert_eq!(Operation::Write(&key).key(), Some(&key));
+/// assert_eq!(Operation::Read.key(), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation<'a> {
+    /// No side effect: retried on transient failures (R-RES-RE-1a).
+    Read,
+    /// A write carrying `key`: retried with it (R-RES-RE-1b).
+    Write(&'a IdempotencyKey),
+    /// A write without a key: exactly one attempt (R-RES-RE-X1).
+    WriteOnce,
+}
+
+impl<'a> Operation<'a> {
+    /// Its kind.
+    pub const fn kind(&self) -> OpKind {
+        match self {
+            Operation::Read => OpKind::Read,
+            Operation::Write(_) => OpKind::Write,
+            Operation::WriteOnce => OpKind::WriteOnce,
+        }
+    }
+
+    /// A write's key.
+    pub const fn key(&self) -> Option<&'a IdempotencyKey> {
+        match self {
+            Operation::Write(key) => Some(key),
+            Operation::Read | Operation::WriteOnce => None,
+        }
+    }
+}
+
 /// What one attempt knows about its call: which attempt it is, the call's
 /// idempotency key, and a cancellation signal.
 ///

@@ -13,9 +13,11 @@ pub enum StopReason {
     Permanent,
     /// Every allowed attempt failed (R-RES-RE-3).
     Exhausted,
-    /// The operation may not be retried: an unkeyed write (R-RES-RE-X1), or a
-    /// keyed write to a system that does not deduplicate (R-RES-RE-1).
+    /// The operation may not be retried: a write without a key (R-RES-RE-X1).
     NotRetryable,
+    /// A keyed write to a system that does not deduplicate by its key: one
+    /// attempt, since the key alone does not make a retry safe (R-RES-RE-1).
+    NotDeduplicated,
     /// The retry budget had no retry left for this system.
     BudgetExhausted,
     /// The next wait (backoff or the server's `Retry-After`) would overrun the
@@ -40,6 +42,7 @@ impl StopReason {
             StopReason::Permanent => "permanent",
             StopReason::Exhausted => "exhausted",
             StopReason::NotRetryable => "not_retryable",
+            StopReason::NotDeduplicated => "not_deduplicated",
             StopReason::BudgetExhausted => "budget_exhausted",
             StopReason::DeadlineWouldOverrun => "deadline_would_overrun",
             StopReason::TotalTimeout => "total_timeout",
@@ -55,6 +58,7 @@ impl StopReason {
             StopReason::Permanent => Some(Rule::ReX2),
             StopReason::Exhausted => Some(Rule::Re3),
             StopReason::NotRetryable => Some(Rule::ReX1),
+            StopReason::NotDeduplicated => Some(Rule::Re1),
             StopReason::DeadlineWouldOverrun => Some(Rule::Re4),
             StopReason::Nested => Some(Rule::ReX4),
             _ => None,
@@ -67,7 +71,10 @@ impl fmt::Display for StopReason {
         f.write_str(match self {
             StopReason::Permanent => "permanent error, not retried (R-RES-RE-X2)",
             StopReason::Exhausted => "all attempts used (R-RES-RE-3)",
-            StopReason::NotRetryable => "operation may not be retried (R-RES-RE-X1, R-RES-RE-1)",
+            StopReason::NotRetryable => "a write without a key is not retried (R-RES-RE-X1)",
+            StopReason::NotDeduplicated => {
+                "not retried: the system does not deduplicate by the key (R-RES-RE-1)"
+            }
             StopReason::BudgetExhausted => "budget exhausted",
             StopReason::DeadlineWouldOverrun => "next wait would overrun the deadline (R-RES-RE-4)",
             StopReason::TotalTimeout => "total deadline passed",

@@ -18,7 +18,7 @@ use crate::rules::{BuildError, Rule, Severity, Violation};
 use crate::shared::Shared;
 use crate::timeline::Timeline;
 use crate::timeout::Timeout;
-use crate::{Classify, Context, Failure, IdempotencyKey, OpKind};
+use crate::{Classify, Context, Failure, IdempotencyKey, Judge, OpKind, Operation};
 
 /// The in-memory window over which the guide sends work to the task queue (R-RES-RE-4).
 pub const WINDOW_ERROR: Duration = Duration::from_secs(30);
@@ -332,6 +332,57 @@ impl Policy {
         self.scoped(None).write(key, op)
     }
 
+    /// Runs `op` as `operation` declares it: [`read`](Self::read),
+    /// [`write`](Self::write) with its key, or [`write_once`](Self::write_once).
+    pub fn run<'a, T, E, F, Fut>(
+        &'a self,
+        operation: Operation<'a>,
+        op: F,
+    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
+    where
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
+    {
+        self.scoped(None).run(operation, op)
+    }
+
+    /// Runs `op` as `operation` declares it, with `judge` saying which of its
+    /// answers are failures all the same — an HTTP 503 is an answer, and a
+    /// transient failure. Such an answer counts as a failed attempt (for the
+    /// breaker and for retries, as an error of its class would), and a call
+    /// that ends on one returns it as `Ok`: the answer stays an answer, for
+    /// the caller to pass on (as tower's `retry::Policy` judges a
+    /// `&Result<Res, E>`, and linkerd classifies a response beside it).
+    /// `Failure` is left for "there was no answer to give".
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// use ballast::{Classification, Operation, Policy, Retry};
+    ///
+    /// let policy = Policy::builder("crm").retry(Retry::attempts(3)).build().unwrap();
+    /// let busy = |status: &u16| (*status == 503).then(Classification::transient);
+    /// let answer = policy.judged(Operation::Read, busy, |_| async { Ok::<u16, std::io::Error>(503) }).await;
+    /// assert_eq!(answer.unwrap(), 503, "three 503s: the last one is the answer");
+    /// # }
+    /// ```
+    pub fn judged<'a, T, E, F, Fut, J>(
+        &'a self,
+        operation: Operation<'a>,
+        judge: J,
+        op: F,
+    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
+    where
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
+        J: Judge<T> + 'a,
+    {
+        self.scoped(None).judged(operation, judge, op)
+    }
+
     /// Runs a write without a key: exactly one attempt, never retried
     /// (R-RES-RE-X1), still through breaker, bulkhead and timeout.
     pub fn write_once<'a, T, E, F, Fut>(&'a self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
@@ -362,7 +413,7 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.shared, OpKind::Read, None, self.cancel, op)
+        call::run(&self.policy.shared, OpKind::Read, None, self.cancel, call::AllGood, op)
     }
 
     /// [`Policy::write`], cancellable.
@@ -377,7 +428,7 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.shared, OpKind::Write, Some(key), self.cancel, op)
+        call::run(&self.policy.shared, OpKind::Write, Some(key), self.cancel, call::AllGood, op)
     }
 
     /// [`Policy::write_once`], cancellable.
@@ -388,6 +439,38 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.shared, OpKind::WriteOnce, None, self.cancel, op)
+        call::run(&self.policy.shared, OpKind::WriteOnce, None, self.cancel, call::AllGood, op)
+    }
+
+    /// [`Policy::run`], cancellable.
+    pub fn run<T, E, F, Fut>(
+        self,
+        operation: Operation<'a>,
+        op: F,
+    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
+    where
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
+    {
+        self.judged(operation, call::AllGood, op)
+    }
+
+    /// [`Policy::judged`], cancellable.
+    pub fn judged<T, E, F, Fut, J>(
+        self,
+        operation: Operation<'a>,
+        judge: J,
+        op: F,
+    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
+    where
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
+        J: Judge<T> + 'a,
+    {
+        call::run(&self.policy.shared, operation.kind(), operation.key(), self.cancel, judge, op)
     }
 }

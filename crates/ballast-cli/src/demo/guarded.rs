@@ -158,7 +158,7 @@ impl Guarded {
         let key = IdempotencyKey::v5(format!("{}/order-{order}", w.run), "register-payment");
         let pay = Request::post("payments").json(&w.payment(order));
         match self.system.write_or_defer(&key, &self.queue, pay).await {
-            Ok(Handover::Deferred(_)) => {
+            Ok(Handover::Deferred { .. }) => {
                 self.deferred.fetch_add(1, Ordering::Relaxed);
             }
             // Paid, or declined (a 4xx is the domain's to handle, never retried),

@@ -1,11 +1,14 @@
 //! `/call/{system}/{path…}?{query}`: one request of a service, sent to the
 //! system's `base_url` through the system's policy (R-RES-RE-1):
 //!
-//! | request | entry point |
+//! | request | operation |
 //! |---|---|
-//! | GET, HEAD, OPTIONS | `read`: retried on transient failures |
-//! | any other method with an `Idempotency-Key` | keyed `write`: retried only if the system dedupes by key; deferred to the queue with `Prefer: respond-async` |
-//! | any other method without one | `write_once`: exactly one attempt (R-RES-RE-X1) |
+//! | GET, HEAD, OPTIONS | `Operation::Read`: retried on transient failures |
+//! | any other method with an `Idempotency-Key` | `Operation::Write(key)`: retried only if the system dedupes by key; with `Prefer: respond-async`, the system's `write_or_defer` |
+//! | any other method without one | `Operation::WriteOnce`: exactly one attempt (R-RES-RE-X1) |
+//!
+//! The gateway adds no policy of its own: it decides what the request is,
+//! once, and calls [`HttpSystem::send`] or [`HttpSystem::write_or_defer`].
 //!
 //! The upstream's status, headers and body come back unchanged, a 4xx
 //! included; the gateway answers itself only when there is no answer to pass
@@ -16,21 +19,13 @@ use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderValue};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ballast::{Failure, IdempotencyKey, Rejection, Rule, StopReason};
+use ballast::{Failure, IdempotencyKey, Operation, Rejection, Rule, StopReason};
 use ballast_http::{HttpError, HttpSystem};
 use ballast_queue::{Handover, HandoverError};
 
 use super::headers::{came_through_us, forwarded, wants_async, RESPOND_ASYNC, VIA_NAME};
 use super::problem::{Problem, Reason};
 use super::{Gateway, ATTEMPTS};
-
-/// How a caller declared its request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Declared {
-    Read,
-    KeyedWrite,
-    WriteOnce,
-}
 
 pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
@@ -62,31 +57,28 @@ pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Re
         Ok(body) => body,
         Err(problem) => return problem.into_response(),
     };
-    let declared = match (&parts.method, &key) {
-        (&Method::GET | &Method::HEAD | &Method::OPTIONS, _) => Declared::Read,
-        (_, Some(_)) => Declared::KeyedWrite,
-        (_, None) => Declared::WriteOnce,
+    let deferrable = key.is_some() && wants_async(&parts.headers) && system.dedupes_by_key();
+    let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let query = parts.uri.query().unwrap_or_default().to_owned();
+    let headers = forwarded(parts.headers, gateway.has_token(), gateway.trusts_forwarded());
+    let request =
+        ballast_http::Request::new(parts.method, &path).raw_query(&query).with_headers(headers).body(body);
+    if let Some(key) = key.clone().filter(|_| deferrable) {
+        // Detached: a caller that hangs up must not take the deferral
+        // with it — the write goes on, to the queue if need be.
+        let call = tokio::spawn(async move { deferred(&gateway, &system, &key, request).await });
+        return call.await.unwrap_or_else(|e| {
+            let detail = format!("the deferrable write stopped: {e}");
+            Problem::new(StatusCode::INTERNAL_SERVER_ERROR, Reason::QueueUnavailable, detail).into_response()
+        });
+    }
+    // What the request is, decided once: a read, a keyed write, a write once.
+    let operation = match &key {
+        _ if safe => Operation::Read,
+        Some(key) => Operation::Write(key),
+        None => Operation::WriteOnce,
     };
-    let request = ballast_http::Request::new(parts.method.clone(), &path)
-        .raw_query(parts.uri.query().unwrap_or_default())
-        .headers(&forwarded(&parts.headers, gateway.has_token(), gateway.trusts_forwarded()))
-        .body(body);
-    let outcome = match (declared, key) {
-        (Declared::KeyedWrite, Some(key)) if wants_async(&parts.headers) && system.dedupes_by_key() => {
-            // Detached: a caller that hangs up must not take the deferral
-            // with it — the write goes on, to the queue if need be.
-            let call = tokio::spawn(async move { deferrable(&gateway, &system, &key, request).await });
-            return call.await.unwrap_or_else(|e| {
-                let detail = format!("the deferrable write stopped: {e}");
-                Problem::new(StatusCode::INTERNAL_SERVER_ERROR, Reason::QueueUnavailable, detail)
-                    .into_response()
-            });
-        }
-        (Declared::KeyedWrite, Some(key)) => system.write(&key, request).await,
-        (Declared::Read, _) => system.read(request).await,
-        _ => system.write_once(request).await,
-    };
-    answer(outcome, declared, &system)
+    answer(system.send(operation, request).await, &system)
 }
 
 /// The system's name (percent-decoded) and the path after it, as sent.
@@ -136,25 +128,18 @@ async fn read_body(
     })
 }
 
-/// A keyed write the caller lets the gateway defer: through the policy, and
-/// handed to the durable queue with its key if in-memory retry cannot finish it.
-async fn deferrable(
+/// A keyed write the caller lets the gateway defer: the system's own
+/// [`write_or_defer`](HttpSystem::write_or_defer), answered 202 with the
+/// task's handle when the queue takes it over.
+async fn deferred(
     gateway: &Gateway,
     system: &HttpSystem,
     key: &IdempotencyKey,
     request: ballast_http::Request,
 ) -> Response {
-    // Captured before sending: a request that cannot be stored is refused
-    // unsent rather than found out after an attempt that may have applied it.
-    let task = match system.capture(key, &request) {
-        Ok(delivery) => delivery.task(key),
-        Err(error) => return answer(Err(Failure::unsent(error)), Declared::KeyedWrite, system),
-    };
-    let outcome = system.write(key, request).await;
-    let attempts = outcome.as_ref().map_or_else(Failure::attempts, ballast_http::Response::attempts);
-    match ballast_queue::hand_over(gateway.queue(), key, task, outcome).await {
-        Ok(Handover::Done(response)) => upstream(response.attempts(), response),
-        Ok(Handover::Deferred(task_id)) => {
+    match system.write_or_defer(key, gateway.queue(), request).await {
+        Ok(Handover::Done(response)) => upstream(response),
+        Ok(Handover::Deferred { task_id, attempts }) => {
             // The task may be an earlier one with the same key: its handle is its own.
             let handle = match gateway.queue().get(task_id).await {
                 Ok(Some(task)) => serde_json::from_value::<ballast_http::Delivery>(task.payload)
@@ -176,7 +161,7 @@ async fn deferrable(
             response.headers_mut().insert(ATTEMPTS, HeaderValue::from(attempts));
             response
         }
-        Err(HandoverError::Failed(failure)) => answer(Err(failure), Declared::KeyedWrite, system),
+        Err(HandoverError::Failed(failure)) => answer(Err(failure), system),
         Err(HandoverError::Enqueue { failure, error }) => {
             let detail = format!("{failure}; deferring it to the queue failed too: {error}");
             Problem::new(StatusCode::SERVICE_UNAVAILABLE, Reason::QueueUnavailable, detail)
@@ -186,22 +171,15 @@ async fn deferrable(
     }
 }
 
-/// The response to send for a call's outcome.
-fn answer(
-    outcome: Result<ballast_http::Response, Failure<HttpError>>,
-    declared: Declared,
-    system: &HttpSystem,
-) -> Response {
+/// The response to send for a call's outcome: the upstream's answer as it
+/// came, or, when there was none, the gateway's problem.
+fn answer(outcome: Result<ballast_http::Response, Failure<HttpError>>, system: &HttpSystem) -> Response {
     let failure = match outcome {
-        Ok(response) => return upstream(response.attempts(), response),
-        // The upstream answered: its answer is the answer, a 4xx included.
-        Err(Failure::Operation { error: HttpError::Status { response, .. }, attempts, .. }) => {
-            return upstream(attempts, *response);
-        }
+        Ok(response) => return upstream(response),
         Err(failure) => failure,
     };
     let attempts = failure.attempts();
-    let rule = rule_of(failure.stop_reason(), declared, system);
+    let rule = failure.stop_reason().rule();
     let problem = match &failure {
         Failure::Rejected { rejection, .. } => rejected(*rejection, &failure),
         _ if failure.stop_reason() == StopReason::BudgetExhausted => {
@@ -241,26 +219,15 @@ fn rejected<E: std::fmt::Display>(rejection: Rejection, failure: &Failure<E>) ->
     }
 }
 
-/// The rule that decided why no further attempt was made, where one did: a
-/// keyed write to a system that does not dedupe is stopped by R-RES-RE-1,
-/// not by R-RES-RE-X1.
-fn rule_of(stop: StopReason, declared: Declared, system: &HttpSystem) -> Option<Rule> {
-    match stop {
-        StopReason::NotRetryable if declared == Declared::KeyedWrite && !system.dedupes_by_key() => {
-            Some(Rule::Re1)
-        }
-        other => other.rule(),
-    }
-}
-
 /// The upstream's answer as it came, without hop-by-hop headers, with
-/// `Ballast-Attempts`.
-fn upstream(attempts: u32, response: ballast_http::Response) -> Response {
-    let status = response.status();
-    let mut headers = super::headers::end_to_end(response.headers());
+/// `Ballast-Attempts`; its parts move, nothing is copied.
+fn upstream(response: ballast_http::Response) -> Response {
+    let attempts = response.attempts();
+    let (status, headers, body) = response.into_parts();
+    let mut headers = super::headers::end_to_end(headers);
     headers.remove(header::CONTENT_LENGTH);
     headers.insert(ATTEMPTS, HeaderValue::from(attempts));
-    let mut out = Response::new(Body::from(response.into_body()));
+    let mut out = Response::new(Body::from(body));
     *out.status_mut() = status;
     *out.headers_mut() = headers;
     out

@@ -24,24 +24,19 @@ const PREFER: HeaderName = HeaderName::from_static("prefer");
 pub(super) const RESPOND_ASYNC: &str = "respond-async";
 
 /// `headers` without the hop-by-hop ones, including any the `Connection`
-/// header names, and without `Upgrade`.
-pub(super) fn end_to_end(headers: &HeaderMap) -> HeaderMap {
-    let named: Vec<String> = headers
+/// header names, and without `Upgrade`: filtered in place.
+pub(super) fn end_to_end(mut headers: HeaderMap) -> HeaderMap {
+    let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .map(|name| name.trim().to_ascii_lowercase())
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
         .collect();
-    let mut out = HeaderMap::with_capacity(headers.len());
-    for (name, value) in headers {
-        let hop =
-            HOP_BY_HOP.contains(name) || name == header::UPGRADE || named.iter().any(|n| n == name.as_str());
-        if !hop {
-            out.append(name.clone(), value.clone());
-        }
+    for name in HOP_BY_HOP.iter().chain(&named).chain([&header::UPGRADE]) {
+        headers.remove(name);
     }
-    out
+    headers
 }
 
 /// The `Via` pseudonym (RFC 9110 §7.6.3) the gateway adds to every request
@@ -68,7 +63,7 @@ pub(super) fn came_through_us(headers: &HeaderMap) -> bool {
 /// `X-Real-IP`, which would let any caller speak for another; with
 /// `Via: 1.1 ballast` added after any `Via` it came with.
 pub(super) fn forwarded(
-    headers: &HeaderMap,
+    headers: HeaderMap,
     token_in_authorization: bool,
     trust_forwarded: bool,
 ) -> HeaderMap {
@@ -91,6 +86,10 @@ pub(super) fn forwarded(
     out.remove(HeaderName::from_static("idempotency-key"));
     if token_in_authorization {
         out.remove(header::AUTHORIZATION);
+    }
+    if !out.contains_key(PREFER) {
+        out.append(header::VIA, header::HeaderValue::from_static("1.1 ballast"));
+        return out;
     }
     let prefer: Vec<String> = out
         .get_all(PREFER)
@@ -155,7 +154,7 @@ mod tests {
             ("accept", "application/json"),
             ("accept", "text/plain"),
         ]);
-        let out = forwarded(&incoming, true, false);
+        let out = forwarded(incoming.clone(), true, false);
         // The order of different field names carries no meaning (RFC 9110 §5.3),
         // and HeaderMap does not keep it across removals.
         let mut names: Vec<&str> = out.keys().map(HeaderName::as_str).collect();
@@ -166,7 +165,7 @@ mod tests {
         assert_eq!(out["prefer"], "wait=5");
         assert!(wants_async(&incoming));
         assert!(!wants_async(&map(&[("prefer", "return=minimal")])));
-        assert_eq!(forwarded(&incoming, false, false)["authorization"], "Bearer gateway-token");
+        assert_eq!(forwarded(incoming, false, false)["authorization"], "Bearer gateway-token");
     }
 
     #[test]
@@ -179,19 +178,19 @@ mod tests {
             ("x-request-id", "r-1"),
         ]);
         let mut dropped: Vec<&str> = Vec::new();
-        let out = forwarded(&incoming, false, false);
+        let out = forwarded(incoming.clone(), false, false);
         for name in ["forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip"] {
             assert!(!out.contains_key(name), "{name} dropped");
             dropped.push(name);
         }
         assert_eq!(out["x-request-id"], "r-1");
-        let trusted = forwarded(&incoming, false, true);
+        let trusted = forwarded(incoming, false, true);
         assert!(dropped.iter().all(|name| trusted.contains_key(*name)), "kept when trusted");
     }
 
     #[test]
     fn a_request_that_came_through_the_gateway_is_recognised() {
-        let through = forwarded(&map(&[("via", "1.0 fred, 1.1 p.example (Apache/1.1)")]), false, false);
+        let through = forwarded(map(&[("via", "1.0 fred, 1.1 p.example (Apache/1.1)")]), false, false);
         let vias: Vec<_> = through.get_all("via").iter().collect();
         assert_eq!(vias, ["1.0 fred, 1.1 p.example (Apache/1.1)", "1.1 ballast"]);
         assert!(came_through_us(&through));

@@ -1,0 +1,227 @@
+//! The seam between a system's policy and the network: one attempt's
+//! request goes out as an `http::Request`, its whole answer comes back as an
+//! `http::Response<Bytes>`, through a [`tower::Service`] — the shape tower
+//! and linkerd2-proxy stack. Two transports implement it:
+//!
+//! - [`HyperTransport`], ballast's own: a pooled `hyper-util` client with
+//!   rustls (`hyper-rustls`, Mozilla's roots), connect and read timeouts,
+//!   no retries and no redirects. Every system built without a client of its
+//!   own, the gateway's and `ballast serve`'s deliveries included, sends
+//!   through one.
+//! - [`ReqwestTransport`]: a caller's own `reqwest::Client`
+//!   ([`HttpSystemBuilder::client`](crate::HttpSystemBuilder::client)), with
+//!   its proxy, custom CA, identity and default headers.
+//!
+//! Either way the body is read to its end inside the attempt, so a body that
+//! stalls or breaks is an attempt failure the policy classifies.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::classify::TransportKind;
+
+/// A request body: the buffered bytes every attempt resends, or a stream
+/// only a [`write_once`](crate::HttpSystem::write_once) sends.
+#[derive(Debug)]
+pub enum OutBody {
+    /// Buffered.
+    Full(Bytes),
+    /// A stream, sent once.
+    Stream(reqwest::Body),
+}
+
+impl http_body::Body for OutBody {
+    type Data = Bytes;
+    type Error = crate::BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            OutBody::Full(bytes) if bytes.is_empty() => Poll::Ready(None),
+            OutBody::Full(bytes) => Poll::Ready(Some(Ok(Frame::data(std::mem::take(bytes))))),
+            OutBody::Stream(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            OutBody::Full(bytes) => bytes.is_empty(),
+            OutBody::Stream(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            OutBody::Full(bytes) => SizeHint::with_exact(bytes.len() as u64),
+            OutBody::Stream(body) => body.size_hint(),
+        }
+    }
+}
+
+/// Why an attempt got no complete answer, with what its source chain says.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub struct TransportError {
+    /// What went wrong below HTTP.
+    pub kind: TransportKind,
+    /// The transport's own error, with hyper's and the OS's underneath.
+    #[source]
+    pub source: crate::BoxError,
+}
+
+impl TransportError {
+    fn new(kind: TransportKind, source: impl Into<crate::BoxError>) -> Self {
+        Self { kind, source: source.into() }
+    }
+}
+
+/// A future of a transport's answer.
+pub type Answer = Pin<Box<dyn Future<Output = Result<http::Response<Bytes>, TransportError>> + Send>>;
+
+/// ballast's own transport: a pooled hyper client over rustls, whose connect
+/// timeout is the connector's and whose read timeout bounds the wait for the
+/// answer's head and for every part of its body.
+#[derive(Clone, Debug)]
+pub struct HyperTransport {
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, OutBody>,
+    read_timeout: Duration,
+}
+
+impl HyperTransport {
+    /// A transport with these timeouts (HTTP/1.1, keep-alive pool, no
+    /// retries of its own: hyper-util's legacy client retries nothing
+    /// unless told to, and follows no redirect).
+    pub fn new(connect_timeout: Duration, read_timeout: Duration) -> Result<Self, crate::BoxError> {
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(connect_timeout));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        // A request that finds its pooled connection closed under it fails as
+        // a reset: resending it is the policy's decision, never the client's.
+        let client = Client::builder(TokioExecutor::new()).retry_canceled_requests(false).build(https);
+        Ok(Self { client, read_timeout })
+    }
+}
+
+impl tower::Service<http::Request<OutBody>> for HyperTransport {
+    type Response = http::Response<Bytes>;
+    type Error = TransportError;
+    type Future = Answer;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<OutBody>) -> Answer {
+        let (client, read) = (self.client.clone(), self.read_timeout);
+        Box::pin(async move {
+            let response = match tokio::time::timeout(read, client.request(request)).await {
+                Ok(Ok(response)) => response,
+                Ok(Err(e)) => return Err(TransportError::new(kind_of(&e), e)),
+                Err(elapsed) => return Err(TransportError::new(TransportKind::ReadTimeout, elapsed)),
+            };
+            let (parts, mut body) = response.into_parts();
+            let mut bytes = bytes::BytesMut::new();
+            loop {
+                match tokio::time::timeout(read, body.frame()).await {
+                    Ok(Some(Ok(frame))) => {
+                        if let Ok(data) = frame.into_data() {
+                            bytes.extend_from_slice(&data);
+                        }
+                    }
+                    Ok(None) => break,
+                    Ok(Some(Err(e))) => return Err(TransportError::new(TransportKind::of(&e), e)),
+                    Err(elapsed) => return Err(TransportError::new(TransportKind::ReadTimeout, elapsed)),
+                }
+            }
+            Ok(http::Response::from_parts(parts, bytes.freeze()))
+        })
+    }
+}
+
+/// The kind of a hyper client error: its connect flag, then its sources.
+fn kind_of(error: &hyper_util::client::legacy::Error) -> TransportKind {
+    if error.is_connect() {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+        while let Some(e) = source {
+            if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+            {
+                return TransportKind::ConnectTimeout;
+            }
+            source = e.source();
+        }
+        return TransportKind::Connect;
+    }
+    TransportKind::of(error)
+}
+
+/// A caller's own reqwest client as a transport.
+#[derive(Clone, Debug)]
+pub struct ReqwestTransport(pub reqwest::Client);
+
+impl tower::Service<http::Request<OutBody>> for ReqwestTransport {
+    type Response = http::Response<Bytes>;
+    type Error = TransportError;
+    type Future = Answer;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<OutBody>) -> Answer {
+        let client = self.0.clone();
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let body = match body {
+                OutBody::Full(bytes) => reqwest::Body::from(bytes),
+                OutBody::Stream(body) => body,
+            };
+            let request = reqwest::Request::try_from(http::Request::from_parts(parts, body))
+                .map_err(|e| TransportError::new(TransportKind::Other, e))?;
+            let failed = |e: reqwest::Error| TransportError::new(TransportKind::of(&e), e);
+            let response = client.execute(request).await.map_err(failed)?;
+            let (status, headers, version) =
+                (response.status(), response.headers().clone(), response.version());
+            let bytes = response.bytes().await.map_err(failed)?;
+            let mut out = http::Response::new(bytes);
+            *out.status_mut() = status;
+            *out.headers_mut() = headers;
+            *out.version_mut() = version;
+            Ok(out)
+        })
+    }
+}
+
+/// The transport of one system: ballast's own, or the caller's client.
+#[derive(Clone, Debug)]
+pub(crate) enum Transport {
+    Hyper(HyperTransport),
+    Reqwest(ReqwestTransport),
+}
+
+impl Transport {
+    /// Sends `request` and reads its whole answer.
+    pub(crate) fn send(&self, request: http::Request<OutBody>) -> Answer {
+        use tower::Service as _;
+        match self {
+            Transport::Hyper(t) => t.clone().call(request),
+            Transport::Reqwest(t) => t.clone().call(request),
+        }
+    }
+}
