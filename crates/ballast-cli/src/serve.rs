@@ -42,14 +42,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!("ballast serve: not started: the configuration has errors");
         return Ok(ExitCode::from(1));
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    ballast_server::telemetry::init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

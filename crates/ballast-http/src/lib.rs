@@ -2,8 +2,9 @@
 //!
 //! Talk HTTP to a payment gateway, a CRM or an SMS provider without ever
 //! repeating a side effect by accident. Each external system gets an
-//! [`HttpSystem`]: its own reqwest client and connection pool (rustls), with
-//! the client's own retries and redirects off (R-RES-RE-X4), connect and read
+//! [`HttpSystem`]: its own transport and connection pool — a pooled hyper
+//! client over rustls, or your own `reqwest::Client` ([`transport`]) — with
+//! no retries or redirects of the client's own (R-RES-RE-X4), connect and read
 //! timeouts under the [`Policy`](ballast::Policy)'s attempt and total timeouts,
 //! and outcomes classified at the adapter ([`RetryOn`], R-RES-RE-X2):
 //!
@@ -13,7 +14,12 @@
 //!   the system [deduplicates by key](HttpSystemBuilder::dedupes_by_key),
 //!   otherwise one attempt (R-RES-RE-1);
 //! - [`HttpSystem::write_once`] — exactly one attempt (R-RES-RE-X1), the only
-//!   entry point that takes a [`StreamingRequest`].
+//!   entry point that takes a [`StreamingRequest`];
+//! - [`HttpSystem::send`] — any of the three as a [`ballast::Operation`] says,
+//!   handing every answer back as an answer (a 503 after the last attempt is
+//!   `Ok`, its [`Response::verdict`] says what the policy made of it): for a
+//!   proxy. The three above hand a final 4xx or 5xx back as
+//!   [`HttpError::Status`], which reads better in an adapter.
 //!
 //! [`PolicyLayer`] does the same for any tower service; [`metrics`] exports
 //! Prometheus metrics and [`Health`] derives readiness from breaker states.

@@ -90,8 +90,9 @@ pub(crate) fn has_dot_segment(path: &str) -> bool {
             let segment = segment.split(';').next().unwrap_or_default();
             segment == "." || segment == ".."
         });
-        if dotted {
-            return true;
+        // Nothing left to decode: most paths never get past the first round.
+        if dotted || !text.contains('%') {
+            return dotted;
         }
         let decoded = percent_encoding::percent_decode_str(&text).decode_utf8_lossy().into_owned();
         if decoded == *text {

@@ -631,7 +631,10 @@ impl HttpSystem {
                             .and_then(failed)
                     }
                 });
-                self.traced(head, &uri, call).await
+                let span = self.call_span(head, &uri);
+                let result = call.instrument(span.clone()).await;
+                record_outcome(&span, &result);
+                result
             }
         }
     }
@@ -655,61 +658,40 @@ impl HttpSystem {
             self.attempt(&head.method, uri, headers, body, keyed_write, ctx.attempt())
         };
         let policy = &self.inner.system_policy;
-        if judged {
-            let call = policy.run(operation, |answer: &Response| answer.verdict, attempt);
-            let result = self.traced(head, &uri, call).await;
-            if let Ok(answer) = &result {
-                if answer.verdict.is_some() {
-                    policy.answered_failure(answer.status);
-                }
-            }
-            result
-        } else {
-            let call = policy.run(operation, AllAnswersGood, |ctx| {
-                let attempt = attempt(ctx);
-                async move { attempt.await.and_then(failed) }
-            });
-            self.traced(head, &uri, call).await
+        // One span (none without a subscriber that wants it) and the call
+        // awaited in place: a future moved into a helper would be kept
+        // twice in this one's state.
+        let span = self.call_span(head, &uri);
+        // Judged, a failed answer stays an answer; else it is an error.
+        let judge = move |answer: &Response| if judged { answer.verdict } else { None };
+        let attempt = |ctx| {
+            futures_util::FutureExt::map(attempt(ctx), move |outcome| {
+                outcome.and_then(|answer| if judged { Ok(answer) } else { failed(answer) })
+            })
+        };
+        let result = policy.run(operation, judge, attempt).instrument(span.clone()).await;
+        if let Some(answer) = result.as_ref().ok().filter(|a| a.verdict.is_some()) {
+            policy.answered_failure(answer.status);
         }
+        record_outcome(&span, &result);
+        result
     }
 
-    /// Runs a call inside its span, recording the final status on it. The
-    /// span is made only when a tracing subscriber is installed.
-    async fn traced(
-        &self,
-        head: &Head,
-        uri: &http::Uri,
-        call: impl std::future::Future<Output = Result<Response, Failure<HttpError>>>,
-    ) -> Result<Response, Failure<HttpError>> {
+    /// The call's span, following OpenTelemetry's HTTP client conventions
+    /// (the call is internal, each attempt a client span of its own):
+    /// disabled unless a subscriber wants it.
+    fn call_span(&self, head: &Head, uri: &http::Uri) -> tracing::Span {
         if !tracing::dispatcher::has_been_set() {
-            return call.await;
+            return tracing::Span::none();
         }
-        // OpenTelemetry's HTTP client conventions; the call is internal, each
-        // attempt a client span of its own.
-        let span = tracing::info_span!(
+        tracing::info_span!(
             "ballast.http",
             ballast.system = %self.name(),
             http.request.method = %head.method,
             url.full = %self.shown_uri(uri),
             http.response.status_code = tracing::field::Empty,
             error.type = tracing::field::Empty,
-        );
-        let result = call.instrument(span.clone()).await;
-        match &result {
-            Ok(response) => {
-                span.record("http.response.status_code", response.status().as_u16());
-                if response.verdict.is_some() {
-                    span.record("error.type", response.status().as_str());
-                }
-            }
-            Err(failure) => {
-                if let Some(status) = failure.error().and_then(HttpError::status) {
-                    span.record("http.response.status_code", status.as_u16());
-                }
-                span.record("error.type", failure.error_type());
-            }
-        }
-        result
+        )
     }
 
     /// The URI and headers of every attempt, or why the request cannot be sent.
@@ -756,6 +738,7 @@ impl HttpSystem {
             }
             span
         });
+        let span = span.filter(|span| !span.is_disabled());
         let shown = uri.clone();
         *request.uri_mut() = uri;
         // Replaces a trace context the caller sent: the upstream's parent is this attempt.
@@ -802,6 +785,27 @@ impl HttpSystem {
             }
         }
         result
+    }
+}
+
+/// Records a call's final status on its span.
+fn record_outcome(span: &tracing::Span, result: &Result<Response, Failure<HttpError>>) {
+    if span.is_disabled() {
+        return;
+    }
+    match result {
+        Ok(response) => {
+            span.record("http.response.status_code", response.status().as_u16());
+            if response.verdict.is_some() {
+                span.record("error.type", response.status().as_str());
+            }
+        }
+        Err(failure) => {
+            if let Some(status) = failure.error().and_then(HttpError::status) {
+                span.record("http.response.status_code", status.as_u16());
+            }
+            span.record("error.type", failure.error_type());
+        }
     }
 }
 

@@ -107,26 +107,29 @@ impl SystemPolicy {
         let counted = |ctx| {
             attempts.fetch_add(1, Ordering::Relaxed);
             let in_flight = metrics.attempt_in_flight();
-            let attempt = op(ctx);
-            async move {
-                let _in_flight = in_flight;
-                attempt.await
-            }
+            // A map, not an async block: a block would keep the attempt's
+            // future twice in its state (once captured, once awaited).
+            futures_util::FutureExt::map(op(ctx), move |outcome| {
+                drop(in_flight);
+                outcome
+            })
         };
         let not_deduplicated = matches!(operation, Operation::Write(_)) && !self.dedupes_by_key;
-        let result = if not_deduplicated {
+        let run = if not_deduplicated {
             self.warn_not_deduplicated();
-            self.policy.judged(Operation::WriteOnce, judge, counted).await.map_err(|mut failure| {
-                if let Failure::Operation { stop, .. } | Failure::Timeout { stop, .. } = &mut failure {
-                    if *stop == StopReason::NotRetryable {
-                        *stop = StopReason::NotDeduplicated;
-                    }
-                }
-                failure
-            })
+            Operation::WriteOnce
         } else {
-            self.policy.judged(operation, judge, counted).await
+            operation
         };
+        // One await: a future in each branch would take the room of both.
+        let result = self.policy.judged(run, judge, counted).await.map_err(|mut failure| {
+            if let Failure::Operation { stop, .. } | Failure::Timeout { stop, .. } = &mut failure {
+                if not_deduplicated && *stop == StopReason::NotRetryable {
+                    *stop = StopReason::NotDeduplicated;
+                }
+            }
+            failure
+        });
         metrics.call_took(started.elapsed());
         if let Err(failure) = &result {
             *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) =

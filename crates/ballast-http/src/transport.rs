@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Frame, SizeHint};
+use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -136,23 +136,52 @@ impl tower::Service<http::Request<OutBody>> for HyperTransport {
                 Ok(Err(e)) => return Err(TransportError::new(kind_of(&e), e)),
                 Err(elapsed) => return Err(TransportError::new(TransportKind::ReadTimeout, elapsed)),
             };
-            let (parts, mut body) = response.into_parts();
-            let mut bytes = bytes::BytesMut::new();
-            loop {
-                match tokio::time::timeout(read, body.frame()).await {
-                    Ok(Some(Ok(frame))) => {
-                        if let Ok(data) = frame.into_data() {
-                            bytes.extend_from_slice(&data);
-                        }
-                    }
-                    Ok(None) => break,
-                    Ok(Some(Err(e))) => return Err(TransportError::new(TransportKind::of(&e), e)),
-                    Err(elapsed) => return Err(TransportError::new(TransportKind::ReadTimeout, elapsed)),
-                }
-            }
-            Ok(http::Response::from_parts(parts, bytes.freeze()))
+            let (parts, body) = response.into_parts();
+            let body = read_whole(body, read).await?;
+            Ok(http::Response::from_parts(parts, body))
         })
     }
+}
+
+/// A response body read to its end, each part arriving within `read` of the
+/// one before: one timer for the whole body, and the one frame of a small
+/// body kept as it is, without a copy.
+async fn read_whole(mut body: hyper::body::Incoming, read: Duration) -> Result<Bytes, TransportError> {
+    let late =
+        || TransportError::new(TransportKind::ReadTimeout, format!("no part of the body within {read:?}"));
+    let timer = tokio::time::sleep(read);
+    tokio::pin!(timer);
+    let mut first: Option<Bytes> = None;
+    let mut rest = bytes::BytesMut::new();
+    loop {
+        let frame = tokio::select! {
+            biased;
+            frame = body.frame() => frame,
+            () = &mut timer => return Err(late()),
+        };
+        match frame {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    match first.take() {
+                        None if rest.is_empty() => first = Some(data),
+                        earlier => {
+                            rest.extend_from_slice(&earlier.unwrap_or_default());
+                            rest.extend_from_slice(&data);
+                        }
+                    }
+                }
+                if !body.is_end_stream() {
+                    timer.as_mut().reset(tokio::time::Instant::now() + read);
+                }
+            }
+            None => break,
+            Some(Err(e)) => return Err(TransportError::new(TransportKind::of(&e), e)),
+        }
+    }
+    Ok(match first {
+        Some(only) if rest.is_empty() => only,
+        _ => rest.freeze(),
+    })
 }
 
 /// The kind of a hyper client error: its connect flag, then its sources.

@@ -530,7 +530,8 @@ mod delivery {
         let key = IdempotencyKey::v5("lead-7", "create");
 
         // The answers come back as answers: neither is deferred.
-        let Ok(Handover::Done(answer)) = crm.write_or_defer(&key, &queue, Request::post("leads")).await else {
+        let Ok(Handover::Done(answer)) = crm.write_or_defer(&key, &queue, Request::post("leads")).await
+        else {
             panic!("a write to a system that does not dedupe by key is never deferred (R-RES-RE-1)");
         };
         assert_eq!(answer.status(), http::StatusCode::SERVICE_UNAVAILABLE);
@@ -539,7 +540,8 @@ mod delivery {
 
         *up.lock().unwrap() = true;
         let sber = system("sber", &server, policy("sber")).dedupes_by_key(true).build().unwrap();
-        let Ok(Handover::Done(answer)) = sber.write_or_defer(&key, &queue, Request::post("refused")).await else {
+        let Ok(Handover::Done(answer)) = sber.write_or_defer(&key, &queue, Request::post("refused")).await
+        else {
             panic!("a contract error is never deferred (R-RES-RE-X2)");
         };
         assert_eq!(answer.status(), http::StatusCode::UNPROCESSABLE_ENTITY);

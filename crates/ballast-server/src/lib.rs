@@ -35,6 +35,7 @@ pub mod gateway;
 pub mod listener;
 pub mod origin;
 pub mod reload;
+pub mod telemetry;
 pub mod ui;
 
 use std::net::SocketAddr;

@@ -233,7 +233,8 @@ impl tower::Service<Request<Incoming>> for ConnectionService {
         }
         let body = Timed {
             inner: body,
-            deadline: Box::pin(tokio::time::sleep(self.limits.body_read_timeout)),
+            deadline: None,
+            by: tokio::time::Instant::now() + self.limits.body_read_timeout,
             limit: self.limits.body_read_timeout,
             state: Some(Arc::clone(&state)),
         };
@@ -277,7 +278,9 @@ pin_project_lite::pin_project! {
     struct Timed {
         #[pin]
         inner: Incoming,
-        deadline: Pin<Box<Sleep>>,
+        // Armed only when the body is not there at once: most bodies are.
+        deadline: Option<Pin<Box<Sleep>>>,
+        by: tokio::time::Instant,
         limit: Duration,
         state: Option<Arc<RequestState>>,
     }
@@ -303,7 +306,12 @@ impl http_body::Body for Timed {
                 Poll::Ready(None)
             }
             Poll::Ready(Some(frame)) => Poll::Ready(Some(frame.map_err(Into::into))),
-            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+            Poll::Pending => match this
+                .deadline
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(*this.by)))
+                .as_mut()
+                .poll(cx)
+            {
                 Poll::Ready(()) => {
                     // The rest is never read: hyper closes the connection once
                     // the handler has answered (408, or whatever it makes of it).

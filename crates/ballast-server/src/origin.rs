@@ -12,7 +12,7 @@
 //!   from its own origin when a browser says where they come from
 //!   (`Sec-Fetch-Site`, `Origin`): 403 otherwise;
 //! - the gateway serves services, not pages: a request a browser marks as
-//!   coming from another site is refused with 403.
+//!   coming from another site is refused with 403 ([`from_another_site`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -111,18 +111,13 @@ pub async fn same_origin_actions(request: Request, next: Next) -> Response {
     }
 }
 
-/// Refuses a request a browser marks as sent from another site: the
-/// gateway serves services, not web pages.
-pub async fn no_browser_pages(request: Request, next: Next) -> Response {
-    match foreign(request.headers(), &["same-origin", "none"]) {
-        Some(why) => {
-            let detail = format!(
-                "{why}: the gateway serves services, not web pages; call it from your service's code"
-            );
-            Problem::new(StatusCode::FORBIDDEN, Reason::CrossSite, detail).into_response()
-        }
-        None => next.run(request).await,
-    }
+/// The gateway's answer to a request a browser marks as sent from another
+/// site (it serves services, not web pages), if it is one.
+pub fn from_another_site(headers: &HeaderMap) -> Option<Response> {
+    let why = foreign(headers, &["same-origin", "none"])?;
+    let detail =
+        format!("{why}: the gateway serves services, not web pages; call it from your service's code");
+    Some(Problem::new(StatusCode::FORBIDDEN, Reason::CrossSite, detail).into_response())
 }
 
 /// Why `headers` say the request comes from another origin, if they do:

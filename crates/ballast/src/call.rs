@@ -41,7 +41,13 @@ struct MaybeSpan(Option<Box<tracing::Span>>);
 
 impl MaybeSpan {
     fn new(make: impl FnOnce() -> tracing::Span) -> Self {
-        Self(tracing_is_on().then(|| Box::new(make())))
+        if !tracing_is_on() {
+            return Self(None);
+        }
+        // A subscriber whose layers want no spans (a log of events only)
+        // makes a disabled span: nothing to keep, nothing to box.
+        let span = make();
+        Self((!span.is_disabled()).then(|| Box::new(span)))
     }
 
     fn get(&self) -> Option<&tracing::Span> {

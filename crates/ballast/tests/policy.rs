@@ -410,3 +410,53 @@ async fn an_absurd_retry_after_or_deadline_is_refused_not_a_panic() {
     let result: Result<(), _> = p.read(|_| async { Err(GatewayError::Busy(Duration::MAX)) }).await;
     assert_eq!(result.unwrap_err().stop_reason(), StopReason::DeadlineWouldOverrun);
 }
+
+/// A judged call: an answer the judge finds a transient failure is retried
+/// and counted by the breaker, a permanent one is not retried, and the call
+/// ends on the last answer, as an answer.
+#[tokio::test(start_paused = true)]
+async fn judged_answers_are_retried_counted_and_handed_back() {
+    use ballast::{Classification, Operation};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    let policy = Policy::builder("crm")
+        .retry(Retry::attempts(3))
+        .breaker(ballast::Breaker::consecutive(3).half_open_after(Duration::from_secs(30)))
+        .build()
+        .unwrap();
+    let judge = |status: &u16| match *status {
+        503 => Some(Classification::transient()),
+        404 => Some(Classification::permanent()),
+        _ => None,
+    };
+    let calls = AtomicU32::new(0);
+    let answers = [503u16, 503, 200];
+    let answer = policy
+        .judged(Operation::Read, judge, |ctx| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            let status = answers[ctx.attempt() as usize - 1];
+            async move { Ok::<u16, std::io::Error>(status) }
+        })
+        .await;
+    assert_eq!((answer.unwrap(), calls.load(Ordering::Relaxed)), (200, 3), "two 503s retried");
+
+    let calls = AtomicU32::new(0);
+    let answer = policy
+        .judged(Operation::Read, judge, |_| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<u16, std::io::Error>(404) }
+        })
+        .await;
+    assert_eq!(
+        (answer.unwrap(), calls.load(Ordering::Relaxed)),
+        (404, 1),
+        "a contract answer is not retried"
+    );
+
+    // Three more 503s: the last is the answer, and the breaker counted every one.
+    let answer = policy.judged(Operation::Read, judge, |_| async { Ok::<u16, std::io::Error>(503) }).await;
+    assert_eq!(answer.unwrap(), 503);
+    assert_eq!(policy.breaker().unwrap().state(), ballast::BreakerState::Open);
+    let refused = policy.judged(Operation::Read, judge, |_| async { Ok::<u16, std::io::Error>(200) }).await;
+    assert!(matches!(refused, Err(ballast::Failure::Rejected { .. })), "no answer to give: {refused:?}");
+}

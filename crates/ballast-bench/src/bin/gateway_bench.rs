@@ -4,10 +4,11 @@
 //! target ratios.
 //!
 //! `cargo run --release -p ballast-bench --bin gateway_bench -- [--seconds 5] [--warm-up 1] [--rounds 3] [--connections 1,32]`
+//! (`--idle 2000`: the memory an idle kept-alive connection holds instead).
 //!
-//! The gateway runs with the tracing subscriber `ballast serve` installs
-//! (`info` unless `RUST_LOG` says otherwise), so its hop costs what it costs
-//! there. Without nginx on the machine, only direct and ballast are measured.
+//! The gateway runs with the log `ballast serve` installs
+//! ([`ballast_server::telemetry::init`]: events at `info` unless `RUST_LOG`
+//! says otherwise, no spans), so its hop costs what it costs there. Without nginx on the machine, only direct and ballast are measured.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,6 +43,10 @@ struct Args {
     /// Measure direct and ballast only.
     #[arg(long)]
     no_nginx: bool,
+    /// Instead of the hops, the memory one idle kept-alive connection holds
+    /// in the gateway, over this many connections.
+    #[arg(long, value_name = "N")]
+    idle: Option<usize>,
 }
 
 fn loadavg() -> String {
@@ -50,14 +55,12 @@ fn loadavg() -> String {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    ballast_server::telemetry::init();
+    if let Some(n) = args.idle {
+        let per = ballast_bench::gateway_bench::idle_memory(n)?;
+        println!("{n} idle kept-alive connections: {:.1} KiB of resident memory each", per as f64 / 1024.0);
+        return Ok(());
+    }
     let seconds = |s: f64| Duration::try_from_secs_f64(s).map_err(|e| anyhow::anyhow!("{s} s: {e}"));
     let opts = Options {
         connections: args.connections,

@@ -19,7 +19,7 @@ pub const THREAD_NAME: &str = "ballast";
 pub const SYSTEM: &str = "up";
 
 /// The guide's stack (retry 3 with the default budget → count breaker 0.5
-/// over 50 → bulkhead → aggressive timeout), the bulkhead 64 wide so that
+/// over 50 → bulkhead → aggressive timeout), the bulkhead 512 wide so that
 /// no run's connections fill it: a rejected call would be an error, not a
 /// faster hop.
 const SYSTEM_CONFIG: &str = r#"
@@ -38,7 +38,7 @@ threshold = 0.5
 size = 50
 
 [systems.up.bulkhead]
-limit = 64
+limit = 512
 
 [systems.up.timeout]
 attempt = "1s"

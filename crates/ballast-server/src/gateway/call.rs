@@ -78,7 +78,10 @@ pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Re
         Some(key) => Operation::Write(key),
         None => Operation::WriteOnce,
     };
-    answer(system.send(operation, request).await, &system)
+    // The call's future is large (the policy's state, the attempt, the
+    // transport's): boxed here once, the handler's stays small, so the
+    // router's layers move a pointer instead of copying it each.
+    answer(Box::pin(system.send(operation, request)).await, &system)
 }
 
 /// The system's name (percent-decoded) and the path after it, as sent.

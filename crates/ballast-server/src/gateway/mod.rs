@@ -89,9 +89,8 @@ impl Gateway {
             .route("/call/{*target}", any(call::call))
             .route("/tasks/{id}", get(tasks::task))
             .fallback(not_found)
-            .route_layer(axum::middleware::from_fn_with_state(self.clone(), admit))
-            .route_layer(axum::middleware::from_fn(crate::origin::no_browser_pages))
-            .layer(axum::middleware::from_fn_with_state(self.clone(), hint))
+            // One layer in front of every route (each layer costs a boxed future a request).
+            .layer(axum::middleware::from_fn_with_state(self.clone(), front))
             .with_state(self)
     }
 
@@ -116,25 +115,26 @@ impl Gateway {
     }
 }
 
-/// Lets a request through if the gateway has no token or the request brings it.
-async fn admit(State(gateway): State<Gateway>, request: Request, next: Next) -> Response {
-    match &gateway.0.token {
-        Some(token) if !token.admits(request.headers()) => {
-            let detail = "this gateway asks for `Authorization: Bearer <token>`";
-            let mut response =
-                Problem::new(StatusCode::UNAUTHORIZED, Reason::Unauthorized, detail).into_response();
-            response
-                .headers_mut()
-                .insert(axum::http::header::WWW_AUTHENTICATE, "Bearer".parse().expect("valid"));
-            response
+/// What every request meets first: refused if a browser marks it
+/// cross-site ([`crate::origin`]) or if it lacks the gateway's token;
+/// answered with the keep-alive hint.
+async fn front(State(gateway): State<Gateway>, request: Request, next: Next) -> Response {
+    let mut response = if let Some(refused) = crate::origin::from_another_site(request.headers()) {
+        refused
+    } else {
+        match &gateway.0.token {
+            Some(token) if !token.admits(request.headers()) => {
+                let detail = "this gateway asks for `Authorization: Bearer <token>`";
+                let mut response =
+                    Problem::new(StatusCode::UNAUTHORIZED, Reason::Unauthorized, detail).into_response();
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                response
+            }
+            _ => next.run(request).await,
         }
-        _ => next.run(request).await,
-    }
-}
-
-/// Adds the keep-alive hint to every response.
-async fn hint(State(gateway): State<Gateway>, request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
+    };
     if let Some(hint) = &gateway.0.keep_alive {
         response.headers_mut().insert(HeaderName::from_static("keep-alive"), hint.clone());
     }
