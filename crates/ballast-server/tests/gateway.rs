@@ -383,3 +383,28 @@ async fn the_gateways_own_answers_say_so_and_say_whether_anything_was_sent() {
     let problem = problem(response).await;
     assert_eq!(problem["ballast"]["sent"], false, "a refused connection sent nothing: {problem}");
 }
+
+/// A write the gateway defers keeps its caller's trace context: the
+/// delivery, later, carries the caller's trace id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_write_keeps_its_caller_s_trace() {
+    let upstream = Upstream::start(|_, _| Reply::With(503, vec![], "down")).await;
+    let served = serve(&upstream, SYSTEMS).await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let deferred = client()
+        .post(format!("{}/call/pay/payments", served.gateway))
+        .header("Idempotency-Key", IdempotencyKey::v5("order-8", "pay").as_str())
+        .header("Prefer", "respond-async")
+        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+        .body("100")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deferred.status().as_u16(), 202);
+    let before = upstream.requests().len();
+    upstream.rescript(|_, _| Reply::With(201, vec![], "paid"));
+    eventually("the deferred write is delivered", || async { upstream.requests().len() > before }).await;
+    let delivered = upstream.requests().pop().unwrap();
+    let parent = delivered.headers.get("traceparent").cloned().unwrap_or_default();
+    assert!(parent.contains(trace), "the delivery continues the caller's trace: {parent:?}");
+}
