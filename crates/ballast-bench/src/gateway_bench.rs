@@ -13,6 +13,9 @@
 //! - [`upstream`]: the upstream (hyper, one thread, 64-byte body, keep-alive);
 //! - [`gateway`]: ballast's gateway in-process;
 //! - [`nginx`]: nginx as a child process;
+//! - [`served`]: the gateway in a process of its own, with or without its
+//!   trace exporter (to an OTLP receiver in this process), for the cost of
+//!   traces;
 //! - [`load`]: the closed-loop load generator and its latency histogram;
 //! - [`cpu`]: the CPU time each proxy spent per request.
 
@@ -20,6 +23,7 @@ pub mod cpu;
 pub mod gateway;
 pub mod load;
 pub mod nginx;
+pub mod served;
 pub mod upstream;
 
 use std::collections::BTreeMap;
@@ -31,6 +35,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub use load::{Load, Sample};
+pub use served::Tracing;
 
 /// Set, the smoke test runs the nginx hop too, and fails if nginx is missing.
 pub const NGINX_ENV: &str = "BALLAST_TEST_NGINX";
@@ -54,15 +59,18 @@ pub enum Hop {
     Nginx,
     /// Through ballast's gateway.
     Ballast,
+    /// Through the gateway in a `ballast serve`-like process, traces as given.
+    Served(Tracing),
 }
 
 impl Hop {
     /// How the table names it.
-    pub fn label(self) -> &'static str {
+    pub fn label(self) -> String {
         match self {
-            Hop::Direct => "direct",
-            Hop::Nginx => "nginx proxy_pass",
-            Hop::Ballast => "ballast gateway",
+            Hop::Direct => "direct".to_owned(),
+            Hop::Nginx => "nginx proxy_pass".to_owned(),
+            Hop::Ballast => "ballast gateway".to_owned(),
+            Hop::Served(tracing) => format!("ballast gateway, traces {}", tracing.label()),
         }
     }
 }
@@ -97,6 +105,11 @@ pub struct Options {
     pub nginx_workers: String,
     /// The gateway's worker threads (`None`: one per core, as `ballast serve`).
     pub ballast_threads: Option<usize>,
+    /// Trace settings to measure, each a gateway process of its own
+    /// exporting to an OTLP receiver here (empty: none).
+    pub traces: Vec<Tracing>,
+    /// The executable that serves a gateway with `--serve-child` (this bench's own).
+    pub serve_exe: Option<PathBuf>,
 }
 
 /// One row of the report: one hop at one connection count, medians over the rounds.
@@ -115,6 +128,8 @@ pub struct Row {
     /// The proxy's CPU time (user and system) per request, warm-up
     /// included; `None` for the direct call or where `/proc` cannot tell.
     pub cpu: Option<Duration>,
+    /// Spans the OTLP receiver got per request, for a traced gateway.
+    pub spans: Option<f64>,
 }
 
 /// The target ratios at one connection count.
@@ -160,6 +175,15 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> anyhow::Result<Rep
     };
     let nginx_label = binary.map(|b| nginx::version(&b).unwrap_or_else(|| b.display().to_string()));
     let gateway = gateway::Gateway::start(upstream.addr(), opts.ballast_threads)?;
+    // The receiver of the traced gateways, on a thread of this process.
+    let receiver = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let collector = receiver.block_on(ballast_test_support::otlp::Collector::counting());
+    let mut served = Vec::new();
+    for &tracing in &opts.traces {
+        let exe =
+            opts.serve_exe.as_deref().context("traced gateways need the executable that serves them")?;
+        served.push((tracing, served::Served::start(exe, upstream.addr(), tracing, &collector.endpoint())?));
+    }
 
     let direct_path = "/orders/7";
     let proxied_path = format!("{}{}", nginx::PREFIX, direct_path.trim_start_matches('/'));
@@ -170,6 +194,9 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> anyhow::Result<Rep
         hops.push((Hop::Nginx, nginx.addr(), &proxied_path, Some(cpu::Who::Process(nginx.pid()))));
     }
     hops.push((Hop::Ballast, gateway.addr(), &gateway_path, Some(cpu::Who::Threads(gateway::THREAD_NAME))));
+    for (tracing, child) in &served {
+        hops.push((Hop::Served(*tracing), child.addr(), &gateway_path, Some(cpu::Who::Process(child.pid()))));
+    }
 
     let client = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let mut samples: BTreeMap<(usize, Hop), Vec<Measured>> = BTreeMap::new();
@@ -177,7 +204,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> anyhow::Result<Rep
         for &connections in &opts.connections {
             for &(hop, addr, path, who) in &hops {
                 let load = Load { connections, warm_up: opts.warm_up, measure: opts.measure };
-                let before = (upstream.served(), who.and_then(cpu::used));
+                let before = (upstream.served(), who.and_then(cpu::used), collector.span_count());
                 let sample = client
                     .block_on(load::run(addr, path, upstream::BODY, load))
                     .with_context(|| format!("{} at {connections} connections", hop.label()))?;
@@ -192,6 +219,8 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> anyhow::Result<Rep
                     }
                     _ => None,
                 };
+                let spans = matches!(hop, Hop::Served(_))
+                    .then(|| (collector.span_count() - before.2) as f64 / sample.total.max(1) as f64);
                 progress(&format!(
                     "round {round}/{}: {} at {connections} connections: {} requests, {:.0}/s, p50 {}, p99 {}, CPU/request {}",
                     opts.rounds,
@@ -202,7 +231,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> anyhow::Result<Rep
                     micros(sample.latency(0.99)),
                     cpu.map_or("–".to_owned(), micros),
                 ));
-                samples.entry((connections, hop)).or_default().push(Measured { sample, cpu });
+                samples.entry((connections, hop)).or_default().push(Measured { sample, cpu, spans });
             }
         }
     }
@@ -255,10 +284,12 @@ fn resident() -> anyhow::Result<u64> {
     Ok(kib * 1024)
 }
 
-/// One measurement: the load's sample and the proxy's CPU time per request.
+/// One measurement: the load's sample, the proxy's CPU time per request
+/// and, for a traced gateway, the spans received per request.
 struct Measured {
     sample: Sample,
     cpu: Option<Duration>,
+    spans: Option<f64>,
 }
 
 /// The row of `hop` at `connections`: each figure the median over the rounds.
@@ -274,6 +305,10 @@ fn medians(hop: Hop, connections: usize, rounds: &[Measured]) -> Row {
             .iter()
             .all(|m| m.cpu.is_some())
             .then(|| seconds(|m| m.cpu.unwrap_or_default().as_secs_f64())),
+        spans: rounds
+            .iter()
+            .all(|m| m.spans.is_some())
+            .then(|| median(rounds.iter().map(|m| m.spans.unwrap_or_default()))),
     }
 }
 
@@ -361,6 +396,41 @@ impl Report {
         out
     }
 
+    /// The cost of traces, as a markdown table: each traced gateway beside
+    /// the one without an exporter, at each connection count; empty when
+    /// no traced gateway was measured.
+    pub fn traces_table(&self) -> String {
+        let served: Vec<&Row> = self.rows.iter().filter(|r| matches!(r.hop, Hop::Served(_))).collect();
+        if served.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from(
+            "| traces | connections | requests/s | p50 | p99 | CPU/request | CPU ÷ off | spans exported/request |\n|---|---|---|---|---|---|---|---|\n",
+        );
+        for row in served {
+            let Hop::Served(tracing) = row.hop else { continue };
+            let off = self.row(Hop::Served(Tracing::Off), row.connections).and_then(|r| r.cpu);
+            let ratio = match (row.cpu, off) {
+                (Some(cpu), Some(off)) if !off.is_zero() => {
+                    format!("{:.2}×", cpu.as_secs_f64() / off.as_secs_f64())
+                }
+                _ => "–".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {ratio} | {} |",
+                tracing.label(),
+                row.connections,
+                thousands(row.rate),
+                micros(row.p50),
+                micros(row.p99),
+                row.cpu.map_or("–".to_owned(), micros),
+                row.spans.map_or("–".to_owned(), |s| format!("{s:.2}")),
+            );
+        }
+        out
+    }
+
     /// The target ratios as a markdown table, or why there are none.
     pub fn ratio_table(&self) -> String {
         let ratios = self.ratios();
@@ -409,6 +479,8 @@ mod tests {
             nginx: NginxUse::At("/nonexistent/nginx".into()),
             nginx_workers: "1".to_owned(),
             ballast_threads: None,
+            traces: Vec::new(),
+            serve_exe: None,
         };
         let err = run(&opts, |_| {}).expect_err("no nginx there");
         assert!(format!("{err:#}").contains("cannot start /nonexistent/nginx"), "{err:#}");
@@ -433,6 +505,8 @@ mod tests {
             nginx,
             nginx_workers: "1".to_owned(),
             ballast_threads: None,
+            traces: Vec::new(),
+            serve_exe: None,
         };
         let report = run(&opts, |line| eprintln!("{line}")).expect("the bench runs");
         let hops = if measured_nginx { 3 } else { 2 };

@@ -6,9 +6,10 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use ballast_config::{report, Config};
+use ballast_config::{report, Config, ResolvedTelemetry};
 use ballast_server::Server;
 use tokio_util::sync::CancellationToken;
 
@@ -42,19 +43,34 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!("ballast serve: not started: the configuration has errors");
         return Ok(ExitCode::from(1));
     }
-    ballast_server::telemetry::init();
+    // The standard OTEL_* variables over [telemetry], checked before anything starts.
+    let telemetry = config.telemetry()?.resolve(|var| std::env::var(var).ok());
+    let telemetry = match telemetry {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("ballast serve: not started: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(&config, args.listen))?;
+    runtime.block_on(serve(&config, args.listen, telemetry))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(config: &Config, listen: Option<SocketAddr>) -> anyhow::Result<()> {
-    // Before the systems are built: metric handles taken earlier record nowhere.
+/// How long spans still queued at exit may take to reach the collector.
+const TRACE_FLUSH: Duration = Duration::from_secs(5);
+
+async fn serve(config: &Config, listen: Option<SocketAddr>, traces: ResolvedTelemetry) -> anyhow::Result<()> {
+    // Before the systems and the exporter: metric handles taken earlier record nowhere.
     let prometheus =
         ballast_server::admin::install_recorder().context("cannot install the Prometheus recorder")?;
+    let telemetry = ballast_server::telemetry::init(traces.export.as_ref())?;
+    for warning in &traces.warnings {
+        tracing::warn!("{warning}");
+    }
     let server = Server::bind(config, prometheus, listen).await?;
     println!(
         "ballast serve: listening on http://{} (metrics /metrics, health /health/live /health/ready), \
@@ -66,12 +82,22 @@ async fn serve(config: &Config, listen: Option<SocketAddr>) -> anyhow::Result<()
     if let Some(gateway) = server.gateway_addr() {
         println!("ballast serve: gateway on http://{gateway} (/call/{{system}}/{{path}}, /tasks/{{id}})");
     }
+    if let Some(export) = &traces.export {
+        println!(
+            "ballast serve: traces to {} (OTLP/HTTP, sampler {}, service.name {})",
+            ballast::redact_url(&export.endpoint),
+            export.sampler,
+            export.service_name
+        );
+    }
     // Whoever started us may wait for this line before talking to us.
     std::io::stdout().flush()?;
 
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    let summary = server.run(shutdown).await?;
+    let summary = server.run(shutdown).await;
+    telemetry.shutdown(TRACE_FLUSH).await;
+    let summary = summary?;
     eprintln!(
         "ballast serve: stopped; {} delivered, {} rescheduled, {} failed, {} released to other workers",
         summary.completed, summary.rescheduled, summary.failed, summary.released

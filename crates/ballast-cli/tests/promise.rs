@@ -3,117 +3,16 @@
 //! flight" is not a failure, paths stay under the base URL, a reload cannot
 //! strand deliveries, and a loop through the gateway is refused.
 
+mod support;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ballast_test_support::{eventually, Reply, Upstream};
 use serde_json::Value;
+use support::{ballast, client, queued, Served};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A running `ballast serve`, killed if the test ends first.
-struct Served {
-    child: Child,
-    dir: tempfile::TempDir,
-    admin: String,
-    gateway: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Served {
-    /// Starts `ballast serve` on a file of `[queue]` (SQLite in a temp dir,
-    /// polled every 100 ms, plus `queue`), a `[gateway]` on a free port, and
-    /// `rest`, in which `{up}` stands for `upstream`'s address.
-    fn start(upstream: &Upstream, queue: &str, rest: &str) -> Served {
-        Served::start_with(upstream, queue, rest, &[])
-    }
-
-    /// [`start`](Self::start) with `env` set for the process.
-    fn start_with(upstream: &Upstream, queue: &str, rest: &str, env: &[(&str, String)]) -> Served {
-        let dir = tempfile::tempdir().unwrap();
-        let text = format!(
-            "[queue]\nurl = \"sqlite://{}\"\npoll_interval = \"100ms\"\n{queue}\n[gateway]\nlisten = \"127.0.0.1:0\"\n\n{}",
-            dir.path().join("tasks.db").display(),
-            rest.replace("{up}", &upstream.addr.to_string())
-        );
-        std::fs::write(dir.path().join("ballast.toml"), text).unwrap();
-        let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ballast"))
-            .args(["serve", "--config"])
-            .arg(dir.path().join("ballast.toml"))
-            .args(["--listen", "127.0.0.1:0"])
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut address = |what: &str| {
-            let line = lines.next().and_then(Result::ok).unwrap_or_default();
-            let addr = line.split("http://").nth(1).and_then(|s| s.split(' ').next()).map(str::to_owned);
-            addr.unwrap_or_else(|| panic!("no {what} address in {line:?}"))
-        };
-        let admin = format!("http://{}", address("admin"));
-        let gateway = format!("http://{}", address("gateway"));
-        Served { child, dir, admin, gateway }
-    }
-
-    fn config(&self) -> PathBuf {
-        self.dir.path().join("ballast.toml")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
-    }
-
-    fn hang_up(&self) {
-        let sent = Command::new("kill").args(["-HUP", &self.child.id().to_string()]).status().unwrap();
-        assert!(sent.success());
-    }
-
-    async fn task(&self, location: &str) -> Value {
-        let response = client().get(format!("{}{location}", self.gateway)).send().await.unwrap();
-        response.json().await.unwrap()
-    }
-
-    /// A keyed POST the caller lets the gateway defer.
-    async fn defer(&self, path: &str, key: &str) -> reqwest::Response {
-        client()
-            .post(format!("{}/call/{path}", self.gateway))
-            .header("idempotency-key", key)
-            .header("prefer", "respond-async")
-            .body(r#"{"amount":100}"#)
-            .send()
-            .await
-            .unwrap()
-    }
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
-}
-
-fn ballast(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ballast")).args(args).output().unwrap()
-}
-
-/// `ballast queue list --format json` of the served queue.
-fn queued(dir: &Path) -> Vec<Value> {
-    let db = format!("sqlite://{}", dir.join("tasks.db").display());
-    let out = ballast(&["queue", "--db", &db, "list", "--format", "json"]);
-    let listed: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    listed.as_array().cloned().unwrap_or_default()
-}
 
 fn problem_reason(body: &Value) -> &str {
     body["ballast"]["reason"].as_str().unwrap_or_default()

@@ -57,6 +57,7 @@
 //! | R-RES-RE-1 | warning | `dedupes_by_key = true` without `key_ttl` |
 //! | (none) | error | `timeout.connect` or `timeout.read` longer than the attempt timeout |
 //! | (none) | error | `base_url` that `ballast serve` cannot use (parsed by the HTTP client's own parser) |
+//! | (none) | error | `[telemetry]` values that cannot export traces (an endpoint that is not an http(s) URL or carries credentials, a protocol other than `http/protobuf`, an unknown sampler, a ratio outside 0..=1) |
 //! | (none) | error | `[serve]` values out of range (`listen` not an address, `max_connections` 0, zero timeouts) |
 //! | (none) | error | unknown keys (with "did you mean"), wrong types, out-of-range values; a file over 1 MiB |
 
@@ -71,6 +72,7 @@ mod load;
 mod rules;
 mod serving;
 mod source;
+mod telemetry;
 mod translate;
 
 pub mod duration;
@@ -94,6 +96,10 @@ pub use serving::{
 };
 pub use size::{ConfigSize, SizeError};
 pub use source::{Location, Source};
+pub use telemetry::{
+    ResolvedTelemetry, Root, Sampler, TelemetryError, TelemetrySettings, TraceExport, DEFAULT_BATCH_SIZE,
+    DEFAULT_EXPORT_TIMEOUT, DEFAULT_QUEUE_SIZE, DEFAULT_SCHEDULE_DELAY, DEFAULT_SERVICE_NAME, SAMPLERS,
+};
 pub use translate::{BACKOFF_KINDS, BREAKER_KINDS, MAX_COUNT_WINDOW, STRATEGIES};
 
 /// The README's example, compiled and run as a doc test so it cannot rot.

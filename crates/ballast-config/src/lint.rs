@@ -20,6 +20,7 @@ impl Config {
         problems.extend(self.file.serve.as_ref().map(crate::rules::serve).unwrap_or_default());
         problems.extend(self.file.gateway.as_ref().map(crate::rules::gateway).unwrap_or_default());
         problems.extend(self.file.alerts.as_ref().map(crate::rules::alerts).unwrap_or_default());
+        problems.extend(self.file.telemetry.as_ref().map(crate::telemetry::rules).unwrap_or_default());
         for (name, system) in &self.file.systems {
             problems.extend(crate::rules::system(&self.file, name, system));
         }

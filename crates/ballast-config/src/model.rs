@@ -24,6 +24,9 @@ pub struct File {
     pub gateway: Option<GatewaySection>,
     /// `[alerts]`: where a task that failed for good is reported (R-RES-RE-5).
     pub alerts: Option<AlertsSection>,
+    /// `[telemetry]`: where `ballast serve` exports its traces (OTLP/HTTP);
+    /// the `OTEL_*` variables win over it.
+    pub telemetry: Option<TelemetrySection>,
     /// `[systems.NAME]`: one entry per external system.
     #[serde(default)]
     pub systems: BTreeMap<String, System>,
@@ -158,6 +161,50 @@ pub struct WebhookSection {
     pub dedupes_by_key: Option<bool>,
     /// `timeout`: how long one post may take (default 5 s).
     pub timeout: Option<ConfigDuration>,
+}
+
+/// `[telemetry]`: the OTLP/HTTP trace exporter of `ballast serve`. Every
+/// key has a standard variable that wins over it
+/// ([`TelemetrySettings::resolve`](crate::TelemetrySettings::resolve)).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct TelemetrySection {
+    /// `endpoint`: the collector's OTLP/HTTP base URL; traces go to
+    /// `{endpoint}/v1/traces` (`OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub endpoint: Option<String>,
+    /// `traces_endpoint`: the full URL traces are posted to
+    /// (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
+    pub traces_endpoint: Option<String>,
+    /// `protocol`: `"http/protobuf"`, the only one (`OTEL_EXPORTER_OTLP_PROTOCOL`).
+    pub protocol: Option<String>,
+    /// `[telemetry.headers]`: headers sent to the collector, each from an
+    /// environment variable (`x-api-key = { env = "COLLECTOR_KEY" }`;
+    /// `OTEL_EXPORTER_OTLP_HEADERS`).
+    pub headers: Option<BTreeMap<String, HeaderSource>>,
+    /// `timeout`: how long one export may take (default 10 s;
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT`).
+    pub timeout: Option<ConfigDuration>,
+    /// `service_name`: the resource's `service.name` (default `"ballast"`;
+    /// `OTEL_SERVICE_NAME`).
+    pub service_name: Option<String>,
+    /// `[telemetry.resource_attributes]`: further resource attributes
+    /// (`OTEL_RESOURCE_ATTRIBUTES`).
+    pub resource_attributes: Option<BTreeMap<String, String>>,
+    /// `sampler`: one of [`SAMPLERS`](crate::SAMPLERS) (default
+    /// `"parentbased_always_on"`; `OTEL_TRACES_SAMPLER`).
+    pub sampler: Option<String>,
+    /// `sampler_arg`: the ratio of the `traceidratio` samplers
+    /// (`OTEL_TRACES_SAMPLER_ARG`).
+    pub sampler_arg: Option<f64>,
+    /// `queue_size`: ended spans held for export at most; more are dropped
+    /// and counted in `ballast_trace_spans_dropped_total` (default 2048;
+    /// `OTEL_BSP_MAX_QUEUE_SIZE`).
+    pub queue_size: Option<u64>,
+    /// `batch_size`: spans per export at most (default 512;
+    /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`).
+    pub batch_size: Option<u64>,
+    /// `schedule_delay`: how long a span waits for its batch to fill
+    /// (default 5 s; `OTEL_BSP_SCHEDULE_DELAY`).
+    pub schedule_delay: Option<ConfigDuration>,
 }
 
 /// `[systems.NAME]`: one external system and its policy.
@@ -350,8 +397,24 @@ pub(crate) const ROOT: Schema = Table(&[
     ("serve", Table(SERVE_KEYS)),
     ("gateway", Table(GATEWAY_KEYS)),
     ("alerts", Table(&[("webhook", Tables(WEBHOOK_KEYS))])),
+    ("telemetry", Table(TELEMETRY_KEYS)),
     ("systems", Named(SYSTEM_KEYS)),
 ]);
+
+const TELEMETRY_KEYS: &[(&str, Schema)] = &[
+    ("endpoint", Value),
+    ("traces_endpoint", Value),
+    ("protocol", Value),
+    ("headers", Named(&[("env", Value)])),
+    ("timeout", Value),
+    ("service_name", Value),
+    ("resource_attributes", Value),
+    ("sampler", Value),
+    ("sampler_arg", Value),
+    ("queue_size", Value),
+    ("batch_size", Value),
+    ("schedule_delay", Value),
+];
 
 const WEBHOOK_KEYS: &[(&str, Schema)] =
     &[("url_env", Value), ("format", Value), ("dedupes_by_key", Value), ("timeout", Value)];

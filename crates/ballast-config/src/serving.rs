@@ -183,7 +183,7 @@ impl Config {
     }
 
     /// `Err` with the errors among `problems` of `section`, if any.
-    fn refuse(&self, section: &str, problems: Vec<Problem>) -> Result<(), ConfigError> {
+    pub(crate) fn refuse(&self, section: &str, problems: Vec<Problem>) -> Result<(), ConfigError> {
         let errors: Vec<Finding> = problems
             .into_iter()
             .filter(|p| p.severity == ballast::Severity::Error)

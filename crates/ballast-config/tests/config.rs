@@ -635,3 +635,71 @@ X-Nothing = {}
         checked.findings
     );
 }
+
+/// `[telemetry]`: each value that could not export traces is a located
+/// error; a clean section gives the settings, the variables over them.
+#[test]
+fn the_telemetry_keys_are_checked() {
+    let text = r#"
+[telemetry]
+endpoint = "grpc://collector:4317"
+traces_endpoint = "http://user:secret@collector:4318/v1/traces"
+protocol = "grpc"
+sampler = "parentbased_traceidratoi"
+sampler_arg = 1.5
+queue_size = 0
+schedule_delay = "0s"
+
+[telemetry.headers]
+"x api key" = { env = "COLLECTOR_KEY" }
+x-tenant = {}
+
+[telemetry.resource_attributes]
+"service.name" = "twice"
+"#;
+    let checked = Config::check("t.toml", text).unwrap();
+    let at = |line: usize| {
+        let found: Vec<_> = checked
+            .findings
+            .iter()
+            .filter(|f| f.location.map(|l| l.line) == Some(line) && f.is_error())
+            .collect();
+        assert!(!found.is_empty(), "no error at line {line}: {:#?}", checked.findings);
+        (found[0].message.clone(), found[0].help.clone())
+    };
+    assert!(at(3).0.contains("scheme must be http or https"), "{:?}", at(3));
+    assert!(at(4).0.contains("credentials belong in a header"), "{:?}", at(4));
+    assert!(at(5).1.contains("4318"), "{:?}", at(5));
+    assert!(at(6).1.contains("did you mean \"parentbased_traceidratio\"?"), "{:?}", at(6));
+    assert!(at(7).0.contains("not a ratio"), "{:?}", at(7));
+    assert!(at(8).0.contains("queue_size"), "{:?}", at(8));
+    assert!(at(9).0.contains("schedule_delay"), "{:?}", at(9));
+    assert!(at(12).0.contains("not an HTTP header name"), "{:?}", at(12));
+    assert!(at(13).0.contains("names no environment variable"), "{:?}", at(13));
+    assert!(at(16).0.contains("service_name"), "{:?}", at(16));
+    assert!(
+        Config::parse("t.toml", text).unwrap().telemetry().is_err(),
+        "a section with errors is never used"
+    );
+
+    let typo = Config::check("t.toml", "[telemetry]\nsample = \"always_on\"\n").unwrap();
+    let unknown = typo.findings.iter().find(|f| f.is_error()).unwrap();
+    assert!(unknown.help.contains("did you mean `sampler`?"), "{:#?}", typo.findings);
+
+    let clean = r#"
+[telemetry]
+endpoint = "https://collector.internal:4318/"
+sampler = "parentbased_traceidratio"
+sampler_arg = 0.25
+[telemetry.headers]
+x-api-key = { env = "COLLECTOR_KEY" }
+"#;
+    let config = Config::parse("t.toml", clean).unwrap();
+    assert!(!ballast_config::has_errors(&config.lint()), "{:#?}", config.lint());
+    let settings = config.telemetry().unwrap();
+    assert_eq!(settings.traces_endpoint.as_deref(), Some("https://collector.internal:4318/v1/traces"));
+    let env = |var: &str| (var == "COLLECTOR_KEY").then(|| "k-1".to_owned());
+    let export = settings.resolve(env).unwrap().export.unwrap();
+    assert_eq!(export.headers, [("x-api-key".to_owned(), "k-1".to_owned())]);
+    assert_eq!(export.sampler.to_string(), "parentbased_traceidratio 0.25");
+}

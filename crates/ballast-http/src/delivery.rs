@@ -484,7 +484,7 @@ impl Handler for DeliveryHandler {
                 otel.kind = "consumer",
                 ballast.system = %delivery.system,
                 ballast.task.id = task.id(),
-                ballast.task.attempt = task.attempt(),
+                ballast.task.attempt = i64::from(task.attempt()),
             )
         } else {
             tracing::Span::none()

@@ -11,9 +11,9 @@
 //!   when that span is filtered out, of the span around the call).
 //! - A keyed write deferred by [`HttpSystem::write_or_defer`](crate::HttpSystem::write_or_defer)
 //!   stores the deferring span's context among the [`Delivery`](crate::Delivery)'s
-//!   headers; the worker's `ballast.delivery` span continues that trace, so
-//!   the request that deferred a payment and the delivery hours later share
-//!   one trace id.
+//!   headers; the worker's `ballast.delivery` span continues that trace
+//!   (and links to the deferring span), so the request that deferred a
+//!   payment and the delivery hours later share one trace id.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::{Extractor, Injector};
@@ -78,11 +78,17 @@ pub(crate) fn store(headers: &mut Vec<(String, String)>) {
     }
 }
 
-/// Makes `span` continue the trace stored in a delivery's headers, if any.
+/// Makes `span` continue the trace stored in a delivery's headers, if any,
+/// as a child of the span that deferred the write and linked to it (a
+/// delivery may come hours later; the link says which request it finishes
+/// even where a trace view cuts the trace into pieces).
 pub(crate) fn continue_trace(span: &tracing::Span, headers: &[(String, String)]) {
     let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&PairsRef(headers)));
-    if cx.span().span_context().is_valid() {
+    let deferring = cx.span().span_context().clone();
+    if deferring.is_valid() {
         // Fails only for a span that is disabled or already started elsewhere.
-        let _ = span.set_parent(cx);
+        if span.set_parent(cx).is_ok() {
+            span.add_link(deferring);
+        }
     }
 }

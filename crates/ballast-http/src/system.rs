@@ -727,14 +727,15 @@ impl HttpSystem {
                 otel.kind = "client",
                 http.request.method = %method,
                 server.address = self.inner.base.url.host_str().unwrap_or_default(),
-                server.port = self.inner.base.url.port_or_known_default(),
+                server.port = self.inner.base.url.port_or_known_default().map(i64::from),
                 url.full = %self.shown_uri(&uri),
                 http.request.resend_count = tracing::field::Empty,
                 http.response.status_code = tracing::field::Empty,
                 error.type = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
             );
             if attempt > 1 {
-                span.record("http.request.resend_count", attempt - 1);
+                span.record("http.request.resend_count", i64::from(attempt - 1));
             }
             span
         });
@@ -769,18 +770,22 @@ impl HttpSystem {
             }
         };
         if let Some(span) = span {
+            // A client span's status is an error for every 4xx and 5xx (the conventions).
             match &result {
                 Ok(response) => {
-                    span.record("http.response.status_code", response.status.as_u16());
+                    span.record("http.response.status_code", i64::from(response.status.as_u16()));
                     if response.verdict.is_some() {
                         span.record("error.type", response.status.as_str());
+                        span.record("otel.status_code", "ERROR");
                     }
                 }
                 Err(HttpError::Transport { kind, .. }) => {
                     span.record("error.type", kind.as_str());
+                    span.record("otel.status_code", "ERROR");
                 }
                 Err(_) => {
                     span.record("error.type", "other");
+                    span.record("otel.status_code", "ERROR");
                 }
             }
         }
@@ -795,14 +800,14 @@ fn record_outcome(span: &tracing::Span, result: &Result<Response, Failure<HttpEr
     }
     match result {
         Ok(response) => {
-            span.record("http.response.status_code", response.status().as_u16());
+            span.record("http.response.status_code", i64::from(response.status().as_u16()));
             if response.verdict.is_some() {
                 span.record("error.type", response.status().as_str());
             }
         }
         Err(failure) => {
             if let Some(status) = failure.error().and_then(HttpError::status) {
-                span.record("http.response.status_code", status.as_u16());
+                span.record("http.response.status_code", i64::from(status.as_u16()));
             }
             span.record("error.type", failure.error_type());
         }

@@ -14,6 +14,10 @@
 //! its own: a scrape never touches the database, and readiness reports an
 //! unreachable queue database.
 //!
+//! Traces go out over OTLP when configured ([`telemetry`]): the gateway's
+//! server span continues a caller's `traceparent`, every attempt and every
+//! delivery of a deferred write are in the same trace.
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use ballast_config::Config;

@@ -5,7 +5,7 @@
 //! closed without a reply), a reset, a slow answer — and that keeps a ledger
 //! of every request it read, so a test can count what reached the external
 //! system and what took effect (tower-test and linkerd's `app/test` play this
-//! part for their projects).
+//! part for their projects); and an OTLP/HTTP trace receiver ([`otlp`]).
 //!
 //! ```
 //! use ballast_test_support::{Reply, Upstream};
@@ -18,6 +18,7 @@
 //! # }
 //! ```
 
+pub mod otlp;
 mod upstream;
 
 pub use upstream::{Reply, Seen, Upstream};

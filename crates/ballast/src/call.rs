@@ -261,7 +261,7 @@ impl<F, J> Call<'_, F, J> {
     fn record_stop(&self, attempts: u32, reason: StopReason, error_type: &'static str) {
         if self.span.get().is_some() {
             self.span
-                .record("ballast.attempts", attempts)
+                .record("ballast.attempts", i64::from(attempts))
                 .record("ballast.stop_reason", reason.as_str())
                 .record("error.type", error_type)
                 .record("otel.status_code", "ERROR");
@@ -342,7 +342,7 @@ impl<F, J> Call<'_, F, J> {
             tracing::debug_span!(
                 parent: self.span.get().and_then(tracing::Span::id),
                 "ballast.attempt",
-                ballast.attempt = n,
+                ballast.attempt = i64::from(n),
                 error.type = tracing::field::Empty,
                 ballast.next_delay_ms = tracing::field::Empty,
             )
@@ -368,7 +368,7 @@ impl<F, J> Call<'_, F, J> {
                     if let Some(a) = admission {
                         a.record(false);
                     }
-                    self.span.record("ballast.attempts", n);
+                    self.span.record("ballast.attempts", i64::from(n));
                     self.inner.events.emit(EventKind::Succeeded { op: self.kind, attempts: n });
                     return Step::Succeeded(value);
                 }
@@ -449,7 +449,7 @@ impl<F, J> Call<'_, F, J> {
             if overruns {
                 return self.ended(failure, attempt, StopReason::DeadlineWouldOverrun);
             }
-            span.record("ballast.next_delay_ms", delay.as_millis() as u64);
+            span.record("ballast.next_delay_ms", i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
             inner.events.emit(EventKind::RetryScheduled { op: self.kind, attempt, delay });
             if !self.sleep(delay).await {
                 return Err(self.gave_up(Failure::Cancelled { attempts: attempt }));

@@ -4,7 +4,10 @@
 //! target ratios.
 //!
 //! `cargo run --release -p ballast-bench --bin gateway_bench -- [--seconds 5] [--warm-up 1] [--rounds 3] [--connections 1,32]`
-//! (`--idle 2000`: the memory an idle kept-alive connection holds instead).
+//! (`--idle 2000`: the memory an idle kept-alive connection holds instead;
+//! `--traces off,1.0,0.01`: also the gateway in processes of its own with
+//! its OTLP trace exporter off and at those sample ratios, to a receiver in
+//! this process, and the table of what traces cost).
 //!
 //! The gateway runs with the log `ballast serve` installs
 //! ([`ballast_server::telemetry::init`]: events at `info` unless `RUST_LOG`
@@ -13,7 +16,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ballast_bench::gateway_bench::{run, NginxUse, Options};
+use ballast_bench::gateway_bench::{self, run, NginxUse, Options, Tracing};
 use clap::Parser;
 
 /// The overhead of one hop through ballast's gateway, beside nginx.
@@ -47,6 +50,18 @@ struct Args {
     /// in the gateway, over this many connections.
     #[arg(long, value_name = "N")]
     idle: Option<usize>,
+    /// Trace settings to measure besides: `off` and sample ratios.
+    #[arg(long, value_delimiter = ',')]
+    traces: Vec<String>,
+    /// (internal) Serve a gateway for this upstream and print its address.
+    #[arg(long, hide = true, value_name = "UPSTREAM")]
+    serve_child: Option<std::net::SocketAddr>,
+    /// (internal) The child's trace setting.
+    #[arg(long, hide = true, default_value = "off")]
+    tracing: String,
+    /// (internal) The child's OTLP receiver.
+    #[arg(long, hide = true, default_value = "")]
+    collector: String,
 }
 
 fn loadavg() -> String {
@@ -55,7 +70,10 @@ fn loadavg() -> String {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    ballast_server::telemetry::init();
+    if let Some(upstream) = args.serve_child {
+        return gateway_bench::served::serve_child(upstream, Tracing::parse(&args.tracing)?, &args.collector);
+    }
+    let _log = ballast_server::telemetry::init(None)?;
     if let Some(n) = args.idle {
         let per = ballast_bench::gateway_bench::idle_memory(n)?;
         println!("{n} idle kept-alive connections: {:.1} KiB of resident memory each", per as f64 / 1024.0);
@@ -74,6 +92,8 @@ fn main() -> anyhow::Result<()> {
         },
         nginx_workers: args.nginx_workers,
         ballast_threads: args.ballast_threads,
+        traces: args.traces.iter().map(|t| Tracing::parse(t)).collect::<anyhow::Result<_>>()?,
+        serve_exe: Some(std::env::current_exe()?),
     };
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
     let before = loadavg();
@@ -92,5 +112,9 @@ fn main() -> anyhow::Result<()> {
     println!("load average before: {before}; after: {after}\n");
     println!("{}", report.table());
     print!("{}", report.ratio_table());
+    let traces = report.traces_table();
+    if !traces.is_empty() {
+        println!("\nTraces (each gateway a process of its own, CPU of the whole process):\n\n{traces}");
+    }
     Ok(())
 }

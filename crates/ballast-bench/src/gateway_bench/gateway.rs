@@ -95,7 +95,7 @@ impl Drop for Gateway {
 
 /// The process's Prometheus recorder, installed on first use as `ballast
 /// serve` installs it (metric handles taken before that record nowhere).
-fn prometheus() -> PrometheusHandle {
+pub fn prometheus() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {

@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use ballast::{Failure, IdempotencyKey, Operation, Rejection, Rule, StopReason};
 use ballast_http::{HttpError, HttpSystem};
 use ballast_queue::{Handover, HandoverError};
+use tracing::Instrument;
 
 use super::headers::{came_through_us, forwarded, wants_async, RESPOND_ASYNC, VIA_NAME};
 use super::problem::{Problem, Reason};
@@ -33,6 +34,23 @@ pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Re
         let detail = "call a system as /call/{system}/{path}";
         return Problem::new(StatusCode::NOT_FOUND, Reason::BadRequest, detail).into_response();
     };
+    let span = super::trace::server_span(&parts, &name);
+    if span.is_disabled() {
+        return handle(gateway, parts, body, name, path).await;
+    }
+    let response = handle(gateway, parts, body, name, path).instrument(span.clone()).await;
+    super::trace::record(&span, &response);
+    response
+}
+
+/// The call itself, inside the server span when there is one.
+async fn handle(
+    gateway: Gateway,
+    parts: axum::http::request::Parts,
+    body: Body,
+    name: String,
+    path: String,
+) -> Response {
     let Some(system) = gateway.systems().get(&name) else {
         let names = gateway.systems().names().join(", ");
         let detail = format!("no system {name:?} is configured; the systems are: {names}");
@@ -66,7 +84,8 @@ pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Re
     if let Some(key) = key.clone().filter(|_| deferrable) {
         // Detached: a caller that hangs up must not take the deferral
         // with it — the write goes on, to the queue if need be.
-        let call = tokio::spawn(async move { deferred(&gateway, &system, &key, request).await });
+        let call =
+            tokio::spawn(async move { deferred(&gateway, &system, &key, request).await }.in_current_span());
         return call.await.unwrap_or_else(|e| {
             let detail = format!("the deferrable write stopped: {e}");
             Problem::new(StatusCode::INTERNAL_SERVER_ERROR, Reason::QueueUnavailable, detail).into_response()

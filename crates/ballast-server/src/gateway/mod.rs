@@ -16,6 +16,7 @@ mod call;
 mod headers;
 pub mod problem;
 mod tasks;
+mod trace;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,32 @@
+import { Module } from '@nestjs/common';
+import { ConfigModule, ConfigService } from '@nestjs/config';
+import { TerminusModule } from '@nestjs/terminus';
+import { BallastModule } from '@ballast/nestjs';
+
+import { HealthController } from './health.controller.js';
+import { SberModule } from './sber/sber.module.js';
+
+/**
+ * The application: the gateway's address and token from the environment
+ * (`BALLAST_GATEWAY_URL`, `BALLAST_GATEWAY_TOKEN`, `BALLAST_ADMIN_URL`), the
+ * Sber payments, and readiness.
+ */
+@Module({
+  imports: [
+    ConfigModule.forRoot({ ignoreEnvFile: true }),
+    BallastModule.forRootAsync({
+      global: true,
+      imports: [ConfigModule],
+      inject: [ConfigService],
+      useFactory: (config: ConfigService) => ({
+        baseUrl: config.get<string>('BALLAST_GATEWAY_URL', 'http://127.0.0.1:9465'),
+        token: config.getOrThrow<string>('BALLAST_GATEWAY_TOKEN'),
+        adminUrl: config.get<string>('BALLAST_ADMIN_URL', 'http://127.0.0.1:9464'),
+      }),
+    }),
+    TerminusModule,
+    SberModule,
+  ],
+  controllers: [HealthController],
+})
+export class AppModule {}

@@ -1,0 +1,137 @@
+/**
+ * Why the gateway answered itself instead of passing on the upstream's
+ * answer: its problem document's `ballast.reason` (ballast-server's
+ * `gateway::problem::Reason`).
+ *
+ * | reason | status | what it means |
+ * |---|---|---|
+ * | `breaker_open`, `bulkhead_full` | 503 + `Retry-After` | fail fast: the system is unavailable for now |
+ * | `budget_exhausted` | 503 + `Retry-After` | the system's retry budget had no retry left |
+ * | `timeout` | 504 | an attempt or the whole call timed out |
+ * | `transport` | 502 | no complete answer after the last attempt (`sent` says whether it may have arrived) |
+ * | `unknown_system`, `not_found` | 404 | no such system; no deferred write of that handle |
+ * | `bad_key`, `bad_path`, `bad_request`, `seal_key_missing` | 400 | refused unsent |
+ * | `too_large`, `body_timeout` | 413, 408 | the request body was too large or too slow |
+ * | `loop_detected` | 508 | the system's `base_url` points back at the gateway |
+ * | `cross_site`, `unauthorized`, `unknown_host` | 403, 401, 421 | refused before anything else |
+ * | `queue_unavailable` | 503 | a write to defer could not be stored |
+ */
+export type Reason =
+  | 'breaker_open'
+  | 'bulkhead_full'
+  | 'budget_exhausted'
+  | 'timeout'
+  | 'transport'
+  | 'unknown_system'
+  | 'bad_key'
+  | 'bad_path'
+  | 'loop_detected'
+  | 'body_timeout'
+  | 'cross_site'
+  | 'seal_key_missing'
+  | 'too_large'
+  | 'bad_request'
+  | 'unknown_host'
+  | 'unauthorized'
+  | 'not_found'
+  | 'queue_unavailable';
+
+/** The reasons that mean "the system is unavailable now; ask again after `retryAfter`". */
+export type UnavailableReason = Extract<Reason, 'breaker_open' | 'bulkhead_full' | 'budget_exhausted'>;
+
+const UNAVAILABLE: ReadonlySet<string> = new Set<UnavailableReason>([
+  'breaker_open',
+  'bulkhead_full',
+  'budget_exhausted',
+]);
+
+/** The gateway's own answer: an `application/problem+json` document (RFC 9457). */
+export interface Problem {
+  title?: string;
+  status?: number;
+  detail?: string;
+  ballast: {
+    reason: Reason;
+    /** Attempts made on the system (0: nothing was sent). */
+    attempts: number;
+    /** The rule that decided the outcome, e.g. `R-RES-RE-X1`. */
+    rule?: string;
+    /** For `transport`: whether the request may have reached the system. */
+    sent?: boolean;
+  };
+}
+
+/** Where a {@link BallastError} came from, besides the problem itself. */
+export interface ErrorContext {
+  /** The system that was called, for a call. */
+  system?: string;
+  /** The handle asked for, for {@link BallastClient.task}. */
+  taskId?: string;
+}
+
+/**
+ * The gateway answered itself: there is no upstream answer to pass on.
+ * Branch on {@link reason}; a breaker open, a bulkhead full or a spent retry
+ * budget is the subclass {@link SystemUnavailableError}.
+ */
+export class BallastError extends Error {
+  override name = 'BallastError';
+  /** The HTTP status of the gateway's answer. */
+  readonly status: number;
+  /** Why the gateway answered itself. */
+  readonly reason: Reason;
+  /** Attempts made on the system before the gateway gave up (0: nothing was sent). */
+  readonly attempts: number;
+  /** The rule that decided the outcome, e.g. `R-RES-RE-X1`, if one did. */
+  readonly rule: string | undefined;
+  /**
+   * For `transport`: `false` when the connection never opened, so nothing
+   * can have been applied; `true` when the request may have arrived.
+   */
+  readonly sent: boolean | undefined;
+  /** Seconds the gateway suggests waiting (its `Retry-After`), when it says. */
+  readonly retryAfter: number | undefined;
+  /** The system that was called, for a call. */
+  readonly system: string | undefined;
+  /** The handle of the deferred write asked for, for `task()`. */
+  readonly taskId: string | undefined;
+  /** The whole problem document. */
+  readonly problem: Problem;
+
+  constructor(status: number, problem: Problem, retryAfter: number | undefined, context: ErrorContext = {}) {
+    super(`${problem.ballast.reason}: ${problem.detail ?? problem.title ?? status}`);
+    this.status = status;
+    this.reason = problem.ballast.reason;
+    this.attempts = problem.ballast.attempts;
+    this.rule = problem.ballast.rule;
+    this.sent = problem.ballast.sent;
+    this.retryAfter = retryAfter;
+    this.system = context.system;
+    this.taskId = context.taskId;
+    this.problem = problem;
+  }
+}
+
+/**
+ * The system is unavailable for now — its breaker is open, its bulkhead full
+ * or its retry budget spent — and the gateway failed fast without waiting:
+ * cockatiel's `BrokenCircuitError` and `BulkheadRejectedError`, which the
+ * guide's adapters turn into `PaymentPortError.systemUnavailable`. Nothing
+ * more was sent; {@link retryAfter} says when asking again may help.
+ */
+export class SystemUnavailableError extends BallastError {
+  override name = 'SystemUnavailableError';
+  declare readonly reason: UnavailableReason;
+}
+
+/** The error for a gateway's problem: a {@link SystemUnavailableError} when it says so. */
+export function problemError(
+  status: number,
+  problem: Problem,
+  retryAfter: number | undefined,
+  context: ErrorContext,
+): BallastError {
+  return UNAVAILABLE.has(problem.ballast.reason)
+    ? new SystemUnavailableError(status, problem, retryAfter, context)
+    : new BallastError(status, problem, retryAfter, context);
+}

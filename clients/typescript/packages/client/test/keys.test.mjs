@@ -1,0 +1,81 @@
+// Keys: keyFor derives Rust's IdempotencyKey::v5 (the vectors in
+// key-vectors.json are checked by crates/ballast-cli/tests/key_vectors.rs
+// too), newKey makes UUID v7s, IdempotencyKey.from reads a stored key back.
+
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { describe, test } from 'node:test';
+
+import { IdempotencyKey, KEY_NAMESPACE, MAX_KEY_LENGTH, keyFor, newKey } from '@ballast/client';
+
+const file = JSON.parse(readFileSync(new URL('./key-vectors.json', import.meta.url), 'utf8'));
+
+describe('keyFor', () => {
+  test('gives the keys of the shared vectors', () => {
+    assert.equal(file.namespace, KEY_NAMESPACE);
+    assert.ok(file.vectors.length >= 10);
+    for (const { name, operation, key } of file.vectors) {
+      assert.equal(keyFor(name, operation), key, `keyFor(${JSON.stringify(name)}, ${JSON.stringify(operation)})`);
+    }
+  });
+
+  test('the namespace is the UUID v5 of its URL in the URL namespace', () => {
+    const hash = createHash('sha1')
+      .update(Buffer.from('6ba7b8119dad11d180b400c04fd430c8', 'hex'))
+      .update('https://docs.rs/ballast/idempotency-key')
+      .digest();
+    hash[6] = (hash[6] & 0x0f) | 0x50;
+    hash[8] = (hash[8] & 0x3f) | 0x80;
+    assert.equal(hash.subarray(0, 16).toString('hex'), KEY_NAMESPACE.replaceAll('-', ''));
+  });
+
+  test('is deterministic and keeps apart what concatenation would not', () => {
+    assert.equal(keyFor('order-1', 'pay'), keyFor('order-1', 'pay'));
+    assert.notEqual(keyFor('a/b', 'c'), keyFor('a', 'b/c'));
+    assert.notEqual(keyFor('order-1', 'pay'), keyFor('order-1', 'refund'));
+  });
+
+  test('writes integers as Rust does and refuses other numbers', () => {
+    assert.equal(keyFor(7, 'pay'), keyFor('7', 'pay'));
+    assert.equal(keyFor(42n, 'pay'), keyFor('42', 'pay'));
+    assert.equal(keyFor(-3, 'pay'), keyFor('-3', 'pay'));
+    for (const bad of [1.5, 1e21, Number.NaN, 2 ** 53]) {
+      assert.throws(() => keyFor(bad, 'pay'), /as a string/, String(bad));
+    }
+  });
+});
+
+describe('newKey', () => {
+  test('is a UUID v7: version 7, RFC 9562 variant, the time in its first 48 bits', () => {
+    const before = Date.now();
+    const key = newKey();
+    const after = Date.now();
+    assert.match(key, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    const millis = Number.parseInt(key.replaceAll('-', '').slice(0, 12), 16);
+    assert.ok(before <= millis && millis <= after, `${millis} in [${before}, ${after}]`);
+  });
+
+  test('is new every time', () => {
+    const keys = new Set(Array.from({ length: 1000 }, newKey));
+    assert.equal(keys.size, 1000);
+  });
+});
+
+describe('IdempotencyKey.from', () => {
+  test('takes what Rust IdempotencyKey::parse takes', () => {
+    for (const good of ['k', 'order-42/register-payment', '!~', 'x'.repeat(MAX_KEY_LENGTH), keyFor('a', 'b')]) {
+      assert.equal(IdempotencyKey.from(good), good);
+    }
+  });
+
+  test('refuses what Rust refuses, saying why', () => {
+    assert.throws(() => IdempotencyKey.from(''), /empty/);
+    assert.throws(() => IdempotencyKey.from('has space'), /" " at byte 3/);
+    assert.throws(() => IdempotencyKey.from('tab\there'), /visible ASCII/);
+    assert.throws(() => IdempotencyKey.from('ключ'), /"к" at byte 0/);
+    assert.throws(() => IdempotencyKey.from('k🧾'), /"🧾" at byte 1/);
+    assert.throws(() => IdempotencyKey.from('x'.repeat(MAX_KEY_LENGTH + 1)), /256 bytes long/);
+    assert.throws(() => IdempotencyKey.from(undefined), /empty/);
+  });
+});

@@ -1,0 +1,85 @@
+// What the compiler refuses: `tsc -p test` must pass, so every
+// `@ts-expect-error` below must meet an error (R-RES-RE-1 at compile time, as
+// ballast's Rust types refuse a write without a key). Never run.
+
+import {
+  BallastClient,
+  BallastError,
+  IdempotencyKey,
+  SystemUnavailableError,
+  keyFor,
+  newKey,
+  type Handover,
+  type Reason,
+  type Task,
+} from '@ballast/client';
+
+declare const ballast: BallastClient;
+declare const stored: string;
+
+export async function refused(): Promise<void> {
+  const key = keyFor('order-42', 'register-payment');
+
+  // A write needs a key…
+  // @ts-expect-error -- no init at all
+  await ballast.write('sber', 'payments');
+  // @ts-expect-error -- an init without `key`
+  await ballast.write('sber', 'payments', { json: { amount: 100 } });
+  // @ts-expect-error -- `key: undefined`
+  await ballast.writeOrDefer('sber', 'payments', { key: undefined, json: {} });
+  // …and a plain string is not one: it has to be made (keyFor, newKey) or checked (IdempotencyKey.from).
+  // @ts-expect-error -- a string that was never checked
+  await ballast.write('sber', 'payments', { key: stored });
+  // @ts-expect-error -- made up on the spot
+  await ballast.writeOrDefer('sber', 'payments', { key: `${Date.now()}` });
+
+  // A read is a read: no body, no key, no write method.
+  // @ts-expect-error -- POST is not a read
+  await ballast.read('sber', 'orders/42', { method: 'POST' });
+  // @ts-expect-error -- a read has no body
+  await ballast.read('sber', 'orders/42', { body: 'x' });
+  // @ts-expect-error -- nor a JSON one
+  await ballast.read('sber', 'orders/42', { json: {} });
+  // @ts-expect-error -- nor a key
+  await ballast.read('sber', 'orders/42', { key });
+
+  // A write is not a read.
+  // @ts-expect-error -- GET on write()
+  await ballast.write('sber', 'payments', { key, method: 'GET' });
+  // @ts-expect-error -- HEAD on writeOnce()
+  await ballast.writeOnce('sms', 'messages', { method: 'HEAD' });
+  // @ts-expect-error -- writeOnce() sends no key: a keyed write is write()
+  await ballast.writeOnce('sms', 'messages', { key });
+  // @ts-expect-error -- body or json, not both
+  await ballast.write('sber', 'payments', { key, body: '{}', json: {} });
+
+  // A handover's task is there only once it is deferred.
+  const handover: Handover = await ballast.writeOrDefer('sber', 'payments', { key, json: {} });
+  // @ts-expect-error -- taskId exists on the deferred branch only
+  handover.taskId;
+}
+
+export async function accepted(error: unknown): Promise<Task | undefined> {
+  const key = IdempotencyKey.from(stored);
+  await ballast.read('sber', 'orders/42');
+  await ballast.read('sber', 'orders/42', { method: 'HEAD', headers: { 'x-request-id': 'r' } });
+  await ballast.write('sber', 'payments', { key, json: { amount: 100 } });
+  await ballast.write('sber', 'payments/1', { key: newKey(), method: 'PUT', body: new URLSearchParams({ a: '1' }) });
+  await ballast.writeOnce('sms', 'messages', { json: { text: 'paid' } });
+  await ballast.writeOnce('sms', 'messages');
+  if (error instanceof SystemUnavailableError) {
+    const reason: 'breaker_open' | 'bulkhead_full' | 'budget_exhausted' = error.reason;
+    const wait: number | undefined = error.retryAfter;
+    void reason, wait;
+  }
+  if (error instanceof BallastError) {
+    const reason: Reason = error.reason;
+    // @ts-expect-error -- reasons are a closed set
+    const made: Reason = 'breaker_half_open';
+    void reason, made;
+  }
+  const handover = await ballast.writeOrDefer('sber', 'payments', { key, json: {} });
+  if (handover.deferred && handover.taskId !== null) return ballast.task(handover.taskId);
+  if (!handover.deferred) void handover.response.status;
+  return undefined;
+}

@@ -1,0 +1,116 @@
+//! `ballast serve` as the tests start it: the real binary on a file they
+//! write, its addresses read from its first lines.
+
+// Each test binary uses a different part of it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ballast_test_support::Upstream;
+use serde_json::Value;
+
+/// A running `ballast serve`, killed if the test ends first.
+pub struct Served {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub admin: String,
+    pub gateway: String,
+    /// The lines after the addresses, as far as the tests read them.
+    pub lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    /// Starts `ballast serve` on a file of `[queue]` (SQLite in a temp dir,
+    /// polled every 100 ms, plus `queue`), a `[gateway]` on a free port, and
+    /// `rest`, in which `{up}` stands for `upstream`'s address.
+    pub fn start(upstream: &Upstream, queue: &str, rest: &str) -> Served {
+        Served::start_with(upstream, queue, rest, &[])
+    }
+
+    /// [`start`](Self::start) with `env` set for the process.
+    pub fn start_with(upstream: &Upstream, queue: &str, rest: &str, env: &[(&str, String)]) -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[queue]\nurl = \"sqlite://{}\"\npoll_interval = \"100ms\"\n{queue}\n[gateway]\nlisten = \"127.0.0.1:0\"\n\n{}",
+            dir.path().join("tasks.db").display(),
+            rest.replace("{up}", &upstream.addr.to_string())
+        );
+        std::fs::write(dir.path().join("ballast.toml"), text).unwrap();
+        let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ballast"))
+            .args(["serve", "--config"])
+            .arg(dir.path().join("ballast.toml"))
+            .args(["--listen", "127.0.0.1:0"])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut address = |what: &str| {
+            let line = lines.next().and_then(Result::ok).unwrap_or_default();
+            let addr = line.split("http://").nth(1).and_then(|s| s.split(' ').next()).map(str::to_owned);
+            addr.unwrap_or_else(|| panic!("no {what} address in {line:?}"))
+        };
+        let admin = format!("http://{}", address("admin"));
+        let gateway = format!("http://{}", address("gateway"));
+        Served { child, dir, admin, gateway, lines }
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("ballast.toml")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    pub fn hang_up(&self) {
+        let sent = Command::new("kill").args(["-HUP", &self.child.id().to_string()]).status().unwrap();
+        assert!(sent.success());
+    }
+
+    pub async fn task(&self, location: &str) -> Value {
+        let response = client().get(format!("{}{location}", self.gateway)).send().await.unwrap();
+        response.json().await.unwrap()
+    }
+
+    /// A keyed POST the caller lets the gateway defer.
+    pub async fn defer(&self, path: &str, key: &str) -> reqwest::Response {
+        client()
+            .post(format!("{}/call/{path}", self.gateway))
+            .header("idempotency-key", key)
+            .header("prefer", "respond-async")
+            .body(r#"{"amount":100}"#)
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+pub fn ballast(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ballast")).args(args).output().unwrap()
+}
+
+/// `ballast queue list --format json` of the served queue.
+pub fn queued(dir: &Path) -> Vec<Value> {
+    let db = format!("sqlite://{}", dir.join("tasks.db").display());
+    let out = ballast(&["queue", "--db", &db, "list", "--format", "json"]);
+    let listed: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    listed.as_array().cloned().unwrap_or_default()
+}
