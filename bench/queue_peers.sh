@@ -3,7 +3,8 @@
 # SQLite beside its bare loop): the table of BENCHMARKS.md, "Durable queue".
 #
 #   BALLAST_TEST_PG=postgres://postgres@127.0.0.1:5432/test bench/queue_peers.sh \
-#       [--tasks 100000] [--runs 3] [--river-default-tasks 10000] [--no-river] [--no-graphile] [--scale]
+#       [--tasks 100000] [--runs 3] [--river-default-tasks 10000] [--no-river] [--no-graphile] [--scale] \
+#       [--history 1000000] [--latency 200]
 #
 # Each round runs every system once, one after the other (rounds interleave
 # the systems, so a load spike from elsewhere hits one round of each rather
@@ -19,6 +20,11 @@
 #   graphile-worker       bench/graphile: 2 processes, local queue 500, batched completion
 #   ballast sqlite        queue_bench --backend sqlite --workers 1 --compare, and --defaults
 # --scale adds ballast on PostgreSQL with 1, 2 and 4 worker processes (1 worker each, batch 50).
+# --history N adds, in every round, each backend's default worker on a table
+#   already holding N finished tasks (a week of history before retention ran),
+#   and its ratio to the same worker on the empty table.
+# --latency S adds, once after the rounds, the claim latency of one task due at
+#   a time (S samples per path: woken in the process; NOTIFY or the poll).
 set -euo pipefail
 
 TASKS=100000
@@ -29,6 +35,8 @@ SINGLE=500
 RIVER=1
 GRAPHILE=1
 SCALE=0
+HISTORY=0
+LATENCY=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --tasks) TASKS=$2; shift 2 ;;
@@ -37,6 +45,8 @@ while [ $# -gt 0 ]; do
         --no-river) RIVER=0; shift ;;
         --no-graphile) GRAPHILE=0; shift ;;
         --scale) SCALE=1; shift ;;
+        --history) HISTORY=$2; shift 2 ;;
+        --latency) LATENCY=$2; shift 2 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -46,7 +56,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export CARGO_INCREMENTAL=0
 cargo build --release -q -p ballast-bench --bin queue_bench
-QB="$ROOT/target/release/queue_bench"
+QB="${CARGO_TARGET_DIR:-$ROOT/target}/release/queue_bench"
 if [ "$RIVER" = 1 ]; then
     (cd bench/river && cargo build --release -q)
 fi
@@ -105,6 +115,13 @@ for run in $(seq 1 "$RUNS"); do
     rows=$("$QB" --backend sqlite --tasks "$TASKS" --batch 50 --workers 1 --defaults --no-header)
     record "ballast sqlite (1 worker, defaults)" processing "$(qb_rate "$rows" 'processing')"
 
+    if [ "$HISTORY" -gt 0 ]; then
+        rows=$("$QB" --backend postgres --tasks "$TASKS" --defaults --retained "$HISTORY" --no-header)
+        record "ballast pg (1 worker, defaults), $HISTORY finished retained" processing "$(qb_rate "$rows" 'processing')"
+        rows=$("$QB" --backend sqlite --tasks "$TASKS" --defaults --retained "$HISTORY" --no-header)
+        record "ballast sqlite (1 worker, defaults), $HISTORY finished retained" processing "$(qb_rate "$rows" 'processing')"
+    fi
+
     if [ "$SCALE" = 1 ]; then
         for p in 1 2 4; do
             rows=$("$QB" --backend postgres --tasks "$TASKS" --batch 50 --workers 1 --processes "$p" --no-header)
@@ -113,6 +130,18 @@ for run in $(seq 1 "$RUNS"); do
     fi
 done
 echo "load after: $(cat /proc/loadavg)"
+
+if [ "$LATENCY" -gt 0 ]; then
+    echo
+    echo "claim latency, one task due at a time ($LATENCY samples per path):"
+    echo
+    echo "| backend | path | p50 | p99 |"
+    echo "|---|---|---|---|"
+    for backend in postgres sqlite; do
+        "$QB" --backend "$backend" --tasks 1000 --defaults --latency "$LATENCY" --no-header |
+            awk -F'|' 'index($3, " claim latency") == 1 { printf "|%s|%s|%s|%s|\n", $2, $3, $9, $10 }'
+    done
+fi
 
 python3 - "$OUT" "$RUNS" <<'EOF'
 import statistics, sys
@@ -144,14 +173,19 @@ print("\n| ratio (processing) | value |")
 print("|---|---|")
 pg = "ballast pg (4 workers × 50)"
 ratio(pg, "bare loop (pg, 4 loops, 2 tx per batch of 50)", 0.85)
-ratio(pg, "graphile-worker (2 processes, batched)", 1.5)
+ratio(pg, "graphile-worker (2 processes, batched)", 1.2)
 ratio(pg, "River tuned (1,000 workers, 1 ms cooldown)", 1.5)
 ratio(pg, "River defaults (100 workers)")
 d = "ballast pg (1 worker, defaults)"
 ratio(d, "bare loop (pg, 4 loops, 2 tx per batch of 50)", 0.85)
-ratio(d, "graphile-worker (2 processes, batched)", 1.5)
+ratio(d, "graphile-worker (2 processes, batched)", 1.2)
 ratio(d, "River tuned (1,000 workers, 1 ms cooldown)", 1.5)
 ratio(d, pg, 0.8)
 ratio("ballast sqlite (1 worker × 50)", "bare loop (sqlite, batch 50)", 0.8)
+ratio("ballast sqlite (1 worker, defaults)", "bare loop (sqlite, batch 50)", 0.8)
 ratio("ballast sqlite (1 worker, defaults)", "ballast sqlite (1 worker × 50)", 0.8)
+for key in list(med):
+    system, what = key
+    if what == "processing" and "finished retained" in system:
+        ratio(system, system.split(",")[0], 0.9)
 EOF

@@ -14,19 +14,29 @@
 //!   `Worker`s per process (concurrency = batch, batch = batch, poll 10 ms; or,
 //!   with `defaults`, `Worker::builder` as it comes), in
 //!   `processes` OS processes, from the first claim until the database holds
-//!   no pending or running task (checked every 5 ms on a connection of its own).
+//!   no pending or running task (checked every 2 ms on a connection of its
+//!   own, once every handler has started: a check walks the live index, and
+//!   checking all along would take the database's time from the workers).
 //! - **claim → complete latency**, p50 and p99: from the moment the handler
 //!   starts (right after the claim returned; wall clock) to the task's
 //!   `finalized_at`, which the completing statement stamps (PostgreSQL:
 //!   `now()` of the completing transaction; SQLite: the worker's clock at its
 //!   start). Same host, same clock. Only measured in the parent process.
+//! - **claim latency** (`latency` samples): one task due at a time, from the
+//!   enqueue's return to its handler's start, enqueued in the worker's
+//!   process (the worker is woken at once) and through another pool (on
+//!   PostgreSQL the NOTIFY of the insert wakes the worker; SQLite has no
+//!   notifications across processes, so the worker's poll finds it, every
+//!   100 ms here).
+//! - **retained**: the same with `retained` finished tasks already in the
+//!   table, as a week of history would leave them before retention runs.
 //! - **raw loop**: `workers` loops per process of the bare two-transaction SQL
 //!   (claim `batch` ids `FOR UPDATE SKIP LOCKED` and mark them running; commit;
 //!   mark them completed) on a table of its own, `bench_raw_tasks`.
 
 use std::process::Stdio;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -91,6 +101,14 @@ pub struct Options {
     /// How to start a child process: the executable and the arguments that put
     /// it in child mode, to which `--child-schema SCHEMA` is appended.
     pub child_command: Option<(std::path::PathBuf, Vec<String>)>,
+    /// Finished tasks (of another kind, completed a day ago) in the table
+    /// before anything is enqueued: a queue with a week of history.
+    pub retained: usize,
+    /// Claim latency samples to take after the processing (0: none): one
+    /// task due at a time, enqueued by this queue (the worker is woken in
+    /// the process) and by another pool on the same database (PostgreSQL:
+    /// LISTEN/NOTIFY; SQLite: the worker's poll, every 100 ms here).
+    pub latency: usize,
 }
 
 /// One row of the result table.
@@ -116,29 +134,40 @@ pub struct Measurement {
     pub p99: Option<Duration>,
     /// The rate as a fraction of the raw loop's in the same run.
     pub vs_raw: Option<f64>,
+    /// CPU time of the whole machine (the database's processes included)
+    /// per task while the tasks were processed, where `/proc/stat` tells.
+    pub cpu_per_task: Option<Duration>,
+    /// Of that, the bench process's own (the workers or the loops), for the
+    /// processes of this run in the parent only.
+    pub own_cpu_per_task: Option<Duration>,
 }
 
 impl Measurement {
     /// The markdown table header matching [`Measurement::row`].
-    pub const HEADER: &'static str = "| backend | measurement | tasks | batch | workers/process | processes | tasks/s | p50 | p99 | vs raw loop |\n|---|---|---|---|---|---|---|---|---|---|";
+    pub const HEADER: &'static str = "| backend | measurement | tasks | batch | workers/process | processes | tasks/s | p50 | p99 | vs raw loop | machine CPU/task | own CPU/task |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
 
     /// One markdown table row.
     pub fn row(&self) -> String {
         let ms =
             |d: Option<Duration>| d.map_or("–".to_owned(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3));
+        let rate = if self.rate > 0.0 { format!("{:.0}", self.rate) } else { "–".to_owned() };
         let ratio = self.vs_raw.map_or("–".to_owned(), |r| format!("{:.2}×", r));
+        let us =
+            |d: Option<Duration>| d.map_or("–".to_owned(), |d| format!("{:.1} µs", d.as_secs_f64() * 1e6));
         format!(
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             self.backend,
             self.what,
             self.tasks,
             self.batch,
             self.workers,
             self.processes,
-            self.rate,
+            rate,
             ms(self.p50),
             ms(self.p99),
-            ratio
+            ratio,
+            us(self.cpu_per_task),
+            us(self.own_cpu_per_task)
         )
     }
 }
@@ -158,10 +187,17 @@ impl Classify for Never {
     }
 }
 
-/// The no-op handler: records when each task started, by its payload index.
+/// When each task's handler started, by its payload index, and how many did.
+#[derive(Default)]
+struct Started {
+    at: Vec<AtomicI64>,
+    count: AtomicUsize,
+}
+
+/// The no-op handler: records when each task started.
 #[derive(Clone)]
 struct Noop {
-    started: Arc<Vec<AtomicI64>>,
+    started: Arc<Started>,
 }
 
 impl Handler for Noop {
@@ -169,10 +205,49 @@ impl Handler for Noop {
     type Error = Never;
 
     async fn handle(&self, _task: TaskContext, index: usize) -> Result<(), Never> {
-        if let Some(slot) = self.started.get(index) {
+        if let Some(slot) = self.started.at.get(index) {
             slot.store(now_micros(), Ordering::Relaxed);
         }
+        self.started.count.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// The busy CPU time of the whole machine so far, and of this process, from
+/// `/proc/stat` and `/proc/self/stat` (in USER_HZ ticks, 100 a second on
+/// Linux); `None` where there are no such files.
+struct MachineCpu {
+    machine: Option<u64>,
+    process: Option<u64>,
+}
+
+impl MachineCpu {
+    fn now() -> Self {
+        let stat = std::fs::read_to_string("/proc/stat").ok();
+        let machine = stat.as_deref().and_then(|text| {
+            let fields: Vec<u64> =
+                text.lines().next()?.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+            // user nice system idle iowait irq softirq steal: all but idle and iowait.
+            Some(fields.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum())
+        });
+        let own = std::fs::read_to_string("/proc/self/stat").ok();
+        // utime and stime are the 14th and 15th fields; the name (2nd) is in
+        // parentheses and may hold spaces, so count after its ')'.
+        let process = own.as_deref().and_then(|text| {
+            let after = &text[text.rfind(')')? + 1..];
+            let fields: Vec<u64> = after.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+            Some(fields.get(10)? + fields.get(11)?)
+        });
+        Self { machine, process }
+    }
+
+    /// Machine and process CPU time per task since `self`.
+    fn per(&self, tasks: usize) -> (Option<Duration>, Option<Duration>) {
+        let now = Self::now();
+        let per =
+            |ticks: Option<u64>| Duration::from_secs_f64(ticks? as f64 / 100.0 / tasks.max(1) as f64).into();
+        let since = |a: Option<u64>, b: Option<u64>| a?.checked_sub(b?);
+        (per(since(now.machine, self.machine)), per(since(now.process, self.process)))
     }
 }
 
@@ -233,8 +308,12 @@ impl Db {
     async fn queue(&self) -> anyhow::Result<Queue> {
         Ok(match self {
             Db::Sqlite { options, .. } => Queue::connect_sqlite(options.clone()).await?,
+            // All ten connections open before anything is measured, as the
+            // bare loop opens its own before its clock starts: a new
+            // PostgreSQL backend costs milliseconds of CPU before its first
+            // statement, which a worker pays once in its life.
             Db::Pg { options, .. } => Queue::from_postgres(
-                PgPoolOptions::new().max_connections(10).connect_with(options.clone()).await?,
+                Queue::pg_pool_options().min_connections(10).connect_with(options.clone()).await?,
             ),
         })
     }
@@ -256,6 +335,31 @@ impl Db {
             Db::Sqlite { pool, .. } => sqlx::query_scalar(sql).fetch_one(pool).await?,
             Db::Pg { pool, .. } => sqlx::query_scalar(sql).fetch_one(pool).await?,
         })
+    }
+
+    /// Inserts `n` tasks completed a day ago, of a kind no worker claims.
+    async fn retain(&self, n: usize) -> anyhow::Result<()> {
+        match self {
+            Db::Sqlite { .. } => {
+                let day_ago = now_micros() - 86_400_000_000;
+                self.exec(&format!(
+                    "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {n})
+                     INSERT INTO ballast_tasks (kind, payload, state, attempt, run_at, created_at, updated_at, finalized_at)
+                     SELECT 'bench-history', i, 'completed', 1, {day_ago}, {day_ago}, {day_ago}, {day_ago} FROM s;
+                     ANALYZE"
+                ))
+                .await
+            }
+            Db::Pg { .. } => {
+                self.exec(&format!(
+                    "INSERT INTO ballast_tasks (kind, payload, state, attempt, run_at, created_at, updated_at, finalized_at)
+                     SELECT 'bench-history', to_jsonb(i), 'completed', 1, t, t, t, t
+                     FROM generate_series(1, {n}) i, (SELECT now() - interval '1 day' AS t) d;
+                     ANALYZE ballast_tasks; CHECKPOINT"
+                ))
+                .await
+            }
+        }
     }
 
     /// `(payload index, finalized_at µs)` of every completed task.
@@ -323,19 +427,27 @@ async fn measure(db: &Db, opts: &Options) -> anyhow::Result<Vec<Measurement>> {
         p50: None,
         p99: None,
         vs_raw: None,
+        cpu_per_task: None,
+        own_cpu_per_task: None,
     };
     let mut raw_rate = None;
     if opts.raw {
+        let busy = MachineCpu::now();
         let rate = raw_loop(db, opts).await?;
+        let (cpu, own) = busy.per(opts.tasks);
         db.exec("DROP TABLE bench_raw_tasks").await?;
         raw_rate = Some(rate);
-        out.push(row("raw SQL loop (2 transactions per batch)", opts.tasks, rate));
+        let raw = row("raw SQL loop (2 transactions per batch)", opts.tasks, rate);
+        out.push(Measurement { cpu_per_task: cpu, own_cpu_per_task: own, ..raw });
     }
     if !opts.queue {
         return Ok(out);
     }
     let queue = db.queue().await?;
     queue.migrate().await?;
+    if opts.retained > 0 {
+        db.retain(opts.retained).await?;
+    }
 
     // Enqueue, one by one, then remove those tasks so the claims see only the batched ones.
     let single = (opts.tasks / 10).max(1);
@@ -362,7 +474,9 @@ async fn measure(db: &Db, opts: &Options) -> anyhow::Result<Vec<Measurement>> {
     })
     .await?;
 
+    let busy = MachineCpu::now();
     let (rate, latencies) = process(db, &queue, opts).await?;
+    let (cpu, own) = busy.per(opts.tasks);
     let what = if opts.defaults {
         "processing (no-op handler, worker defaults)"
     } else {
@@ -379,11 +493,82 @@ async fn measure(db: &Db, opts: &Options) -> anyhow::Result<Vec<Measurement>> {
         processed.p99 = Some(pick(0.99));
     }
     processed.vs_raw = raw_rate.map(|raw| rate / raw);
+    processed.cpu_per_task = cpu;
+    processed.own_cpu_per_task = own.filter(|_| opts.processes == 1);
     out.push(processed);
+    if opts.latency > 0 {
+        for (what, other) in
+            [("claim latency, enqueued in the process", false), ("claim latency, enqueued elsewhere", true)]
+        {
+            let latencies = claim_latency(db, &queue, opts.latency, other).await?;
+            let mut row = row(what, opts.latency, 0.0);
+            if other {
+                row.what = match db {
+                    Db::Sqlite { .. } => format!("{what} (poll every {} ms)", POLL.as_millis()),
+                    Db::Pg { .. } => format!("{what} (LISTEN/NOTIFY)"),
+                };
+            }
+            (row.p50, row.p99) = (Some(quantile(&latencies, 0.50)), Some(quantile(&latencies, 0.99)));
+            out.push(row);
+        }
+    }
     Ok(out)
 }
 
-fn build_worker(queue: Queue, opts: &Options, started: Arc<Vec<AtomicI64>>) -> anyhow::Result<Worker> {
+/// The latency worker's poll interval: the bound of the poll path.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The `q` quantile of `sorted`.
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
+    sorted.get(i).copied().unwrap_or_default()
+}
+
+/// Tells when the handler of each latency task started.
+struct Signal(tokio::sync::mpsc::UnboundedSender<Instant>);
+
+impl Handler for Signal {
+    type Payload = usize;
+    type Error = Never;
+
+    async fn handle(&self, _task: TaskContext, _: usize) -> Result<(), Never> {
+        let _ = self.0.send(Instant::now());
+        Ok(())
+    }
+}
+
+/// `samples` tasks, one at a time with the worker idle in between: from the
+/// enqueue's return to the handler's start, sorted. `other`: enqueued
+/// through a pool of its own, as another process would.
+async fn claim_latency(db: &Db, queue: &Queue, samples: usize, other: bool) -> anyhow::Result<Vec<Duration>> {
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(queue.clone())
+        .handler("bench-latency", Signal(started))
+        .poll_interval(POLL)
+        .build()?;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let producer = if other { db.queue().await? } else { queue.clone() };
+    let mut latencies = Vec::with_capacity(samples);
+    for i in 0..samples {
+        // Idle long enough for the worker to be waiting, at an odd offset
+        // from its poll so the poll path is sampled all along its interval.
+        tokio::time::sleep(Duration::from_millis(50 + (i as u64 * 37) % 100)).await;
+        producer.enqueue(NewTask::new("bench-latency", &i)).await?;
+        let enqueued = Instant::now();
+        let start = tokio::time::timeout(Duration::from_secs(30), starts.recv())
+            .await
+            .context("a latency task was not claimed within 30 s")?
+            .context("the worker stopped")?;
+        latencies.push(start.saturating_duration_since(enqueued));
+    }
+    shutdown.cancel();
+    running.await?;
+    latencies.sort_unstable();
+    Ok(latencies)
+}
+
+fn build_worker(queue: Queue, opts: &Options, started: Arc<Started>) -> anyhow::Result<Worker> {
     let builder = Worker::builder(queue).handler(KIND, Noop { started });
     if opts.defaults {
         return Ok(builder.build()?);
@@ -394,7 +579,8 @@ fn build_worker(queue: Queue, opts: &Options, started: Arc<Vec<AtomicI64>>) -> a
 /// Drains the queue; returns the combined rate and, in the parent process,
 /// the claim → complete latencies in µs.
 async fn process(db: &Db, queue: &Queue, opts: &Options) -> anyhow::Result<(f64, Option<Vec<i64>>)> {
-    let started: Arc<Vec<AtomicI64>> = Arc::new((0..opts.tasks).map(|_| AtomicI64::new(0)).collect());
+    let started =
+        Arc::new(Started { at: (0..opts.tasks).map(|_| AtomicI64::new(0)).collect(), ..Started::default() });
     let mut children = Vec::new();
     if opts.processes > 1 {
         let (Db::Pg { schema, .. }, Some((exe, args))) = (db, &opts.child_command) else {
@@ -431,6 +617,13 @@ async fn process(db: &Db, queue: &Queue, opts: &Options) -> anyhow::Result<(f64,
         let worker = build_worker(queue.clone(), opts, Arc::clone(&started))?;
         workers.push(tokio::spawn(worker.run(shutdown.clone())));
     }
+    if opts.processes == 1 {
+        // Every handler has run before the database can be drained: until
+        // then the check costs nothing but this process's own counter.
+        while started.count.load(Ordering::Relaxed) < opts.tasks {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
     wait_drained(db).await?;
     let elapsed = start.elapsed();
     shutdown.cancel();
@@ -449,7 +642,7 @@ async fn process(db: &Db, queue: &Queue, opts: &Options) -> anyhow::Result<(f64,
         Some(
             done.into_iter()
                 .filter_map(|(index, finalized)| {
-                    let start = started.get(usize::try_from(index).ok()?)?.load(Ordering::Relaxed);
+                    let start = started.at.get(usize::try_from(index).ok()?)?.load(Ordering::Relaxed);
                     (start > 0).then(|| finalized - start)
                 })
                 .collect(),
@@ -480,7 +673,7 @@ async fn wait_drained(db: &Db) -> anyhow::Result<()> {
         if Instant::now() > deadline {
             bail!("the queue did not drain within 10 minutes");
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     Ok(())
 }
@@ -489,7 +682,7 @@ async fn wait_drained(db: &Db) -> anyhow::Result<()> {
 /// stdin closes; prints "ready" once connected and "done N" at the end.
 pub async fn child(opts: &Options, schema: &str) -> anyhow::Result<()> {
     let url = pg_url(opts.url.as_deref())?;
-    let pool = PgPoolOptions::new().max_connections(10).connect_with(pg_options(&url, schema)?).await?;
+    let pool = Queue::pg_pool_options().connect_with(pg_options(&url, schema)?).await?;
     let queue = Queue::from_postgres(pool);
     let mut stdout = tokio::io::stdout();
     stdout.write_all(b"ready\n").await?;
@@ -499,7 +692,7 @@ pub async fn child(opts: &Options, schema: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     let shutdown = CancellationToken::new();
-    let started = Arc::new(Vec::new());
+    let started = Arc::new(Started::default());
     let mut workers = Vec::new();
     for _ in 0..opts.workers {
         let worker = build_worker(queue.clone(), opts, Arc::clone(&started))?;
@@ -663,13 +856,18 @@ mod tests {
             url: None,
             processes: 1,
             child_command: None,
+            retained: 100,
+            latency: 3,
         }
     }
 
     fn check(rows: &[Measurement]) {
-        assert_eq!(rows.len(), 4, "{rows:#?}");
-        assert!(rows.iter().all(|r| r.rate > 0.0), "{rows:#?}");
+        assert_eq!(rows.len(), 6, "{rows:#?}");
+        assert!(rows[..4].iter().all(|r| r.rate > 0.0), "{rows:#?}");
         let processed = &rows[3];
+        for latency in &rows[4..] {
+            assert!(latency.what.starts_with("claim latency") && latency.p50.is_some(), "{latency:#?}");
+        }
         assert!(processed.p50.is_some() && processed.p99 >= processed.p50, "{processed:#?}");
         assert!(processed.vs_raw.is_some());
         for r in rows {

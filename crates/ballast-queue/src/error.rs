@@ -32,6 +32,10 @@ pub enum Error {
     /// The database refused or failed a statement.
     #[error("database error: {0}; check that the database is reachable and that Queue::migrate() has run")]
     Database(#[from] sqlx::Error),
+    /// A SQLite queue in memory: its workers' connection could not open the
+    /// same database.
+    #[error("a SQLite queue must be a file (sqlite://path/to/file.db): an in-memory database cannot be shared by the queue's connections")]
+    InMemorySqlite,
     /// A task's payload could not be turned into JSON.
     #[error("payload of task kind {kind:?} cannot be serialized to JSON: {source}")]
     Payload {

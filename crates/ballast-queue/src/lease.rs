@@ -29,11 +29,22 @@ pub(crate) fn deadline(asked: Instant, lease: Duration) -> Instant {
 }
 
 /// The tasks a worker holds, with what it needs to renew or abandon them.
+/// A task leaves it when its handler returns (its outcome then waits for the
+/// completer, unrenewed: it is written within milliseconds) or when its
+/// handler may not start.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Held {
-    tasks: Arc<Mutex<HashMap<Lease, HeldTask>>>,
-    /// Wakes the watchdog when a task is added (its deadline may be the earliest).
-    added: Arc<Notify>,
+    inner: Arc<Mutex<Inner>>,
+    /// Wakes the watchdog when a task's deadline comes before the one it
+    /// sleeps until.
+    earlier: Arc<Notify>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    tasks: HashMap<Lease, HeldTask>,
+    /// The deadline the watchdog sleeps until, if any.
+    watching: Option<Instant>,
 }
 
 /// What the worker keeps about a task it holds.
@@ -43,24 +54,14 @@ struct HeldTask {
     counters: Arc<AttemptCounters>,
     /// See [`deadline`]; moved on by each renewal.
     deadline: Instant,
-    phase: Phase,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// The handler is about to start, or running.
-    Running,
-    /// The handler returned and the worker is storing its outcome (reschedule
-    /// or fail): a renewal racing that statement finds the lease gone.
-    Finishing,
     /// A renewal found the lease taken: the handler was told to stop.
-    Lost,
+    lost: bool,
 }
 
 impl Held {
-    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<Lease, HeldTask>> {
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         // Nothing panics under the lock; a poisoned lock is still consistent.
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Holds `lease` until `deadline` unless renewed.
@@ -71,8 +72,14 @@ impl Held {
         counters: Arc<AttemptCounters>,
         deadline: Instant,
     ) {
-        self.tasks().insert(lease, HeldTask { cancel, counters, deadline, phase: Phase::Running });
-        self.added.notify_one();
+        let mut inner = self.inner();
+        inner.tasks.insert(lease, HeldTask { cancel, counters, deadline, lost: false });
+        // A claim's tasks share one deadline, later than any held before:
+        // the watchdog is woken only when it would otherwise sleep too long.
+        if inner.watching.is_none_or(|at| deadline < at) {
+            inner.watching = Some(deadline);
+            self.earlier.notify_one();
+        }
     }
 
     /// Whether the handler of `lease` may start: yes while the lease cannot
@@ -80,78 +87,66 @@ impl Held {
     /// the task is forgotten (its lease lapses and any worker may claim it)
     /// and the answer is how late it is.
     pub fn start(&self, lease: Lease) -> Result<(), Duration> {
-        let mut tasks = self.tasks();
+        let mut inner = self.inner();
         let now = Instant::now();
-        match tasks.get(&lease) {
+        match inner.tasks.get(&lease) {
             Some(task) if now < task.deadline && !task.cancel.is_cancelled() => Ok(()),
             Some(task) => {
                 let late = now.saturating_duration_since(task.deadline);
-                tasks.remove(&lease);
+                inner.tasks.remove(&lease);
                 Err(late)
             }
             None => Err(Duration::ZERO),
         }
     }
 
-    /// The handler returned: its outcome is about to be stored.
-    pub fn finishing(&self, lease: Lease) {
-        if let Some(task) = self.tasks().get_mut(&lease) {
-            task.phase = Phase::Finishing;
-        }
-    }
-
-    /// The attempt counters of the kind of the held task `id`.
-    pub fn counters(&self, id: i64) -> Option<Arc<AttemptCounters>> {
-        self.tasks().iter().find(|(lease, _)| lease.id == id).map(|(_, task)| Arc::clone(&task.counters))
-    }
-
-    pub fn remove(&self, lease: Lease) {
-        self.tasks().remove(&lease);
+    /// Lets go of `lease` (its handler returned); its attempt counters.
+    pub fn remove(&self, lease: Lease) -> Option<Arc<AttemptCounters>> {
+        self.inner().tasks.remove(&lease).map(|task| task.counters)
     }
 
     pub fn len(&self) -> usize {
-        self.tasks().len()
+        self.inner().tasks.len()
     }
 
-    /// Every held lease, to release at shutdown.
+    /// Every held lease.
+    #[cfg(test)]
     pub fn leases(&self) -> Vec<Lease> {
-        self.tasks().keys().copied().collect()
+        self.inner().tasks.keys().copied().collect()
+    }
+
+    /// Lets go of every held task (shutdown): their leases and counters.
+    pub fn drain(&self) -> Vec<(Lease, Arc<AttemptCounters>)> {
+        self.inner().tasks.drain().map(|(lease, task)| (lease, task.counters)).collect()
     }
 
     /// The leases worth renewing: all but those already found taken.
     fn renewable(&self) -> Vec<Lease> {
-        self.tasks().iter().filter(|(_, task)| task.phase != Phase::Lost).map(|(lease, _)| *lease).collect()
+        self.inner().tasks.iter().filter(|(_, task)| !task.lost).map(|(lease, _)| *lease).collect()
     }
 
     pub fn cancel_all(&self) {
-        self.tasks().values().for_each(|task| task.cancel.cancel());
+        self.inner().tasks.values().for_each(|task| task.cancel.cancel());
     }
 
     /// Applies a heartbeat round asked for at `asked` over `round`: moves the
-    /// deadlines of the leases `extended`, and says what happened to the others.
+    /// deadlines of the leases `extended`, and tells the handlers of the
+    /// others to stop.
     fn renewed(&self, asked: Instant, lease: Duration, round: &[Lease], extended: &[Lease]) {
-        let mut tasks = self.tasks();
+        let mut inner = self.inner();
         for held in round {
-            // Absent: the handler succeeded and the run loop took the task to complete it.
-            let Some(task) = tasks.get_mut(held) else { continue };
+            // Absent: the handler returned and its outcome went to the
+            // completer, which may have released the lease already.
+            let Some(task) = inner.tasks.get_mut(held) else { continue };
             if extended.contains(held) {
                 task.deadline = task.deadline.max(deadline(asked, lease));
-                continue;
-            }
-            match task.phase {
-                Phase::Running => {
-                    tracing::warn!(
-                        task_id = held.id,
-                        "lease lost (it expired and another worker claimed the task, or the task was cancelled): telling the handler to stop; this worker's outcome will be ignored"
-                    );
-                    task.cancel.cancel();
-                    task.phase = Phase::Lost;
-                }
-                Phase::Finishing => tracing::debug!(
+            } else if !task.lost {
+                tracing::warn!(
                     task_id = held.id,
-                    "lease not renewed: the attempt's outcome stored by this worker meanwhile (rescheduled or failed) released it"
-                ),
-                Phase::Lost => {}
+                    "lease lost (it expired and another worker claimed the task, or the task was cancelled): telling the handler to stop; this worker's outcome will be ignored"
+                );
+                task.cancel.cancel();
+                task.lost = true;
             }
         }
     }
@@ -160,9 +155,10 @@ impl Held {
     /// the next deadline to watch.
     fn cancel_overdue(&self) -> Option<Instant> {
         let now = Instant::now();
+        let mut inner = self.inner();
         let mut next: Option<Instant> = None;
-        for (lease, task) in self.tasks().iter() {
-            if task.phase != Phase::Running || task.cancel.is_cancelled() {
+        for (lease, task) in &inner.tasks {
+            if task.lost || task.cancel.is_cancelled() {
                 continue;
             }
             if task.deadline <= now {
@@ -176,6 +172,7 @@ impl Held {
                 next = Some(next.map_or(task.deadline, |at| at.min(task.deadline)));
             }
         }
+        inner.watching = next;
         next
     }
 }
@@ -222,7 +219,7 @@ pub(crate) async fn watchdog(held: Held, stop: CancellationToken) {
         };
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = held.added.notified() => {}
+            _ = held.earlier.notified() => {}
             _ = overdue => {}
         }
     }
@@ -230,6 +227,8 @@ pub(crate) async fn watchdog(held: Held, stop: CancellationToken) {
 
 #[cfg(test)]
 mod tests {
+    use futures_util::FutureExt;
+
     use super::*;
 
     const LEASE: Duration = Duration::from_secs(30);
@@ -299,14 +298,37 @@ mod tests {
     #[test]
     fn a_lease_found_taken_cancels_the_handler_once_and_is_not_renewed_again() {
         let held = Held::default();
-        let (lost, finishing) = (lease(1), lease(2));
+        let (lost, finished) = (lease(1), lease(2));
         let now = Instant::now();
         let cancel = hold(&held, lost, now + LEASE);
-        let finished = hold(&held, finishing, now + LEASE);
-        held.finishing(finishing);
-        held.renewed(now, LEASE, &[lost, finishing], &[]);
+        let done = hold(&held, finished, now + LEASE);
+        // A round that began while both handlers ran; one of them returned
+        // and its outcome was stored (releasing the lease) before the round came back.
+        let round = held.leases();
+        assert!(held.remove(finished).is_some());
+        held.renewed(now, LEASE, &round, &[]);
         assert!(cancel.is_cancelled());
-        assert!(!finished.is_cancelled(), "its handler already returned");
-        assert_eq!(held.renewable(), vec![finishing]);
+        assert!(!done.is_cancelled(), "its handler already returned");
+        assert_eq!(held.renewable(), Vec::<Lease>::new(), "the lost lease is not renewed again");
+        held.renewed(now, LEASE, &[lost], &[]);
+        assert_eq!(held.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_watchdog_is_woken_only_for_an_earlier_deadline() {
+        let held = Held::default();
+        let at = Instant::now() + LEASE;
+        hold(&held, lease(1), at);
+        assert_eq!(held.inner().watching, Some(at));
+        let woken = held.earlier.notified();
+        tokio::pin!(woken);
+        // Consumes the permit the first insert stored.
+        assert!(woken.as_mut().now_or_never().is_some());
+        let woken = held.earlier.notified();
+        tokio::pin!(woken);
+        hold(&held, lease(2), at + Duration::from_secs(1));
+        assert!(woken.as_mut().now_or_never().is_none(), "a later deadline wakes nobody");
+        hold(&held, lease(3), at - Duration::from_secs(1));
+        assert!(woken.as_mut().now_or_never().is_some(), "an earlier one does");
     }
 }

@@ -81,6 +81,7 @@ mod lease;
 /// The queue's Prometheus metrics: names, labels, and when they are updated.
 pub mod metrics;
 mod monitor;
+mod outcome;
 mod queue;
 mod retention;
 mod schedule;

@@ -26,6 +26,11 @@ use crate::store::Store;
 use crate::task::NewTask;
 use crate::types::{Backend, EnqueueOutcome};
 
+/// How long a PostgreSQL connection may sit idle before it is pinged on its
+/// way out of the pool (see [`Queue::pg_pool_options`]).
+#[cfg(feature = "postgres")]
+const PING_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A durable task queue in one database.
 ///
 /// Cheap to clone; clones share the connection pool.
@@ -67,7 +72,7 @@ impl Queue {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres => {
-                let pool = PgPoolOptions::new().max_connections(10).connect(url).await?;
+                let pool = Self::pg_pool_options().connect(url).await?;
                 Ok(Self::from_postgres(pool))
             }
             #[allow(unreachable_patterns)]
@@ -102,14 +107,15 @@ impl Queue {
                     .create_if_missing(false)
                     .busy_timeout(Duration::from_secs(5));
                 let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options.clone()).await;
-                pool.map(Self::from_sqlite).map_err(|e| {
-                    let path = options.get_filename();
-                    if path.exists() {
-                        e.into()
-                    } else {
-                        Error::NoDatabase { path: path.to_owned() }
-                    }
-                })
+                pool.map(|pool| Self::with_store(AnyStore::Sqlite(sqlite::SqliteStore::new(pool, true))))
+                    .map_err(|e| {
+                        let path = options.get_filename();
+                        if path.exists() {
+                            e.into()
+                        } else {
+                            Error::NoDatabase { path: path.to_owned() }
+                        }
+                    })
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres => {
@@ -143,15 +149,55 @@ impl Queue {
         Ok(Self::from_sqlite(pool))
     }
 
-    /// A queue on an existing SQLite pool, used as configured.
+    /// A queue on an existing SQLite pool, used as configured: the pool
+    /// serves reads, migrations and the admin API. The queue's own writes
+    /// (enqueues, claims, outcomes, lease renewals) go through one
+    /// connection of its own to the pool's file, opened on first use with
+    /// the pool's `synchronous` and busy timeout, on a thread of its own (a
+    /// batch of tasks is one message there). The pool's file must be a file:
+    /// an in-memory database is [`Error::InMemorySqlite`] on first write.
+    /// To look into a queue without writing, use
+    /// [`connect_read_only`](Self::connect_read_only).
     #[cfg(feature = "sqlite")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub fn from_sqlite(pool: SqlitePool) -> Self {
-        Self::with_store(AnyStore::Sqlite(sqlite::SqliteStore::new(pool)))
+        Self::with_store(AnyStore::Sqlite(sqlite::SqliteStore::new(pool, false)))
+    }
+
+    /// The pool settings [`connect`](Self::connect) uses for PostgreSQL: 10
+    /// connections, and a connection is pinged before use only after it sat
+    /// idle for 10 s. sqlx pings every connection it hands out by default:
+    /// for a worker that is one more round trip, and one more wake-up of the
+    /// database, per batch. A connection that dies while busy fails one
+    /// statement, which the worker retries.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::str::FromStr;
+    /// use ballast_queue::Queue;
+    /// use sqlx::postgres::PgConnectOptions;
+    ///
+    /// let options = PgConnectOptions::from_str("postgres://app@db/q")?.options([("search_path", "jobs")]);
+    /// let queue = Queue::from_postgres(Queue::pg_pool_options().connect_with(options).await?);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub fn pg_pool_options() -> PgPoolOptions {
+        PgPoolOptions::new().max_connections(10).test_before_acquire(false).before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
     }
 
     /// A queue on an existing PostgreSQL pool (e.g. one whose connections set
-    /// `search_path` to put the table in a schema of your choice).
+    /// `search_path` to put the table in a schema of your choice), used as
+    /// configured; [`pg_pool_options`](Self::pg_pool_options) are the
+    /// settings a worker goes fastest with.
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub fn from_postgres(pool: PgPool) -> Self {

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p ballast-bench --bin queue_bench -- \
 //!     --backend sqlite|postgres --tasks N --batch B --workers W [--raw | --compare] \
-//!     [--defaults] [--url URL] [--processes P]
+//!     [--defaults] [--url URL] [--processes P] [--retained N] [--latency SAMPLES]
 //! ```
 //!
 //! PostgreSQL runs in a fresh schema of `--url` (default: `$BALLAST_TEST_PG`),
@@ -51,6 +51,12 @@ struct Args {
     /// Print no table header.
     #[arg(long)]
     no_header: bool,
+    /// Finished tasks already in the table (completed a day ago, another kind).
+    #[arg(long, default_value_t = 0)]
+    retained: usize,
+    /// Claim latency samples to take, one task due at a time (0: none).
+    #[arg(long, default_value_t = 0)]
+    latency: usize,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -81,6 +87,8 @@ async fn main() -> anyhow::Result<()> {
         url: args.url,
         processes: args.processes,
         child_command: Some((std::env::current_exe()?, child_args)),
+        retained: args.retained,
+        latency: args.latency,
     };
     if let Some(schema) = args.child_schema {
         return child(&opts, &schema).await;

@@ -13,6 +13,7 @@ use super::postgres;
 use super::sqlite;
 use super::{ClaimRequest, Exchange, Lease, Store, ValidTask};
 use crate::error::Result;
+use crate::outcome::Outcome;
 use crate::types::{Backend, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
 
 /// The backend a [`Queue`](crate::Queue) was connected to.
@@ -56,23 +57,11 @@ impl Store for AnyStore {
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
         dispatch!(self, s => s.enqueue(tasks))
     }
-    async fn complete_and_claim(&self, completed: &[Lease], claim: &ClaimRequest) -> Result<Exchange> {
-        dispatch!(self, s => s.complete_and_claim(completed, claim))
-    }
-    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str, counted: bool) -> Result<bool> {
-        dispatch!(self, s => s.reschedule(lease, delay, error, counted))
-    }
-    async fn fail(&self, lease: Lease, error: &str, follow_ups: &[ValidTask]) -> Result<bool> {
-        dispatch!(self, s => s.fail(lease, error, follow_ups))
-    }
-    async fn set_result(&self, lease: Lease, result: &str) -> Result<bool> {
-        dispatch!(self, s => s.set_result(lease, result))
+    async fn settle_and_claim(&self, outcomes: &[Outcome], claim: &ClaimRequest) -> Result<Exchange> {
+        dispatch!(self, s => s.settle_and_claim(outcomes, claim))
     }
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
         dispatch!(self, s => s.heartbeat(leases, lease))
-    }
-    async fn release(&self, leases: &[Lease]) -> Result<Vec<i64>> {
-        dispatch!(self, s => s.release(leases))
     }
     async fn listen(&self, wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>> {
         dispatch!(self, s => s.listen(wake))

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use crate::error::Result;
+use crate::outcome::Outcome;
 use crate::types::{EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
 
 pub(crate) mod any;
@@ -32,7 +33,7 @@ pub(crate) struct Lease {
 /// A task checked for enqueueing, in the types the stores bind. `pub` only
 /// because the sealed [`TxConnection`](crate::TxConnection) names it; the
 /// crate does not export it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ValidTask {
     /// A valid kind (see [`check_kind`](crate::check_kind)).
     pub kind: String,
@@ -66,10 +67,10 @@ pub(crate) struct ClaimRequest {
     pub lease: Duration,
 }
 
-/// The result of reporting completions and claiming in one go.
+/// The result of settling outcomes and claiming in one go.
 #[derive(Debug, Default)]
 pub(crate) struct Exchange {
-    /// Completions refused because the lease had been lost.
+    /// Outcomes refused because the lease had been lost.
     pub refused: Vec<Lease>,
     pub claimed: Vec<ClaimedTask>,
 }
@@ -83,24 +84,14 @@ pub(crate) trait Store: Send + Sync {
     /// only, never creates.
     async fn is_migrated(&self) -> Result<bool>;
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>>;
-    /// Marks `completed` as done and claims up to `claim.limit` due tasks
-    /// (pending and due, or running with an expired lease), in one round trip
-    /// where the backend allows.
-    async fn complete_and_claim(&self, completed: &[Lease], claim: &ClaimRequest) -> Result<Exchange>;
-    /// Back to pending after `delay`, recording `error`; unless `counted`,
-    /// the attempt is given back (it reached nothing outside the process).
-    async fn reschedule(&self, lease: Lease, delay: Duration, error: &str, counted: bool) -> Result<bool>;
-    /// To failed, recording `error`; `follow_ups` (the failure's alert
-    /// tasks) are enqueued in the same transaction, and only if the lease
-    /// still held.
-    async fn fail(&self, lease: Lease, error: &str, follow_ups: &[ValidTask]) -> Result<bool>;
-    /// Stores what a successful attempt reported (JSON text), while the lease holds.
-    async fn set_result(&self, lease: Lease, result: &str) -> Result<bool>;
+    /// Writes `outcomes` (each fenced by its lease; a failure's follow-ups
+    /// only with it) and claims up to `claim.limit` due tasks (pending and
+    /// due, or running with an expired lease), in one transaction, and in
+    /// one round trip where the backend allows. A task settled here is never
+    /// claimed by the same call.
+    async fn settle_and_claim(&self, outcomes: &[Outcome], claim: &ClaimRequest) -> Result<Exchange>;
     /// Extends the leases still held; returns those extended.
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>>;
-    /// Back to pending, due now, without counting the abandoned attempt;
-    /// returns the ids released.
-    async fn release(&self, leases: &[Lease]) -> Result<Vec<i64>>;
     /// Wakes `wake` whenever another process enqueues; `None` if the backend
     /// cannot tell.
     async fn listen(&self, wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>>;

@@ -1,0 +1,299 @@
+//! SQLite backend. One writer at a time (WAL lets readers continue), so a claim
+//! needs no `SKIP LOCKED`: the `UPDATE … RETURNING` that claims is atomic.
+//! Timestamps are microseconds since the Unix epoch from this process's clock.
+//!
+//! Every write of the queue's own goes through the [`Engine`], one rusqlite
+//! connection on a thread of its own; the sqlx pool serves the admin API,
+//! migrations and the caller's transactions.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
+use sqlx::{Connection, Row};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+mod engine;
+
+use engine::Engine;
+
+use super::{ClaimRequest, Exchange, Lease, Store, ValidTask};
+use crate::error::Result;
+use crate::outcome::Outcome;
+use crate::types::{
+    duration_micros, from_micros, micros, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState,
+};
+
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../../migrations/sqlite/0001_tasks.sql")),
+    (2, include_str!("../../../migrations/sqlite/0002_live_index.sql")),
+    (3, include_str!("../../../migrations/sqlite/0003_task_result.sql")),
+];
+
+const COLUMNS: &str = "id, kind, payload, idempotency_key, state, attempt, max_attempts, run_at, \
+     lease_owner, lease_expires_at, last_error, errors, created_at, updated_at, finalized_at, result";
+
+fn now() -> i64 {
+    micros(SystemTime::now())
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct SqliteStore {
+    pool: SqlitePool,
+    /// Claims, outcomes and renewals: the workers' side of the table.
+    engine: Engine,
+}
+
+impl SqliteStore {
+    /// The queue's store on `pool`'s file; `read_only` as the pool was opened.
+    pub fn new(pool: SqlitePool, read_only: bool) -> Self {
+        Self { engine: Engine::new(pool.clone(), read_only), pool }
+    }
+}
+
+/// Inserts one task on `conn` (the pool's, or the caller's open transaction).
+pub(crate) async fn enqueue_one(conn: &mut SqliteConnection, task: &ValidTask) -> Result<EnqueueOutcome> {
+    let now = now();
+    let inserted: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO ballast_tasks
+            (kind, payload, idempotency_key, max_attempts, run_at, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+         ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+         RETURNING id",
+    )
+    .bind(&task.kind)
+    .bind(&task.payload)
+    .bind(&task.key)
+    .bind(task.max_attempts)
+    .bind(task.run_at.unwrap_or(now))
+    .bind(now)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(id) = inserted {
+        return Ok(EnqueueOutcome { id, created: true });
+    }
+    let id = sqlx::query_scalar("SELECT id FROM ballast_tasks WHERE kind = ?1 AND idempotency_key = ?2")
+        .bind(&task.kind)
+        .bind(&task.key)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(EnqueueOutcome { id, created: false })
+}
+
+fn task_info(row: &SqliteRow) -> Result<TaskInfo> {
+    let state: String = row.try_get("state")?;
+    let payload: String = row.try_get("payload")?;
+    let errors: String = row.try_get("errors")?;
+    let decode = |e: Box<dyn std::error::Error + Send + Sync>| sqlx::Error::Decode(e);
+    Ok(TaskInfo {
+        id: row.try_get("id")?,
+        kind: row.try_get("kind")?,
+        payload: serde_json::from_str(&payload).map_err(|e| decode(e.into()))?,
+        key: row.try_get("idempotency_key")?,
+        state: state.parse::<TaskState>().map_err(|e| decode(e.into()))?,
+        attempt: row.try_get::<u32, _>("attempt")?,
+        max_attempts: row.try_get::<u32, _>("max_attempts")?,
+        run_at: from_micros(row.try_get("run_at")?),
+        lease_owner: row.try_get("lease_owner")?,
+        lease_expires_at: row.try_get::<Option<i64>, _>("lease_expires_at")?.map(from_micros),
+        last_error: row.try_get("last_error")?,
+        errors: serde_json::from_str(&errors).map_err(|e| decode(e.into()))?,
+        created_at: from_micros(row.try_get("created_at")?),
+        updated_at: from_micros(row.try_get("updated_at")?),
+        finalized_at: row.try_get::<Option<i64>, _>("finalized_at")?.map(from_micros),
+        result: row
+            .try_get::<Option<String>, _>("result")?
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| decode(e.into()))?,
+    })
+}
+
+impl Store for SqliteStore {
+    async fn migrate(&self) -> Result<()> {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS ballast_migrations (
+                version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+        )
+        .execute(&mut *conn)
+        .await?;
+        for &(version, sql) in MIGRATIONS {
+            // IMMEDIATE takes the write lock first, so two processes migrating
+            // at once queue up instead of one failing on a lock upgrade.
+            let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+            let done: Option<i64> =
+                sqlx::query_scalar("SELECT version FROM ballast_migrations WHERE version = ?1")
+                    .bind(version)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if done.is_none() {
+                sqlx::raw_sql(sql).execute(&mut *tx).await?;
+                sqlx::query("INSERT INTO ballast_migrations (version, applied_at) VALUES (?1, ?2)")
+                    .bind(version)
+                    .bind(now())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+
+    async fn is_migrated(&self) -> Result<bool> {
+        let mut conn = self.pool.acquire().await?;
+        let has_table: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ballast_migrations'",
+        )
+        .fetch_optional(&mut *conn)
+        .await?;
+        if has_table.is_none() {
+            return Ok(false);
+        }
+        let applied: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM ballast_migrations").fetch_one(&mut *conn).await?;
+        Ok(applied >= MIGRATIONS.len() as i64)
+    }
+
+    async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
+        self.engine.enqueue(tasks).await
+    }
+
+    async fn settle_and_claim(&self, outcomes: &[Outcome], claim: &ClaimRequest) -> Result<Exchange> {
+        self.engine.settle_and_claim(outcomes, claim).await
+    }
+
+    async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
+        self.engine.heartbeat(leases, lease).await
+    }
+
+    async fn listen(&self, _wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>> {
+        Ok(None)
+    }
+
+    async fn stats(&self) -> Result<Vec<KindStats>> {
+        let now = now();
+        let rows = sqlx::query(
+            "SELECT kind, state, COUNT(*) AS n,
+                    MIN(CASE WHEN state = 'pending' AND run_at <= ?1 THEN run_at END) AS oldest_due
+             FROM ballast_tasks GROUP BY kind, state ORDER BY kind",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut by_kind: HashMap<String, KindStats> = HashMap::new();
+        for row in rows {
+            let kind: String = row.try_get("kind")?;
+            let state: String = row.try_get("state")?;
+            let state = state.parse::<TaskState>().map_err(|e| sqlx::Error::Decode(e.into()))?;
+            let oldest: Option<i64> = row.try_get("oldest_due")?;
+            let stats = by_kind.entry(kind.clone()).or_insert_with(|| KindStats::new(kind));
+            stats.add(state, row.try_get::<i64, _>("n")?);
+            if let Some(due) = oldest {
+                stats.oldest_due_age = Some(Duration::from_micros(now.saturating_sub(due).max(0) as u64));
+            }
+        }
+        let mut out: Vec<KindStats> = by_kind.into_values().collect();
+        out.sort_by(|a, b| a.kind.cmp(&b.kind));
+        Ok(out)
+    }
+
+    async fn unfinished_by(&self, kind: &str, field: &str) -> Result<BTreeMap<String, u64>> {
+        let rows = sqlx::query(
+            "SELECT coalesce(json_extract(payload, '$.' || ?2), '') AS value, COUNT(*) AS n
+             FROM ballast_tasks WHERE kind = ?1 AND state IN ('pending', 'running') GROUP BY value",
+        )
+        .bind(kind)
+        .bind(field)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = BTreeMap::new();
+        for row in rows {
+            // A field holding a number or an object is not a name: counted under "".
+            let value: String = row.try_get::<Option<String>, _>("value").ok().flatten().unwrap_or_default();
+            *out.entry(value).or_insert(0) += row.try_get::<i64, _>("n")?.max(0) as u64;
+        }
+        Ok(out)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
+        let order = if filter.newest_first { "DESC" } else { "ASC" };
+        let sql = format!(
+            "SELECT {COLUMNS} FROM ballast_tasks
+             WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR state = ?2) AND id > ?3 AND id < ?5
+             ORDER BY id {order} LIMIT ?4"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(filter.kind.as_deref())
+            .bind(filter.state.map(TaskState::as_str))
+            .bind(filter.after_id)
+            .bind(i64::from(filter.limit))
+            .bind(filter.before_id.unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(task_info).collect()
+    }
+
+    async fn get(&self, id: i64) -> Result<Option<TaskInfo>> {
+        let sql = format!("SELECT {COLUMNS} FROM ballast_tasks WHERE id = ?1");
+        let row = sqlx::query(&sql).bind(id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(task_info).transpose()
+    }
+
+    async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE ballast_tasks
+             SET state = 'pending', attempt = 0, run_at = ?3, finalized_at = NULL, updated_at = ?3
+             WHERE state = 'failed' AND (?1 IS NULL OR id = ?1) AND (?2 IS NULL OR kind = ?2)",
+        )
+        .bind(id)
+        .bind(kind)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn run_now(&self, id: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE ballast_tasks SET run_at = ?2, updated_at = ?2 WHERE id = ?1 AND state = 'pending'",
+        )
+        .bind(id)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn cancel(&self, id: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE ballast_tasks
+             SET state = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                 updated_at = ?2, finalized_at = ?2
+             WHERE id = ?1 AND state IN ('pending', 'running')",
+        )
+        .bind(id)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn prune(&self, state: Option<TaskState>, older_than: Duration, limit: Option<u32>) -> Result<u64> {
+        // Oldest first along the finalized index; a negative LIMIT is none.
+        let done = sqlx::query(
+            "DELETE FROM ballast_tasks WHERE id IN (
+                 SELECT id FROM ballast_tasks
+                 WHERE finalized_at IS NOT NULL AND finalized_at < ?1 AND (?2 IS NULL OR state = ?2)
+                 ORDER BY finalized_at LIMIT ?3)",
+        )
+        .bind(now().saturating_sub(duration_micros(older_than)))
+        .bind(state.map(TaskState::as_str))
+        .bind(limit.map_or(-1, i64::from))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+}
