@@ -58,7 +58,7 @@ export CARGO_INCREMENTAL=0
 cargo build --release -q -p ballast-bench --bin queue_bench
 QB="${CARGO_TARGET_DIR:-$ROOT/target}/release/queue_bench"
 if [ "$RIVER" = 1 ]; then
-    (cd bench/river && cargo build --release -q)
+    (cd bench/river && CARGO_TARGET_DIR="$ROOT/bench/river/target" cargo build --release -q)
 fi
 if [ "$GRAPHILE" = 1 ] && [ ! -d bench/graphile/node_modules/graphile-worker ]; then
     (cd bench/graphile && npm install --no-audit --no-fund --loglevel=error)
@@ -187,5 +187,5 @@ ratio("ballast sqlite (1 worker, defaults)", "ballast sqlite (1 worker × 50)", 
 for key in list(med):
     system, what = key
     if what == "processing" and "finished retained" in system:
-        ratio(system, system.split(",")[0], 0.9)
+        ratio(system, system.rsplit(", ", 1)[0], 0.9)
 EOF

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use ballast::Policy;
 
-use crate::success_path::ballast_full;
+use crate::success_path::{ballast_full, ballast_full_rate_limited};
 
 /// Whether the tasks of a run share one policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,11 +49,38 @@ pub fn runtime(threads: usize) -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
+/// Which policy the tasks call through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stack {
+    /// The guide's: retry → count breaker → bulkhead 8 → timeout.
+    Guide,
+    /// The guide's with a rate limit that never refuses: one shared
+    /// arrival time every attempt advances.
+    GuideRateLimited,
+}
+
+impl Stack {
+    /// The table's label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Stack::Guide => "the guide's",
+            Stack::GuideRateLimited => "the guide's + rate limit",
+        }
+    }
+
+    fn policy(self) -> Policy {
+        match self {
+            Stack::Guide => ballast_full(),
+            Stack::GuideRateLimited => ballast_full_rate_limited(),
+        }
+    }
+}
+
 /// The policies `threads` tasks use: clones of one, or one each.
-pub fn policies(threads: usize, sharing: Sharing) -> Vec<Policy> {
+pub fn policies(threads: usize, sharing: Sharing, stack: Stack) -> Vec<Policy> {
     match sharing {
-        Sharing::Shared => vec![ballast_full(); threads],
-        Sharing::PerTask => (0..threads).map(|_| ballast_full()).collect(),
+        Sharing::Shared => vec![stack.policy(); threads],
+        Sharing::PerTask => (0..threads).map(|_| stack.policy()).collect(),
     }
 }
 
@@ -113,8 +140,10 @@ mod tests {
     fn every_configuration_makes_its_calls() {
         for threads in [1, 2] {
             let rt = runtime(threads);
-            for sharing in [Sharing::Shared, Sharing::PerTask] {
-                let ps = policies(threads, sharing);
+            for (sharing, stack) in
+                [(Sharing::Shared, Stack::Guide), (Sharing::PerTask, Stack::GuideRateLimited)]
+            {
+                let ps = policies(threads, sharing, stack);
                 assert!(run(&rt, &ps, 1000) > Duration::ZERO);
                 assert_eq!(ps[0].bulkhead_in_flight(), Some(0), "every slot given back");
             }

@@ -16,6 +16,9 @@
 //!   PostgreSQL beside the bare SQL loop, for the `queue_bench` bin.
 //! - `gateway_bench`: the overhead of one hop through ballast's gateway
 //!   beside a direct call and nginx's `proxy_pass`, for the `gateway_bench` bin.
+//! - `throttling`: a partner API that answers 429 beyond 50 requests a
+//!   second, called at 200 a second without a rate limit, with a fixed one
+//!   and an adaptive one, on the paused clock, for the `throttling` bin.
 
 pub mod amplification;
 pub mod contention;
@@ -23,3 +26,4 @@ pub mod failure_path;
 pub mod gateway_bench;
 pub mod queue_bench;
 pub mod success_path;
+pub mod throttling;

@@ -12,7 +12,7 @@ use std::io;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use ballast::{Breaker, Bulkhead, Policy, Retry, Timeout};
+use ballast::{Breaker, Bulkhead, Policy, RateLimit, Retry, Timeout};
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
 /// The attempt timeout every stack that has one uses.
@@ -81,6 +81,20 @@ pub fn ballast_full() -> Policy {
         .timeout(Timeout::aggressive(ATTEMPT_TIMEOUT))
         .build()
         .expect("the guide's policy builds")
+}
+
+/// The guide's policy with a rate limit that never refuses (a million
+/// permits a second and a burst of four billion): what a permit costs on
+/// the success path.
+pub fn ballast_full_rate_limited() -> Policy {
+    Policy::builder("bench")
+        .retry(Retry::attempts(3))
+        .breaker(Breaker::count(0.5, 50))
+        .bulkhead(Bulkhead::new(8))
+        .rate_limit(RateLimit::per_second(1_000_000).burst(u32::MAX))
+        .timeout(Timeout::aggressive(ATTEMPT_TIMEOUT))
+        .build()
+        .expect("the guide's policy with a rate limit builds")
 }
 
 /// The size in bytes of the future a call through the guide's policy
@@ -307,6 +321,14 @@ macro_rules! for_each_stack {
         }
         {
             let $named = sp::Named {
+                name: "ballast full + rate limit",
+                contains: "the guide's stack with a rate limit that never refuses (1M/s, burst 2^32)",
+                stack: sp::Ballast(sp::ballast_full_rate_limited()),
+            };
+            $body;
+        }
+        {
+            let $named = sp::Named {
                 name: "ballast retry only",
                 contains: "retry 3 + budget → default timeout 5 s (always present)",
                 stack: sp::Ballast(sp::ballast_retry()),
@@ -395,6 +417,6 @@ mod tests {
             }
             names.push(named.name);
         });
-        assert_eq!(names.len(), 12);
+        assert_eq!(names.len(), 13);
     }
 }

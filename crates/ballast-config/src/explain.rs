@@ -200,6 +200,19 @@ fn composition(system: &crate::model::System, retry: &Retry, timeout: &Timeout) 
             origin(&system.bulkhead)
         )),
     }
+    if let Some(r) = &system.rate_limit {
+        let mut detail = r.rate.clone().unwrap_or_default();
+        if let Some(burst) = r.burst {
+            detail.push_str(&format!(", burst {burst}"));
+        }
+        if let Some(wait) = r.wait {
+            detail.push_str(&format!(", waits up to {}", display(wait.get())));
+        }
+        if r.adaptive == Some(true) {
+            detail.push_str(", adaptive");
+        }
+        parts.push(format!("rate limit ({detail})"));
+    }
     let strategy = match timeout.strategy() {
         Strategy::Aggressive => "aggressive",
         Strategy::Cooperative => "cooperative",
@@ -242,7 +255,14 @@ impl fmt::Display for Timeline {
         writeln!(f)?;
         writeln!(f, "  in memory, worst case (every attempt times out, every wait is the longest):")?;
         let memory = &self.in_memory;
-        for TimelineAttempt { attempt, start, timeout_at, wait } in &memory.attempts {
+        for TimelineAttempt { attempt, start, permit_wait, timeout_at, wait } in &memory.attempts {
+            if !permit_wait.is_zero() {
+                writeln!(
+                    f,
+                    "    attempt {attempt:<2} may wait {:>9} for a rate-limit permit",
+                    display(*permit_wait)
+                )?;
+            }
             write!(
                 f,
                 "    attempt {attempt:<2} starts {:>9}   times out {:>9}",

@@ -233,6 +233,9 @@ pub struct System {
     /// `[systems.NAME.bulkhead]`; without it the guide's bulkhead
     /// ([`ballast::guide::bulkhead`]); `bulkhead = "none"`: no concurrency limit.
     pub bulkhead: Option<Part<BulkheadSection>>,
+    /// `[systems.NAME.rate_limit]`: at most so many attempts a second
+    /// (none unless configured).
+    pub rate_limit: Option<RateLimitSection>,
     /// `[systems.NAME.timeout]`; without it [`ballast::Timeout::default`]
     /// (5 s per attempt, aggressive).
     pub timeout: Option<TimeoutSection>,
@@ -352,6 +355,20 @@ pub struct BulkheadSection {
     pub limit: Option<u64>,
     /// `queue`: attempts that may wait for a slot (default 0).
     pub queue: Option<u64>,
+}
+
+/// `[systems.NAME.rate_limit]` (see [`ballast::RateLimit`]).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct RateLimitSection {
+    /// `rate`: permits per period, `"100/s"`, `"30/m"` (also `min`), `"1000/h"`.
+    pub rate: Option<String>,
+    /// `burst`: attempts that may go at once (default: the permits of one period).
+    pub burst: Option<u64>,
+    /// `wait`: how long an attempt may wait for a permit (default 0: refused at once).
+    pub wait: Option<ConfigDuration>,
+    /// `adaptive`: lower the rate on 429 / `Retry-After` and follow the
+    /// system's `RateLimit` headers (default false).
+    pub adaptive: Option<bool>,
 }
 
 /// `[systems.NAME.timeout]`.
@@ -485,6 +502,7 @@ const SYSTEM_KEYS: &[(&str, Schema)] = &[
         ]),
     ),
     ("bulkhead", Table(&[("limit", Value), ("queue", Value)])),
+    ("rate_limit", Table(&[("rate", Value), ("burst", Value), ("wait", Value), ("adaptive", Value)])),
     (
         "timeout",
         Table(&[

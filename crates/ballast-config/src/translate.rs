@@ -3,7 +3,9 @@
 //! (a kind that does not exist, a key a kind needs). The checker and the
 //! builder both start here, so they read every value the same way.
 
-use ballast::{guide, Backoff, Breaker, Budget, Bulkhead, Policy, PolicyBuilder, Retry, Rule, Timeout};
+use ballast::{
+    guide, Backoff, Breaker, Budget, Bulkhead, Policy, PolicyBuilder, RateLimit, Retry, Rule, Timeout,
+};
 
 use crate::finding::{system_path, Problem};
 use crate::model::{BreakerSection, Part, RetrySection, System, TimeoutSection};
@@ -55,7 +57,62 @@ pub(crate) fn translate(name: &str, system: &System) -> Translated {
             }
         },
     }
+    if let Some(limit) = system.rate_limit.as_ref().and_then(|r| rate_limit(name, r, &mut problems)) {
+        builder = builder.rate_limit(limit);
+    }
     Translated { builder, retry, timeout, problems }
+}
+
+/// The periods a `rate` may be given per, and their length.
+pub const RATE_PERIODS: [(&str, u64); 4] = [("s", 1), ("m", 60), ("min", 60), ("h", 3600)];
+
+/// `"100/s"` → 100 permits per second; anything else is refused with the reason.
+pub fn parse_rate(text: &str) -> Result<(u32, std::time::Duration), String> {
+    let (count, period) = text
+        .split_once('/')
+        .ok_or_else(|| format!("rate \"{text}\" has no period: write permits per period, e.g. \"100/s\""))?;
+    let count: u32 =
+        count.trim().parse().map_err(|_| format!("\"{}\" is not a whole number of permits", count.trim()))?;
+    let period = period.trim();
+    let per = match RATE_PERIODS.iter().find(|(p, _)| *p == period) {
+        Some((_, secs)) => std::time::Duration::from_secs(*secs),
+        None => return Err(format!("\"{period}\" is not a period: use s, m (or min) or h")),
+    };
+    Ok((count, per))
+}
+
+fn rate_limit(
+    name: &str,
+    r: &crate::model::RateLimitSection,
+    problems: &mut Vec<Problem>,
+) -> Option<RateLimit> {
+    let Some(rate) = r.rate.as_deref() else {
+        problems.push(missing(name, "rate_limit", "rate", "add `rate = \"100/s\"` (permits per period)"));
+        return None;
+    };
+    let (permits, per) = match parse_rate(rate) {
+        Ok(parsed) => parsed,
+        Err(why) => {
+            problems.push(Problem::error(
+                None,
+                system_path(name, &["rate_limit", "rate"]),
+                why,
+                "write permits per period: \"100/s\", \"30/m\", \"1000/h\"",
+            ));
+            return None;
+        }
+    };
+    let mut limit = RateLimit::new(permits, per);
+    if let Some(burst) = r.burst {
+        limit = limit.burst(u32::try_from(burst).unwrap_or(u32::MAX));
+    }
+    if let Some(wait) = r.wait {
+        limit = limit.wait(wait.get());
+    }
+    if r.adaptive == Some(true) {
+        limit = limit.adaptive();
+    }
+    Some(limit)
 }
 
 /// What [`translate`] makes of a system.

@@ -703,3 +703,45 @@ x-api-key = { env = "COLLECTOR_KEY" }
     assert_eq!(export.headers, [("x-api-key".to_owned(), "k-1".to_owned())]);
     assert_eq!(export.sampler.to_string(), "parentbased_traceidratio 0.25");
 }
+
+#[test]
+fn a_rate_limit_is_built_checked_and_explained() {
+    let text = "[systems.sms]\nbase_url = \"http://127.0.0.1:1\"\nretry = \"none\"\n\n[systems.sms.rate_limit]\nrate = \"600/m\"\nburst = 5\nwait = \"200ms\"\nadaptive = true\n";
+    let config = Config::parse("t.toml", text).unwrap();
+    assert!(config.lint().iter().all(|f| !f.is_error()), "{:?}", config.lint());
+    let limiter_of = |config: &Config| {
+        let policy = config.policy("sms").unwrap();
+        let limit = *policy.rate_limiter().expect("a rate limit").limit();
+        (limit.rate(), limit.get_burst(), limit.get_wait(), limit.is_adaptive())
+    };
+    assert_eq!(limiter_of(&config), (10.0, 5, Duration::from_millis(200), true));
+    let explained = config.explain(None).unwrap().to_string();
+    assert!(explained.contains("rate limit (600/m, burst 5, waits up to 200ms, adaptive)"), "{explained}");
+    assert!(explained.contains("attempt 1  may wait     200ms for a rate-limit permit"), "{explained}");
+
+    for (rate, why) in [
+        ("100", "has no period"),
+        ("fast/s", "is not a whole number"),
+        ("10/day", "is not a period"),
+        ("0/s", "no attempt or no period"),
+    ] {
+        let text = format!("[systems.sms]\nbase_url = \"http://127.0.0.1:1\"\n\n[systems.sms.rate_limit]\nrate = \"{rate}\"\n");
+        let found = Config::check("t.toml", &text).unwrap().findings;
+        let error = found.iter().find(|f| f.is_error()).unwrap_or_else(|| panic!("{rate}: {found:?}"));
+        assert!(error.message.contains(why) && error.location.unwrap().line == 5, "{rate}: {error:?}");
+    }
+    let slow = "[systems.sms]\nbase_url = \"http://127.0.0.1:1\"\nretry = \"none\"\n\n[systems.sms.rate_limit]\nrate = \"1/s\"\nwait = \"40s\"\n";
+    let found = Config::check("t.toml", slow).unwrap().findings;
+    let window = found.iter().find(|f| f.is_error()).expect("40 s of waiting is over the window");
+    assert_eq!(window.rule.map(|r| r.id()), Some("R-RES-RE-4"), "{window:?}");
+    let missing = Config::check(
+        "t.toml",
+        "[systems.sms]\nbase_url = \"http://a/\"\n[systems.sms.rate_limit]\nburst = 3\n",
+    )
+    .unwrap();
+    assert!(
+        missing.findings.iter().any(|f| f.is_error() && f.message.contains("rate")),
+        "{:?}",
+        missing.findings
+    );
+}

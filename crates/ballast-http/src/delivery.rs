@@ -28,7 +28,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ballast::{Classification, Classify, Failure, IdempotencyKey, Operation, Rejection};
+use ballast::{Classification, Classify, Failure, IdempotencyKey, Operation};
 use ballast_queue::{Handler, Handover, HandoverError, NewTask, Queue, TaskContext, DEFAULT_MAX_AGE};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -666,11 +666,10 @@ impl Classify for DeliveryError {
         };
         match failure {
             // Nothing was sent: safe to try again whatever the system's contract.
-            Failure::Rejected { rejection: Rejection::BreakerOpen { retry_in }, .. }
-            | Failure::Rejected { rejection: Rejection::BreakerHalfOpen { retry_in }, .. } => {
-                Classification::transient().with_retry_after(*retry_in)
-            }
-            Failure::Rejected { .. } => Classification::transient(),
+            Failure::Rejected { rejection, .. } => match rejection.retry_in() {
+                Some(retry_in) => Classification::transient().with_retry_after(retry_in),
+                None => Classification::transient(),
+            },
             _ if failure.error().is_some_and(HttpError::nothing_sent) => Classification::transient(),
             _ if !dedupes_by_key => Classification::permanent(),
             Failure::Cancelled { .. } => Classification::transient(),

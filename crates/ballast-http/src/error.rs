@@ -225,11 +225,14 @@ fn without_secrets(error: reqwest::Error, secret_path: bool) -> reqwest::Error {
 impl Classify for HttpError {
     fn classify(&self) -> Classification {
         match self {
-            HttpError::Status { class: Class::Transient, retry_after: Some(after), .. } => {
-                Classification::transient().with_retry_after(*after)
+            HttpError::Status { status, class, retry_after, .. } => {
+                // As `system::verdict` judged the answer: a throttle tells the
+                // rate limit whatever its class.
+                let throttled = *status == StatusCode::TOO_MANY_REQUESTS
+                    || (*status == StatusCode::SERVICE_UNAVAILABLE && retry_after.is_some());
+                Classification { class: *class, retry_after: *retry_after, throttled }
             }
-            HttpError::Status { class: Class::Transient, .. }
-            | HttpError::Transport { class: Class::Transient, .. } => Classification::transient(),
+            HttpError::Transport { class: Class::Transient, .. } => Classification::transient(),
             _ => Classification::permanent(),
         }
     }

@@ -70,6 +70,7 @@ pub mod middleware;
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod otel;
+mod rate_headers;
 mod request;
 mod response;
 #[cfg(feature = "queue")]

@@ -18,6 +18,8 @@
 //! | `ballast_bulkhead_in_flight` | system | `HttpSystem`, `PolicyLayer` |
 //! | `ballast_call_duration_seconds` | system (histogram) | `HttpSystem`, `PolicyLayer` |
 //! | `ballast_bulkhead_limit` | system: attempts allowed in flight (absent without a bulkhead) | `HttpSystem` |
+//! | `ballast_rate_limited_total` | system: attempts not sent for want of a rate-limit permit | [`SystemMetrics`] |
+//! | `ballast_rate_limit_permits_per_second` | system: the rate limit's rate now (absent without one) | `HttpSystem`, [`SystemMetrics`], [`record_rate_limit`] |
 //! | `ballast_system_critical` | system: 1 if readiness depends on it, else 0 | `HttpSystem` |
 //!
 //! `metrics-exporter-prometheus` renders a histogram as a summary unless it
@@ -52,7 +54,7 @@ const STATES: [BreakerState; 4] =
 
 /// The name of every metric this crate records, for checking dashboards and
 /// alerting rules against what the code registers.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 13] = [
     "ballast_calls_total",
     "ballast_attempts_total",
     "ballast_retries_total",
@@ -64,6 +66,8 @@ pub const NAMES: [&str; 11] = [
     "ballast_call_duration_seconds",
     "ballast_bulkhead_limit",
     "ballast_system_critical",
+    "ballast_rate_limited_total",
+    "ballast_rate_limit_permits_per_second",
 ];
 
 /// Upper bounds, in seconds, of the `ballast_call_duration_seconds` buckets:
@@ -90,12 +94,27 @@ pub fn describe() {
     );
     metrics::describe_gauge!("ballast_bulkhead_limit", "Attempts allowed in flight");
     metrics::describe_gauge!("ballast_system_critical", "1 if readiness depends on the system, else 0");
+    metrics::describe_counter!(
+        "ballast_rate_limited_total",
+        "Attempts not sent for want of a rate-limit permit"
+    );
+    metrics::describe_gauge!("ballast_rate_limit_permits_per_second", "The rate limit's rate now");
 }
 
-/// Records what a system is configured with: its bulkhead limit and whether
-/// it is critical.
-pub(crate) fn describe_system(system: &str, bulkhead_limit: Option<usize>, critical: bool) {
-    if let Some(limit) = bulkhead_limit {
+/// Records a rate limit's rate now: an adaptive limit's rate climbs between
+/// the events that change it, so a sampler (`ballast serve`'s, every second)
+/// records it too.
+pub fn record_rate_limit(system: &str, rate: f64) {
+    metrics::gauge!("ballast_rate_limit_permits_per_second", "system" => system.to_owned()).set(rate);
+}
+
+/// Records what a system is configured with: its bulkhead limit, its rate
+/// limit and whether it is critical.
+pub(crate) fn describe_system(system: &str, policy: &ballast::Policy, critical: bool) {
+    if let Some(limiter) = policy.rate_limiter() {
+        record_rate_limit(system, limiter.rate());
+    }
+    if let Some(limit) = policy.bulkhead_limit() {
         metrics::gauge!("ballast_bulkhead_limit", "system" => system.to_owned()).set(limit as f64);
     }
     metrics::gauge!("ballast_system_critical", "system" => system.to_owned()).set(if critical {
@@ -130,6 +149,7 @@ struct Handles {
     breaker_state: Gauge,
     transitions: [Counter; STATES.len()],
     bulkhead_rejections: Counter,
+    rate_limited: Counter,
 }
 
 impl std::fmt::Debug for SystemMetrics {
@@ -160,6 +180,7 @@ impl SystemMetrics {
                 metrics::counter!("ballast_breaker_transitions_total", "system" => s(), "to" => to.as_str())
             }),
             bulkhead_rejections: metrics::counter!("ballast_bulkhead_rejections_total", "system" => s()),
+            rate_limited: metrics::counter!("ballast_rate_limited_total", "system" => s()),
         };
         handles.breaker_state.set(0.0);
         Self { handles: Arc::new(handles) }
@@ -202,6 +223,10 @@ impl Listener for SystemMetrics {
             EventKind::BreakerClosed => self.breaker(BreakerState::Closed),
             EventKind::BreakerIsolated => self.breaker(BreakerState::Isolated),
             EventKind::BulkheadRejected => h.bulkhead_rejections.increment(1),
+            EventKind::RateLimited { .. } => h.rate_limited.increment(1),
+            // Rare, and only for systems with a limit: registered here, so
+            // systems without one have no such series.
+            EventKind::RateChanged { rate } => record_rate_limit(&h.system, rate),
             _ => {}
         }
     }

@@ -15,7 +15,7 @@ use tracing::Instrument;
 use crate::classify;
 use crate::request::{Head, OnceRequest};
 use crate::system_policy::SystemPolicy;
-use crate::transport::{HyperTransport, OutBody, ReqwestTransport, Transport};
+use crate::transport::{HyperTransport, OutBody, ReqwestTransport, Transport, TransportError};
 use crate::{HttpError, Request, Response, RetryOn};
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -34,6 +34,7 @@ pub struct HttpSystemBuilder {
     retry_on: RetryOn,
     critical: bool,
     key_ttl: Option<Duration>,
+    service: Option<crate::transport::ServiceTransport>,
     /// Added to every request; the first bad name or value, for `build`.
     headers: Result<HeaderMap, String>,
     secret_url: bool,
@@ -70,6 +71,40 @@ impl HttpSystemBuilder {
     /// ```
     pub fn policy(mut self, configure: impl FnOnce(PolicyBuilder) -> PolicyBuilder) -> Self {
         self.policy = configure(self.policy);
+        self
+    }
+
+    /// Sends through `service` instead of a client: any tower service that
+    /// takes an attempt's request and answers with the whole response — a
+    /// transport of your own, or an upstream in the process for tests (on
+    /// tokio's paused clock, where no socket can be). The policy, the
+    /// idempotency header and the classification are applied as with a
+    /// client; the service must not retry (R-RES-RE-X4).
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use ballast_http::transport::{OutBody, TransportError};
+    /// use ballast_http::HttpSystem;
+    ///
+    /// let upstream = tower::service_fn(|_: http::Request<OutBody>| async {
+    ///     Ok::<_, TransportError>(http::Response::new(Bytes::from_static(b"{}")))
+    /// });
+    /// let crm = HttpSystem::builder("crm", "http://crm.test/").transport(upstream).build().unwrap();
+    /// # let _ = crm;
+    /// ```
+    pub fn transport<S>(mut self, service: S) -> Self
+    where
+        S: tower::Service<
+                http::Request<OutBody>,
+                Response = http::Response<bytes::Bytes>,
+                Error = TransportError,
+            > + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        self.service = Some(crate::transport::ServiceTransport::new(service));
         self
     }
 
@@ -253,19 +288,19 @@ impl HttpSystemBuilder {
         }
         let header = HeaderName::from_bytes(self.header.as_bytes())
             .map_err(|_| HttpError::InvalidHeaderName { name: self.header.clone() })?;
-        let transport = match self.client {
-            Some(client) => {
-                let set = [("connect_timeout", self.connect_timeout), ("read_timeout", self.read_timeout)];
-                if let Some((setting, _)) = set.iter().find(|(_, t)| t.is_some()) {
-                    return Err(HttpError::OwnClientTimeout { setting });
-                }
-                Transport::Reqwest(ReqwestTransport(client))
-            }
-            None => own_transport(&policy, self.connect_timeout, self.read_timeout)?,
+        let own = self.client.is_some() || self.service.is_some();
+        let set = [("connect_timeout", self.connect_timeout), ("read_timeout", self.read_timeout)];
+        if let Some((setting, _)) = set.iter().find(|(_, t)| own && t.is_some()) {
+            return Err(HttpError::OwnClientTimeout { setting });
+        }
+        let transport = match (self.client, self.service) {
+            (_, Some(service)) => Transport::Service(service),
+            (Some(client), None) => Transport::Reqwest(ReqwestTransport(client)),
+            (None, None) => own_transport(&policy, self.connect_timeout, self.read_timeout)?,
         };
         let mut headers = self.headers.map_err(|what| HttpError::invalid(format!("{what} is not valid")))?;
         let base = Base::new(&url, &mut headers)?;
-        crate::metrics::describe_system(&self.name, policy.bulkhead_limit(), self.critical);
+        crate::metrics::describe_system(&self.name, &policy, self.critical);
         let system_policy = SystemPolicy::new(policy, self.dedupes_by_key, header, self.retry_on);
         Ok(HttpSystem {
             inner: Arc::new(Inner {
@@ -474,6 +509,7 @@ impl HttpSystem {
             retry_on: RetryOn::default(),
             critical: false,
             key_ttl: None,
+            service: None,
             headers: Ok(HeaderMap::new()),
             secret_url: false,
             #[cfg(feature = "queue")]
@@ -706,6 +742,19 @@ impl HttpSystem {
         Ok((uri, headers))
     }
 
+    /// Tells an adaptive rate limit what the answer's headers say of the
+    /// system's limit (see `rate_headers`).
+    fn learn_rate(&self, headers: &HeaderMap) {
+        let Some(limiter) = self.policy().rate_limiter().filter(|l| l.limit().is_adaptive()) else { return };
+        let announced = crate::rate_headers::read(headers, std::time::SystemTime::now());
+        if let Some(rate) = announced.rate {
+            limiter.announce(rate);
+        }
+        if let Some(spent_for) = announced.spent_for {
+            limiter.hold_until(tokio::time::Instant::now() + spent_for);
+        }
+    }
+
     /// One attempt: send, read the whole body, judge the answer.
     async fn attempt(
         &self,
@@ -755,6 +804,7 @@ impl HttpSystem {
         let result = match result {
             Ok(answer) => {
                 let (parts, body) = answer.into_parts();
+                self.learn_rate(&parts.headers);
                 let verdict = verdict(retry_on, parts.status, &parts.headers, keyed_write);
                 Ok(Response {
                     status: parts.status,
@@ -826,11 +876,13 @@ pub(crate) fn verdict(
         return None;
     }
     let class = retry_on.status_class(status, keyed_write);
-    let c = Classification { class, retry_after: None };
-    Some(match classify::retry_after(headers) {
-        Some(after) if class == ballast::Class::Transient => c.with_retry_after(after),
-        _ => c,
-    })
+    let after = classify::retry_after(headers);
+    // Too many requests, or unavailable for a while: the system throttles,
+    // and a rate limit learns from it whatever the retry makes of it.
+    let throttled = status == http::StatusCode::TOO_MANY_REQUESTS
+        || (status == http::StatusCode::SERVICE_UNAVAILABLE && after.is_some());
+    let retry_after = after.filter(|_| class == ballast::Class::Transient || throttled);
+    Some(Classification { class, retry_after, throttled })
 }
 
 /// The entry points that hand a failed answer back as an error: it becomes

@@ -81,7 +81,9 @@ pub struct TransportError {
 }
 
 impl TransportError {
-    fn new(kind: TransportKind, source: impl Into<crate::BoxError>) -> Self {
+    /// An error of `kind`, for a transport of your own
+    /// ([`HttpSystemBuilder::transport`](crate::HttpSystemBuilder::transport)).
+    pub fn new(kind: TransportKind, source: impl Into<crate::BoxError>) -> Self {
         Self { kind, source: source.into() }
     }
 }
@@ -237,11 +239,28 @@ impl tower::Service<http::Request<OutBody>> for ReqwestTransport {
     }
 }
 
-/// The transport of one system: ballast's own, or the caller's client.
-#[derive(Clone, Debug)]
+/// A transport of the caller's own, boxed: see
+/// [`HttpSystemBuilder::transport`](crate::HttpSystemBuilder::transport).
+pub type ServiceTransport =
+    tower::util::BoxCloneSyncService<http::Request<OutBody>, http::Response<Bytes>, TransportError>;
+
+/// The transport of one system: ballast's own, the caller's client, or the
+/// caller's service.
+#[derive(Clone)]
 pub(crate) enum Transport {
     Hyper(HyperTransport),
     Reqwest(ReqwestTransport),
+    Service(ServiceTransport),
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transport::Hyper(t) => t.fmt(f),
+            Transport::Reqwest(t) => t.fmt(f),
+            Transport::Service(_) => f.write_str("ServiceTransport"),
+        }
+    }
 }
 
 impl Transport {
@@ -251,6 +270,11 @@ impl Transport {
         match self {
             Transport::Hyper(t) => t.clone().call(request),
             Transport::Reqwest(t) => t.clone().call(request),
+            Transport::Service(t) => {
+                use tower::ServiceExt as _;
+                let service = t.clone();
+                Box::pin(async move { service.oneshot(request).await })
+            }
         }
     }
 }

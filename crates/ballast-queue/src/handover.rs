@@ -127,8 +127,10 @@ pub async fn hand_over<T, E: fmt::Display>(
     };
     let mut task = task.key(key.clone());
     if task.run_at.is_none() {
-        if let Failure::Rejected { rejection: Rejection::BreakerOpen { retry_in }, .. } = &failure {
-            task = task.run_after(*retry_in);
+        // Due when the refusal says the system lets a call through again:
+        // the breaker's next probe, the rate limit's next permit.
+        if let Some(retry_in) = failure.rejection().as_ref().and_then(Rejection::retry_in) {
+            task = task.run_after(retry_in);
         }
     }
     let kind = task.kind().to_owned();

@@ -39,7 +39,8 @@ impl Outcome {
         }
     }
 
-    /// One letter per outcome, as the stores' SQL distinguishes them.
+    /// One letter per outcome, as PostgreSQL's SQL distinguishes them.
+    #[cfg(feature = "postgres")]
     pub fn code(&self) -> &'static str {
         match self {
             Outcome::Completed { .. } => "c",
@@ -50,6 +51,7 @@ impl Outcome {
     }
 
     /// The error an outcome records, if it records one.
+    #[cfg(feature = "postgres")]
     pub fn error(&self) -> Option<&str> {
         match self {
             Outcome::Rescheduled { error, .. } | Outcome::Failed { error, .. } => Some(error),

@@ -252,6 +252,56 @@ half_open_after = "60s"
     assert_eq!(upstream.requests().len(), 1);
 }
 
+/// A system's rate limit refuses the attempt past it unsent: 503
+/// `rate_limited` with the wait until the next permit; a keyed write whose
+/// caller asked is deferred instead, due when a permit frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_permit_answers_503_rate_limited_or_defers() {
+    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "ok")).await;
+    let systems = r#"
+[gateway]
+listen = "127.0.0.1:0"
+
+[systems.sms]
+base_url = "http://{upstream}/"
+dedupes_by_key = true
+key_ttl = "1d"
+retry = "none"
+
+[systems.sms.rate_limit]
+rate = "1/m"
+"#;
+    let served = serve(&upstream, systems).await;
+    let first = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
+    assert_eq!(first.status().as_u16(), 200, "the first permit");
+    let refused = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
+    assert_eq!((refused.status().as_u16(), attempts(&refused)), (503, Some(0)));
+    let wait: u64 = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((55..=60).contains(&wait), "the next permit, a minute after the first: {wait}");
+    let body = problem(refused).await;
+    assert_eq!(body["ballast"]["reason"], "rate_limited", "{body}");
+
+    let key = IdempotencyKey::v5("sms-3", "send");
+    let deferred = client()
+        .post(format!("{}/call/sms/messages", served.gateway))
+        .header("Idempotency-Key", key.as_str())
+        .header("Prefer", "respond-async")
+        .body("hi")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((deferred.status().as_u16(), attempts(&deferred)), (202, Some(0)));
+    let location = deferred.headers()["location"].to_str().unwrap().to_owned();
+    let task: Value =
+        client().get(format!("{}{location}", served.gateway)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(task["state"], "pending", "{task}");
+    assert_eq!(upstream.requests().len(), 1, "nothing past the limit was sent");
+    let metrics =
+        client().get(format!("{}/metrics", served.admin)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("ballast_rate_limited_total{system=\"sms\"} 2"), "{metrics}");
+    assert!(metrics.contains("ballast_rate_limit_permits_per_second{system=\"sms\"} 0.01666"), "{metrics}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_only_requests_that_bring_it_pass_and_it_goes_no_further() {
     std::env::set_var("BALLAST_GATEWAY_TEST_TOKEN", "s3cret-gateway-token");

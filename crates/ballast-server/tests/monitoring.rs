@@ -187,6 +187,9 @@ max_delay = "200ms"
 
 [systems.pay.bulkhead]
 limit = 4
+
+[systems.pay.rate_limit]
+rate = "1000/s"
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,10 @@
-//! One call through the composition: retry → breaker → bulkhead → timeout.
+//! One call through the composition: retry → breaker → bulkhead and rate
+//! limit → timeout.
 //!
 //! The loop is the only retry mechanism there is (R-RES-RE-X4): every attempt
 //! asks the breaker first, so an open breaker ends the call at once instead of
-//! being waited out, then takes a bulkhead slot, then runs under its timeout.
+//! being waited out, then takes a bulkhead slot and a rate-limit permit, then
+//! runs under its timeout.
 //!
 //! The first attempt runs inline; only a call that needs a retry moves on to
 //! the retry loop, which is boxed. That keeps the future of a call small —
@@ -20,6 +22,7 @@ use crate::bulkhead::Refused;
 use crate::events::EventKind;
 use crate::nesting;
 use crate::outcome::{Rejection, StopReason, TimeoutKind};
+use crate::rate_limit::Grant;
 use crate::shared::Shared;
 use crate::timeout::{deadline_after, Attempt, AttemptDeadline, Strategy};
 use crate::{Class, Classify, Context, Failure, IdempotencyKey, OpKind, Rule};
@@ -282,7 +285,7 @@ impl<F, J> Call<'_, F, J> {
         self.gave_up(Failure::Rejected { rejection, attempts, last_error })
     }
 
-    /// Attempt `n` through breaker → bulkhead → timeout. A rejection carries
+    /// Attempt `n` through breaker → bulkhead and rate limit → timeout. A rejection carries
     /// no error here; the retry loop adds the previous attempt's.
     async fn attempt<T, E, Fut>(&mut self, n: u32) -> Step<T, E>
     where
@@ -325,6 +328,23 @@ impl<F, J> Call<'_, F, J> {
             },
         };
 
+        if let Some(limiter) = &inner.rate_limit {
+            // Never a wait past the total deadline: the permit is not taken then.
+            let room = self.deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            match limiter.take(room) {
+                Grant::After(wait) if wait.is_zero() => {}
+                Grant::After(wait) => {
+                    if !Box::pin(self.sleep(wait)).await {
+                        return Step::Stopped(Err(self.gave_up(Failure::Cancelled { attempts: done })));
+                    }
+                }
+                Grant::Refused(retry_in) => {
+                    let rejection = Rejection::RateLimited { retry_in };
+                    return Step::Stopped(Err(self.rejected::<T, E>(rejection, done, None)));
+                }
+            }
+        }
+
         inner.events.emit(EventKind::AttemptStarted { op: self.kind, attempt: n });
         let attempt_token = match inner.timeout.strategy() {
             Strategy::Cooperative => {
@@ -363,7 +383,10 @@ impl<F, J> Call<'_, F, J> {
 
         let (failure, retry_after) = match result {
             Attempt::Done(Ok(value)) | Attempt::Drained(Ok(value), _) => match self.judge.judge(&value) {
-                Some(c) => (LastFailure::Answered(value, c.class), c.retry_after),
+                Some(c) => {
+                    self.throttled(c);
+                    (LastFailure::Answered(value, c.class), c.retry_after)
+                }
                 None => {
                     if let Some(a) = admission {
                         a.record(false);
@@ -375,6 +398,7 @@ impl<F, J> Call<'_, F, J> {
             },
             Attempt::Done(Err(error)) => {
                 let c = error.classify();
+                self.throttled(c);
                 (LastFailure::Error(error, c.class), c.retry_after)
             }
             Attempt::TimedOut(which) | Attempt::Drained(Err(_), Some(which)) => {
@@ -467,6 +491,13 @@ impl<F, J> Call<'_, F, J> {
                     (failure, retry_after, span) = (f, r, s)
                 }
             }
+        }
+    }
+
+    /// Tells the rate limit of a throttling answer.
+    fn throttled(&self, c: crate::Classification) {
+        if let (true, Some(limiter)) = (c.throttled, &self.inner.rate_limit) {
+            limiter.throttled(c.retry_after);
         }
     }
 

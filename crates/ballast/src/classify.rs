@@ -27,30 +27,42 @@ impl Class {
     }
 }
 
-/// The class of an error plus an optional server-given wait (`Retry-After`).
+/// The class of an error plus an optional server-given wait (`Retry-After`),
+/// and whether the system was throttling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Classification {
     /// Transient or permanent.
     pub class: Class,
     /// How long the server asked us to wait before the next attempt.
     pub retry_after: Option<Duration>,
+    /// The system said it was sent too much (an HTTP 429, a 503 with
+    /// `Retry-After`): an adaptive [`RateLimit`](crate::RateLimit) lowers
+    /// its rate. Independent of the class: a 429 that is not retried still
+    /// tells the limiter.
+    pub throttled: bool,
 }
 
 impl Classification {
     /// A transient failure: worth another attempt.
     pub const fn transient() -> Self {
-        Self { class: Class::Transient, retry_after: None }
+        Self { class: Class::Transient, retry_after: None, throttled: false }
     }
 
     /// A permanent failure: never retried.
     pub const fn permanent() -> Self {
-        Self { class: Class::Permanent, retry_after: None }
+        Self { class: Class::Permanent, retry_after: None, throttled: false }
     }
 
     /// Adds the wait the server asked for. The retry waits the larger of its
     /// backoff and this, or gives up if that would overrun the deadline.
     pub const fn with_retry_after(mut self, after: Duration) -> Self {
         self.retry_after = Some(after);
+        self
+    }
+
+    /// Marks the system as throttling (see [`throttled`](Self::throttled)).
+    pub const fn throttling(mut self) -> Self {
+        self.throttled = true;
         self
     }
 

@@ -78,6 +78,17 @@ pub enum EventKind {
     BulkheadRejected,
     /// The retry budget was empty, so a retry was not made.
     BudgetExhausted,
+    /// The rate limit had no permit within its wait, so an attempt was not sent.
+    RateLimited {
+        /// Time until the next permit is due.
+        retry_in: Duration,
+    },
+    /// An adaptive rate limit changed its rate (a throttle, or a rate the
+    /// system announced).
+    RateChanged {
+        /// Permits a second from now on.
+        rate: f64,
+    },
     /// A retrying call started inside another policy's attempt, so it makes
     /// one attempt: retrying there would break `rule` (see
     /// [`StopReason::Nested`]).
@@ -105,6 +116,8 @@ impl EventKind {
             EventKind::BreakerIsolated => "breaker_isolated",
             EventKind::BulkheadRejected => "bulkhead_rejected",
             EventKind::BudgetExhausted => "budget_exhausted",
+            EventKind::RateLimited { .. } => "rate_limited",
+            EventKind::RateChanged { .. } => "rate_changed",
             EventKind::NestedRetryRefused { .. } => "nested_retry_refused",
         }
     }
@@ -134,6 +147,10 @@ impl fmt::Display for Event<'_> {
             EventKind::BreakerIsolated => f.write_str("breaker isolated"),
             EventKind::BulkheadRejected => f.write_str("bulkhead rejected a call"),
             EventKind::BudgetExhausted => f.write_str("retry budget exhausted"),
+            EventKind::RateLimited { retry_in } => {
+                write!(f, "rate limited an attempt (next permit in {retry_in:.0?})")
+            }
+            EventKind::RateChanged { rate } => write!(f, "rate limit now {rate:.2}/s"),
             EventKind::NestedRetryRefused { op, rule } => {
                 write!(f, "{op} runs inside another policy's attempt: one attempt, no retries ({rule})")
             }

@@ -316,7 +316,8 @@ impl RetryOn {
             Some(status) => self.status_class(status, false),
             None => self.transport_class(TransportKind::of(error)),
         };
-        Classification { class, retry_after: None }
+        let throttled = error.status().is_some_and(|s| s == StatusCode::TOO_MANY_REQUESTS);
+        Classification { class, retry_after: None, throttled }
     }
 }
 

@@ -11,7 +11,8 @@
 //! | [`Policy::write_once`] | never: exactly one attempt | R-RES-RE-X1 |
 //!
 //! Every attempt passes through one composition in a fixed order — retry →
-//! circuit breaker → bulkhead → timeout (R-RES-RE-2, R-RES-CB-1) — errors
+//! circuit breaker → bulkhead and rate limit → timeout (R-RES-RE-2,
+//! R-RES-CB-1) — errors
 //! are classified ([`Classify`]) and only transient ones are retried
 //! (R-RES-RE-X2), backoff is always jittered exponential ([`Backoff`],
 //! R-RES-RE-X3), at most 5 attempts (R-RES-RE-3), and a policy whose
@@ -64,6 +65,7 @@ mod nesting;
 mod op;
 mod outcome;
 mod policy;
+pub mod rate_limit;
 mod redact;
 mod retry;
 mod rules;
@@ -84,6 +86,7 @@ pub use key::{IdempotencyKey, KeyError, KEY_NAMESPACE, MAX_KEY_LEN};
 pub use op::{Context, OpKind, Operation};
 pub use outcome::{Failure, Rejection, StopReason, TimeoutKind};
 pub use policy::{Policy, PolicyBuilder, Scoped, WINDOW_ERROR, WINDOW_WARNING};
+pub use rate_limit::{RateLimit, RateLimiter, RateSnapshot};
 pub use redact::redact_url;
 pub use retry::{Retry, MAX_ATTEMPTS};
 pub use rules::{BuildError, Rule, Severity, Violation};

@@ -25,7 +25,8 @@ pub enum StopReason {
     DeadlineWouldOverrun,
     /// The total deadline passed.
     TotalTimeout,
-    /// The breaker or the bulkhead refused the attempt ("system unavailable").
+    /// The breaker, the bulkhead or the rate limit refused the attempt
+    /// ("system unavailable").
     Rejected,
     /// The caller cancelled the call.
     Cancelled,
@@ -87,8 +88,9 @@ impl fmt::Display for StopReason {
     }
 }
 
-/// Why the breaker or the bulkhead refused an attempt: "system unavailable —
-/// fail fast". A rejection is never retried and never waited out.
+/// Why the breaker, the bulkhead or the rate limit refused an attempt:
+/// "system unavailable — fail fast". A rejection is never retried and never
+/// waited out; nothing was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Rejection {
@@ -107,6 +109,25 @@ pub enum Rejection {
     BreakerIsolated,
     /// The bulkhead's slots and queue are full.
     BulkheadFull,
+    /// No permit of the system's rate limit within its wait; the next frees
+    /// after `retry_in`.
+    RateLimited {
+        /// Time until a permit is due.
+        retry_in: Duration,
+    },
+}
+
+impl Rejection {
+    /// When asking again may be let through, where the refusal says:
+    /// the next breaker probe, the next rate-limit permit.
+    pub fn retry_in(&self) -> Option<Duration> {
+        match self {
+            Rejection::BreakerOpen { retry_in }
+            | Rejection::BreakerHalfOpen { retry_in }
+            | Rejection::RateLimited { retry_in } => Some(*retry_in),
+            Rejection::BreakerIsolated | Rejection::BulkheadFull => None,
+        }
+    }
 }
 
 impl fmt::Display for Rejection {
@@ -120,6 +141,7 @@ impl fmt::Display for Rejection {
             }
             Rejection::BreakerIsolated => f.write_str("circuit breaker isolated"),
             Rejection::BulkheadFull => f.write_str("bulkhead full"),
+            Rejection::RateLimited { retry_in } => write!(f, "rate limited (next permit in {retry_in:?})"),
         }
     }
 }
@@ -160,7 +182,8 @@ pub enum Failure<E> {
         /// Why no further attempt was made.
         stop: StopReason,
     },
-    /// The breaker or the bulkhead refused an attempt: the system is unavailable.
+    /// The breaker, the bulkhead or the rate limit refused an attempt: the
+    /// system is unavailable.
     Rejected {
         /// What refused it.
         rejection: Rejection,
@@ -211,7 +234,8 @@ impl<E> Failure<E> {
         }
     }
 
-    /// "System unavailable — fail fast": the breaker or the bulkhead refused.
+    /// "System unavailable — fail fast": the breaker, the bulkhead or the
+    /// rate limit refused.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, Failure::Rejected { .. })
     }
@@ -230,14 +254,23 @@ impl<E> Failure<E> {
     /// A short, low-cardinality name of what went wrong, for the
     /// OpenTelemetry attribute `error.type`: `"transient"` or `"permanent"`
     /// (the operation's own error), `"timeout"`, `"breaker_open"`,
-    /// `"bulkhead_full"` or `"cancelled"`.
+    /// `"bulkhead_full"`, `"rate_limited"` or `"cancelled"`.
     pub fn error_type(&self) -> &'static str {
         match self {
             Failure::Operation { class, .. } => class.as_str(),
             Failure::Timeout { .. } => "timeout",
             Failure::Rejected { rejection: Rejection::BulkheadFull, .. } => "bulkhead_full",
+            Failure::Rejected { rejection: Rejection::RateLimited { .. }, .. } => "rate_limited",
             Failure::Rejected { .. } => "breaker_open",
             Failure::Cancelled { .. } => "cancelled",
+        }
+    }
+
+    /// What refused the call, if it was refused.
+    pub fn rejection(&self) -> Option<Rejection> {
+        match self {
+            Failure::Rejected { rejection, .. } => Some(*rejection),
+            _ => None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The policy of one external system: one composition, fixed order,
-//! retry → circuit breaker → bulkhead → timeout (R-RES-RE-2, R-RES-CB-1).
+//! retry → circuit breaker → bulkhead and rate limit → timeout (R-RES-RE-2,
+//! R-RES-CB-1).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -13,6 +14,7 @@ use crate::budget::RetryBudget;
 use crate::bulkhead::{Bulkhead, BulkheadState};
 use crate::call;
 use crate::events::{Emitter, Listener};
+use crate::rate_limit::{RateLimit, RateLimiter};
 use crate::retry::Retry;
 use crate::rules::{BuildError, Rule, Severity, Violation};
 use crate::shared::Shared;
@@ -32,6 +34,7 @@ pub struct PolicyBuilder {
     retry: Retry,
     breaker: Option<Breaker>,
     bulkhead: Option<Bulkhead>,
+    rate_limit: Option<RateLimit>,
     timeout: Timeout,
     listeners: Vec<Arc<dyn Listener>>,
     seed: Option<u64>,
@@ -44,6 +47,7 @@ impl std::fmt::Debug for PolicyBuilder {
             .field("retry", &self.retry)
             .field("breaker", &self.breaker)
             .field("bulkhead", &self.bulkhead)
+            .field("rate_limit", &self.rate_limit)
             .field("timeout", &self.timeout)
             .field("listeners", &self.listeners.len())
             .field("seed", &self.seed)
@@ -67,6 +71,13 @@ impl PolicyBuilder {
     /// A bulkhead (default: none).
     pub fn bulkhead(mut self, bulkhead: Bulkhead) -> Self {
         self.bulkhead = Some(bulkhead);
+        self
+    }
+
+    /// A rate limit on the attempts sent (default: none): per attempt,
+    /// beside the bulkhead, inside the breaker — retries take permits too.
+    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
+        self.rate_limit = Some(limit);
         self
     }
 
@@ -94,16 +105,21 @@ impl PolicyBuilder {
         self
     }
 
-    /// The worst-case in-memory window: every attempt timing out plus the
-    /// longest backoff before each retry, bounded by the total deadline; the
-    /// end of the [`timeline`](Self::timeline).
+    /// The worst-case in-memory window: every attempt waiting the longest
+    /// for its permit and timing out, plus the longest backoff before each
+    /// retry, bounded by the total deadline; the end of the
+    /// [`timeline`](Self::timeline).
     pub fn worst_case(&self) -> Duration {
         self.timeline().window
     }
 
     /// The worst case of a call, attempt by attempt (what `ballast explain` prints).
     pub fn timeline(&self) -> Timeline {
-        Timeline::new(&self.retry, &self.timeout)
+        Timeline::new(&self.retry, &self.timeout, self.permit_wait())
+    }
+
+    fn permit_wait(&self) -> Duration {
+        self.rate_limit.map_or(Duration::ZERO, |l| l.get_wait())
     }
 
     /// Every finding — errors, warnings and notes — without building.
@@ -116,6 +132,9 @@ impl PolicyBuilder {
         }
         if let Some(b) = &self.bulkhead {
             b.check(&mut out);
+        }
+        if let Some(l) = &self.rate_limit {
+            l.check(&mut out);
         }
         let window = self.worst_case();
         if window > WINDOW_ERROR {
@@ -153,6 +172,7 @@ impl PolicyBuilder {
             shared: Arc::new(Shared {
                 breaker: self.breaker.map(|b| CircuitBreaker::new(b, events.clone(), seed ^ 0xB4EA_CE55)),
                 bulkhead: self.bulkhead.map(BulkheadState::new),
+                rate_limit: self.rate_limit.map(|l| RateLimiter::new(l, events.clone())),
                 budget: self.retry.get_budget().map(|b| RetryBudget::new(*b)),
                 retry: self.retry,
                 timeout: self.timeout,
@@ -173,7 +193,8 @@ impl PolicyBuilder {
 /// (R-RES-RE-1): [`read`](Policy::read) and [`write`](Policy::write) (with an
 /// idempotency key) are retried on transient errors; [`write_once`](Policy::write_once)
 /// makes exactly one attempt (R-RES-RE-X1). Every attempt passes, in this fixed
-/// order, through the circuit breaker, the bulkhead and the timeout.
+/// order, through the circuit breaker, the bulkhead and the rate limit, and
+/// the timeout.
 ///
 /// Cloning is cheap and clones share state (breaker, bulkhead, budget): make
 /// one policy per external system and share it.
@@ -229,6 +250,7 @@ impl Policy {
             retry: Retry::default(),
             breaker: None,
             bulkhead: None,
+            rate_limit: None,
             timeout: Timeout::default(),
             listeners: Vec::new(),
             seed: None,
@@ -247,7 +269,8 @@ impl Policy {
 
     /// The worst case of a call, attempt by attempt; it ends at [`worst_case`](Self::worst_case).
     pub fn timeline(&self) -> Timeline {
-        Timeline::new(&self.shared.retry, &self.shared.timeout)
+        let wait = self.shared.rate_limit.as_ref().map_or(Duration::ZERO, |l| l.limit().get_wait());
+        Timeline::new(&self.shared.retry, &self.shared.timeout, wait)
     }
 
     /// Warnings found at build time (e.g. a window over 5 s, R-RES-RE-4).
@@ -275,6 +298,12 @@ impl Policy {
     /// rather than a snapshot while calls run.
     pub fn bulkhead_in_flight(&self) -> Option<usize> {
         self.shared.bulkhead.as_ref().map(BulkheadState::in_flight)
+    }
+
+    /// The rate limiter (`None` without a rate limit): its rate and
+    /// counts, and what an integration tells it of the system's limits.
+    pub fn rate_limiter(&self) -> Option<&RateLimiter> {
+        self.shared.rate_limit.as_ref()
     }
 
     /// The bulkhead's limit on attempts in flight (`None` without a bulkhead).

@@ -10,6 +10,7 @@ use crate::breaker::CircuitBreaker;
 use crate::budget::RetryBudget;
 use crate::bulkhead::BulkheadState;
 use crate::events::Emitter;
+use crate::rate_limit::RateLimiter;
 use crate::retry::Retry;
 use crate::rules::{Rule, Violation};
 use crate::timeout::Timeout;
@@ -19,6 +20,7 @@ pub(crate) struct Shared {
     pub(crate) breaker: Option<CircuitBreaker>,
     pub(crate) bulkhead: Option<BulkheadState>,
     pub(crate) budget: Option<RetryBudget>,
+    pub(crate) rate_limit: Option<RateLimiter>,
     pub(crate) timeout: Timeout,
     pub(crate) events: Emitter,
     pub(crate) worst_case: Duration,

@@ -1,6 +1,7 @@
-//! The worst case of one call, step by step: every attempt times out and
-//! every wait is the longest the backoff can draw, bounded by the total
-//! deadline. Its end is the in-memory window that R-RES-RE-4 limits.
+//! The worst case of one call, step by step: every attempt waits the longest
+//! for its rate-limit permit and times out, and every wait is the longest
+//! the backoff can draw, bounded by the total deadline. Its end is the
+//! in-memory window that R-RES-RE-4 limits.
 
 use std::time::Duration;
 
@@ -47,8 +48,11 @@ pub struct Timeline {
 pub struct TimelineAttempt {
     /// The attempt, from 1.
     pub attempt: u32,
-    /// When it starts, from the start of the call.
+    /// When it starts, from the start of the call: after the longest wait
+    /// for a rate-limit permit.
     pub start: Duration,
+    /// The longest wait for its rate-limit permit, before `start`.
+    pub permit_wait: Duration,
     /// When it times out (at the latest the total deadline).
     pub timeout_at: Duration,
     /// The wait before the next attempt, if there is one.
@@ -57,12 +61,13 @@ pub struct TimelineAttempt {
 
 impl Timeline {
     /// The worst case of a call with these settings.
-    pub(crate) fn new(retry: &Retry, timeout: &Timeout) -> Self {
+    pub(crate) fn new(retry: &Retry, timeout: &Timeout, permit_wait: Duration) -> Self {
         let total = timeout.total_deadline();
         let n = retry.max_attempts().clamp(1, MAX_FOLLOWED);
         let mut attempts = Vec::new();
         let mut start = Duration::ZERO;
         for attempt in 1..=n {
+            start = start.saturating_add(permit_wait);
             if let Some(total) = total.filter(|t| attempt > 1 && start >= *t) {
                 // Every later attempt would start past the deadline too, so the
                 // whole window, whatever it adds up to, is the deadline.
@@ -71,7 +76,7 @@ impl Timeline {
             let end = start.saturating_add(timeout.attempt());
             let timeout_at = total.map_or(end, |t| end.min(t));
             let wait = (attempt < n).then(|| retry.get_backoff().bounds(attempt - 1));
-            attempts.push(TimelineAttempt { attempt, start, timeout_at, wait });
+            attempts.push(TimelineAttempt { attempt, start, permit_wait, timeout_at, wait });
             start = end.saturating_add(wait.map_or(Duration::ZERO, |w| w.max));
         }
         let window = attempts.last().map_or(Duration::ZERO, |last| last.timeout_at);
@@ -103,7 +108,7 @@ mod tests {
             if let Some(total) = total_ms {
                 timeout = timeout.total(Duration::from_millis(total));
             }
-            let timeline = Timeline::new(&retry, &timeout);
+            let timeline = Timeline::new(&retry, &timeout, Duration::ZERO);
 
             let n = attempts.max(1);
             let sum = Duration::from_millis(attempt_ms) * n

@@ -1,6 +1,7 @@
 //! The contention table of BENCHMARKS.md: calls per second of the guide's
-//! full policy on a multi-thread tokio runtime with 1, 2 and 8 worker
-//! threads, one shared policy beside a policy per thread.
+//! full policy, with and without a rate limit that never refuses, on a
+//! multi-thread tokio runtime with 1, 2 and 8 worker threads, one shared
+//! policy beside a policy per thread.
 //!
 //! `cargo run --release -p ballast-bench --bin contention -- [--calls 2000000] [--rounds 7]`
 //!
@@ -8,7 +9,7 @@
 //! `ballast_bench::contention`); the median round of each is printed, with
 //! its speed-up over the same sharing on one thread.
 
-use ballast_bench::contention::{median, per_sec, policies, run, runtime, Sharing};
+use ballast_bench::contention::{median, per_sec, policies, run, runtime, Sharing, Stack};
 use clap::Parser;
 
 /// Calls per second of one shared policy vs a policy per thread.
@@ -27,19 +28,22 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let sharings = [Sharing::Shared, Sharing::PerTask];
+    let configs: Vec<(Stack, Sharing)> = [Stack::Guide, Stack::GuideRateLimited]
+        .into_iter()
+        .flat_map(|stack| [Sharing::Shared, Sharing::PerTask].map(|sharing| (stack, sharing)))
+        .collect();
     let runtimes: Vec<_> = args.threads.iter().map(|&t| runtime(t)).collect();
-    let mut samples = vec![vec![Vec::new(); sharings.len()]; args.threads.len()];
+    let mut samples = vec![vec![Vec::new(); configs.len()]; args.threads.len()];
     // Warm-up: every runtime's workers started, every code path hot.
     for (t, rt) in args.threads.iter().zip(&runtimes) {
-        for sharing in sharings {
-            run(rt, &policies(*t, sharing), args.calls / 10);
+        for &(stack, sharing) in &configs {
+            run(rt, &policies(*t, sharing, stack), args.calls / 10);
         }
     }
     for _ in 0..args.rounds {
         for (i, (t, rt)) in args.threads.iter().zip(&runtimes).enumerate() {
-            for (j, sharing) in sharings.into_iter().enumerate() {
-                let ps = policies(*t, sharing);
+            for (j, &(stack, sharing)) in configs.iter().enumerate() {
+                let ps = policies(*t, sharing, stack);
                 samples[i][j].push(per_sec(args.calls, run(rt, &ps, args.calls)));
             }
         }
@@ -50,16 +54,17 @@ fn main() {
         args.calls, args.rounds
     );
     println!(
-        "| worker threads | sharing | calls/s (median) | ns/call (wall ÷ calls) | × 1 thread, same sharing |"
+        "| policy | worker threads | sharing | calls/s (median) | ns/call (wall ÷ calls) | × 1 thread, same sharing |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     let medians: Vec<Vec<f64>> =
         samples.iter_mut().map(|row| row.iter_mut().map(|s| median(s)).collect()).collect();
-    for (i, t) in args.threads.iter().enumerate() {
-        for (j, sharing) in sharings.into_iter().enumerate() {
+    for (j, &(stack, sharing)) in configs.iter().enumerate() {
+        for (i, t) in args.threads.iter().enumerate() {
             let rate = medians[i][j];
             println!(
-                "| {t} | {} | {:.2} M | {:.1} | {:.2}× |",
+                "| {} | {t} | {} | {:.2} M | {:.1} | {:.2}× |",
+                stack.label(),
                 sharing.label(),
                 rate / 1e6,
                 1e9 / rate,

@@ -237,6 +237,9 @@ fn rejected<E: std::fmt::Display>(rejection: Rejection, failure: &Failure<E>) ->
         }
         Rejection::BulkheadFull => Problem::new(unavailable, Reason::BulkheadFull, failure.to_string())
             .retry_after(std::time::Duration::from_secs(1)),
+        Rejection::RateLimited { retry_in } => {
+            Problem::new(unavailable, Reason::RateLimited, failure.to_string()).retry_after(retry_in)
+        }
         _ => Problem::new(unavailable, Reason::BreakerOpen, failure.to_string()),
     }
 }

@@ -17,6 +17,8 @@ pub enum Reason {
     BreakerOpen,
     /// The system's bulkhead is full.
     BulkheadFull,
+    /// The system's rate limit had no permit for the attempt within its wait.
+    RateLimited,
     /// The retry budget had no retry left for the system.
     BudgetExhausted,
     /// An attempt or the whole call timed out.

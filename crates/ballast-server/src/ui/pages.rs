@@ -90,7 +90,8 @@ fn live_part(ui: &Ui) -> Markup {
         table {
             thead { tr {
                 th { "system" } th { "breaker" } th class="num" { "in flight / limit" } th class="num" { "calls/s" }
-                th class="num" { "attempts/s" } th class="num" { "retry budget (used / allowed)" } th { "last error" }
+                th class="num" { "attempts/s" } th class="num" { "rate limit (permits used / rate, per s)" }
+                th class="num" { "retry budget (used / allowed)" } th { "last error" }
             } }
             tbody {
                 @for system in &systems {
@@ -106,6 +107,15 @@ fn live_part(ui: &Ui) -> Markup {
                         }
                         td class="num" { (format!("{:.1}", rate.calls)) }
                         td class="num" { (format!("{:.1}", rate.attempts)) }
+                        td class="num" {
+                            @match policy.rate_limiter() {
+                                Some(limiter) => {
+                                    (format!("{:.1} / {:.1}", rate.permits, limiter.rate()))
+                                    @if limiter.limit().is_adaptive() { " " span class="tag" { "adaptive" } }
+                                }
+                                None => span class="muted" { "off" },
+                            }
+                        }
                         td class="num" {
                             @match policy.budget_level() {
                                 Some(level) => { (level.used) " / " (format!("{:.0}", level.allowed)) }

@@ -26,12 +26,15 @@ struct Look {
     at: Instant,
     calls: u64,
     attempts: u64,
+    /// Rate-limit permits handed out.
+    permits: u64,
 }
 
 impl Look {
     fn of(system: &HttpSystem, at: Instant) -> Look {
         let stats = system.stats();
-        Look { at, calls: stats.calls, attempts: stats.attempts }
+        let permits = system.policy().rate_limiter().map_or(0, |l| l.snapshot().granted);
+        Look { at, calls: stats.calls, attempts: stats.attempts, permits }
     }
 }
 
@@ -40,6 +43,8 @@ impl Look {
 pub(super) struct Rate {
     pub calls: f64,
     pub attempts: f64,
+    /// Rate-limit permits used.
+    pub permits: f64,
 }
 
 /// The recent looks at every system, oldest first.
@@ -65,6 +70,10 @@ impl Rates {
             .retain(|name, _| all.iter().any(|s| s.name() == name));
         for system in &all {
             self.record(system.name(), Look::of(system, now));
+            // An adaptive limit's rate climbs between the events that set it.
+            if let Some(limiter) = system.policy().rate_limiter() {
+                ballast_http::metrics::record_rate_limit(system.name(), limiter.rate());
+            }
         }
     }
 
@@ -103,7 +112,11 @@ impl Rates {
             return Rate::default();
         }
         let per_sec = |a: u64, b: u64| a.saturating_sub(b) as f64 / span.as_secs_f64();
-        Rate { calls: per_sec(now.calls, base.calls), attempts: per_sec(now.attempts, base.attempts) }
+        Rate {
+            calls: per_sec(now.calls, base.calls),
+            attempts: per_sec(now.attempts, base.attempts),
+            permits: per_sec(now.permits, base.permits),
+        }
     }
 }
 
@@ -112,7 +125,7 @@ mod tests {
     use super::*;
 
     fn look(calls: u64) -> Look {
-        Look { at: Instant::now(), calls, attempts: calls * 2 }
+        Look { at: Instant::now(), calls, attempts: calls * 2, permits: calls }
     }
 
     /// Calls made before the first page view count from the moment the
@@ -123,7 +136,11 @@ mod tests {
         rates.record("pay", look(0));
         tokio::time::advance(Duration::from_secs(2)).await;
         let first = rates.rate("pay", look(30));
-        assert_eq!(first, Rate { calls: 15.0, attempts: 30.0 }, "30 calls over the 2 s since the start");
+        assert_eq!(
+            first,
+            Rate { calls: 15.0, attempts: 30.0, permits: 15.0 },
+            "30 calls over the 2 s since the start"
+        );
 
         // A steady 10 calls a second for 30 s, sampled every step: the rate
         // is the window's, not the average since the start.

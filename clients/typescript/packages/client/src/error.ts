@@ -7,6 +7,7 @@
  * |---|---|---|
  * | `breaker_open`, `bulkhead_full` | 503 + `Retry-After` | fail fast: the system is unavailable for now |
  * | `budget_exhausted` | 503 + `Retry-After` | the system's retry budget had no retry left |
+ * | `rate_limited` | 503 + `Retry-After` | the system's rate limit had no permit; the next frees after `Retry-After` |
  * | `timeout` | 504 | an attempt or the whole call timed out |
  * | `transport` | 502 | no complete answer after the last attempt (`sent` says whether it may have arrived) |
  * | `unknown_system`, `not_found` | 404 | no such system; no deferred write of that handle |
@@ -20,6 +21,7 @@ export type Reason =
   | 'breaker_open'
   | 'bulkhead_full'
   | 'budget_exhausted'
+  | 'rate_limited'
   | 'timeout'
   | 'transport'
   | 'unknown_system'
@@ -37,12 +39,16 @@ export type Reason =
   | 'queue_unavailable';
 
 /** The reasons that mean "the system is unavailable now; ask again after `retryAfter`". */
-export type UnavailableReason = Extract<Reason, 'breaker_open' | 'bulkhead_full' | 'budget_exhausted'>;
+export type UnavailableReason = Extract<
+  Reason,
+  'breaker_open' | 'bulkhead_full' | 'budget_exhausted' | 'rate_limited'
+>;
 
 const UNAVAILABLE: ReadonlySet<string> = new Set<UnavailableReason>([
   'breaker_open',
   'bulkhead_full',
   'budget_exhausted',
+  'rate_limited',
 ]);
 
 /** The gateway's own answer: an `application/problem+json` document (RFC 9457). */

@@ -68,7 +68,7 @@ export async function accepted(error: unknown): Promise<Task | undefined> {
   await ballast.writeOnce('sms', 'messages', { json: { text: 'paid' } });
   await ballast.writeOnce('sms', 'messages');
   if (error instanceof SystemUnavailableError) {
-    const reason: 'breaker_open' | 'bulkhead_full' | 'budget_exhausted' = error.reason;
+    const reason: 'breaker_open' | 'bulkhead_full' | 'budget_exhausted' | 'rate_limited' = error.reason;
     const wait: number | undefined = error.retryAfter;
     void reason, wait;
   }

@@ -1,0 +1,374 @@
+//! Rate limit: at most so many attempts a second reach one external
+//! system, every attempt counted — retries too — so a system that publishes
+//! a limit is not sent more than it allows.
+//!
+//! The limiter sits per attempt inside the breaker, beside the bulkhead: an
+//! attempt the breaker lets through and that has a bulkhead slot takes a
+//! permit before it is sent. One that gets none within [`RateLimit::wait`]
+//! is not sent and ends the call as
+//! [`Rejection::RateLimited`](crate::Rejection::RateLimited), with the time
+//! until a permit frees: "system unavailable", like an open breaker, so a
+//! keyed write can be handed to the durable queue, due when it may go.
+//!
+//! With [`RateLimit::adaptive`] the rate follows what the system accepts
+//! (see [`adaptive`] for the rule and its constants), and what it announces:
+//! the HTTP integration reads `RateLimit`/`RateLimit-Policy` and
+//! `X-RateLimit-*` headers and tells the limiter
+//! ([`RateLimiter::announce`], [`RateLimiter::hold_until`]).
+
+pub mod adaptive;
+mod gcra;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::events::{Emitter, EventKind};
+use crate::rules::{Rule, Violation};
+use adaptive::Aimd;
+pub(crate) use gcra::Grant;
+use gcra::{nanos, Gcra};
+
+/// The most permits a second a limit may allow (one per microsecond).
+pub const MAX_RATE: f64 = 1_000_000.0;
+
+/// Rate limit settings: permits per period, burst, wait, adaptive.
+///
+/// ```
+/// use std::time::Duration;
+/// use ballast::RateLimit;
+///
+/// // 100 attempts a second, 20 at once, an attempt may wait 50 ms for its
+/// // turn, and the rate follows 429s and RateLimit headers.
+/// let limit = RateLimit::per_second(100).burst(20).wait(Duration::from_millis(50)).adaptive();
+/// assert_eq!(limit.rate(), 100.0);
+/// assert_eq!(RateLimit::new(30, Duration::from_secs(60)).rate(), 0.5);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    permits: u32,
+    per: Duration,
+    burst: Option<u32>,
+    wait: Duration,
+    adaptive: bool,
+}
+
+impl RateLimit {
+    /// `permits` attempts per `per`; a burst of `permits` at once, no wait,
+    /// not adaptive.
+    pub const fn new(permits: u32, per: Duration) -> Self {
+        Self { permits, per, burst: None, wait: Duration::ZERO, adaptive: false }
+    }
+
+    /// `permits` attempts a second.
+    pub const fn per_second(permits: u32) -> Self {
+        Self::new(permits, Duration::from_secs(1))
+    }
+
+    /// How many attempts may go at once after a quiet spell (default: the
+    /// permits of one period).
+    pub const fn burst(mut self, burst: u32) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// How long an attempt may wait for a permit before it is refused
+    /// (default: not at all). Counted in the worst-case window (R-RES-RE-4).
+    pub const fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Follows the system: a throttle lowers the rate, calls that go
+    /// through raise it back to the configured one (see [`adaptive`]).
+    pub const fn adaptive(mut self) -> Self {
+        self.adaptive = true;
+        self
+    }
+
+    /// Permits per second.
+    pub fn rate(&self) -> f64 {
+        if self.per.is_zero() {
+            return f64::INFINITY;
+        }
+        f64::from(self.permits) / self.per.as_secs_f64()
+    }
+
+    /// The burst.
+    pub fn get_burst(&self) -> u32 {
+        self.burst.unwrap_or(self.permits).max(1)
+    }
+
+    /// The wait for a permit.
+    pub fn get_wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// Whether the rate adapts.
+    pub fn is_adaptive(&self) -> bool {
+        self.adaptive
+    }
+
+    pub(crate) fn check(&self, out: &mut Vec<Violation>) {
+        let rate = self.rate();
+        if self.permits == 0 || self.per.is_zero() {
+            out.push(Violation::error(
+                None,
+                "rate_limit.rate",
+                format!("the rate is {} per {:?}: no attempt or no period", self.permits, self.per),
+                "give permits per period, e.g. rate = \"100/s\" or \"30/m\"",
+            ));
+        } else if rate > MAX_RATE {
+            out.push(Violation::error(
+                None,
+                "rate_limit.rate",
+                format!("the rate is {rate:.0}/s, over the limiter's {MAX_RATE:.0}/s"),
+                "a limit that high limits nothing: leave rate_limit out",
+            ));
+        }
+        if self.burst == Some(0) {
+            out.push(Violation::error(
+                None,
+                "rate_limit.burst",
+                "the burst is 0: no attempt would ever go".into(),
+                "allow at least 1; the default is the permits of one period",
+            ));
+        }
+        if self.wait > crate::WINDOW_WARNING {
+            out.push(Violation::warning(
+                Rule::Re4,
+                "rate_limit.wait",
+                format!("an attempt may wait {:?} for a permit, over 5 s", self.wait),
+                "a call that waits that long holds its caller: let the limiter refuse sooner and hand keyed writes to the durable queue",
+            ));
+        }
+    }
+}
+
+/// The limiter of one policy, shared by its clones: permits, and what the
+/// system says about its limit.
+#[derive(Debug)]
+pub struct RateLimiter {
+    limit: RateLimit,
+    gcra: Gcra,
+    /// The emission interval, ns per permit, of a fixed limit.
+    interval: u64,
+    /// The adaptive rule's state; the rate it last decided and when are
+    /// mirrored in `decided` (f64 bits) and `decided_at` for the lock-free path.
+    adaptive: Option<Mutex<Aimd>>,
+    decided: AtomicU64,
+    decided_at: AtomicU64,
+    ceiling: AtomicU64,
+    limited: AtomicU64,
+    events: Emitter,
+}
+
+/// A rate limiter's state, for dashboards and metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateSnapshot {
+    /// Permits a second now.
+    pub rate: f64,
+    /// The configured rate, or the one the system announced.
+    pub ceiling: f64,
+    /// Permits handed out since the policy was built.
+    pub granted: u64,
+    /// Attempts refused for want of a permit since the policy was built.
+    pub limited: u64,
+}
+
+impl RateLimiter {
+    pub(crate) fn new(limit: RateLimit, events: Emitter) -> Self {
+        let rate = limit.rate().min(MAX_RATE);
+        Self {
+            gcra: Gcra::new(limit.get_burst()),
+            interval: interval(rate),
+            adaptive: limit.adaptive.then(|| Mutex::new(Aimd::new(rate))),
+            decided: AtomicU64::new(rate.to_bits()),
+            decided_at: AtomicU64::new(0),
+            ceiling: AtomicU64::new(rate.to_bits()),
+            limited: AtomicU64::new(0),
+            limit,
+            events,
+        }
+    }
+
+    /// The settings.
+    pub fn limit(&self) -> &RateLimit {
+        &self.limit
+    }
+
+    /// Permits a second now.
+    pub fn rate(&self) -> f64 {
+        self.rate_at(self.gcra.now())
+    }
+
+    /// The state now.
+    pub fn snapshot(&self) -> RateSnapshot {
+        RateSnapshot {
+            rate: self.rate(),
+            ceiling: f64::from_bits(self.ceiling.load(Ordering::Relaxed)),
+            granted: self.gcra.granted(),
+            limited: self.limited.load(Ordering::Relaxed),
+        }
+    }
+
+    fn rate_at(&self, now: u64) -> f64 {
+        if self.adaptive.is_none() {
+            return 1e9 / self.interval as f64;
+        }
+        let aimd = Aimd {
+            ceiling: f64::from_bits(self.ceiling.load(Ordering::Relaxed)),
+            decided: f64::from_bits(self.decided.load(Ordering::Relaxed)),
+            decided_at: self.decided_at.load(Ordering::Relaxed),
+            window: None,
+        };
+        aimd.rate_at(now)
+    }
+
+    fn interval_at(&self, now: u64) -> u64 {
+        match self.adaptive {
+            None => self.interval,
+            Some(_) => interval(self.rate_at(now)),
+        }
+    }
+
+    /// Takes a permit for an attempt, reserving one due within the wait
+    /// and within `room` (what is left of the call's deadline).
+    pub(crate) fn take(&self, room: Duration) -> Grant {
+        let now = self.gcra.now();
+        let grant = self.gcra.take(now, self.interval_at(now), self.limit.wait.min(room));
+        if let Grant::Refused(retry_in) = grant {
+            self.limited.fetch_add(1, Ordering::Relaxed);
+            self.events.emit(EventKind::RateLimited { retry_in });
+        }
+        grant
+    }
+
+    /// The system throttled an attempt (a 429, a 503 with `Retry-After`):
+    /// an adaptive limiter lowers its rate (see [`adaptive`]). A
+    /// `retry_after` longer than a second also holds every attempt until it
+    /// has passed; one of a second or less — the least the header can say —
+    /// only slows the rate.
+    pub fn throttled(&self, retry_after: Option<Duration>) {
+        let Some(adaptive) = &self.adaptive else { return };
+        let now = self.gcra.now();
+        let decided = {
+            let mut aimd = adaptive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let decided = aimd.throttled(now, self.gcra.granted());
+            if decided.is_some() {
+                self.publish(&aimd);
+            }
+            decided
+        };
+        if let Some(rate) = decided {
+            self.events.emit(EventKind::RateChanged { rate });
+        }
+        if let Some(after) = retry_after.filter(|after| *after > Duration::from_secs(1)) {
+            self.hold_until(Instant::now() + after);
+        }
+    }
+
+    /// The system announced its rate (`RateLimit-Policy: q=100;w=60` is
+    /// 100/60 a second): an adaptive limiter takes it as its rate and its
+    /// ceiling at once.
+    pub fn announce(&self, rate: f64) {
+        let Some(adaptive) = &self.adaptive else { return };
+        if !(rate.is_finite() && rate > 0.0) {
+            return;
+        }
+        let rate = rate.min(MAX_RATE);
+        {
+            let mut aimd = adaptive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if aimd.ceiling == rate {
+                return;
+            }
+            aimd.announced(rate, self.gcra.now());
+            self.publish(&aimd);
+        }
+        self.events.emit(EventKind::RateChanged { rate });
+    }
+
+    /// No permit before `until` (a quota spent until its reset: `RateLimit:
+    /// r=0;t=30`, `X-RateLimit-Remaining: 0`). Only an adaptive limiter
+    /// listens to the system.
+    pub fn hold_until(&self, until: Instant) {
+        if self.adaptive.is_none() {
+            return;
+        }
+        let at = nanos(until.saturating_duration_since(self.gcra.instant(0)));
+        self.gcra.hold_until(at, self.interval_at(self.gcra.now()));
+    }
+
+    /// Mirrors a decision for the lock-free path.
+    fn publish(&self, aimd: &Aimd) {
+        self.ceiling.store(aimd.ceiling.to_bits(), Ordering::Relaxed);
+        self.decided.store(aimd.decided.to_bits(), Ordering::Relaxed);
+        self.decided_at.store(aimd.decided_at, Ordering::Relaxed);
+    }
+}
+
+/// Nanoseconds per permit at `rate` permits a second.
+fn interval(rate: f64) -> u64 {
+    if !(rate.is_finite() && rate > 0.0) {
+        return u64::MAX;
+    }
+    (1e9 / rate).round().max(1.0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Emitter;
+
+    fn limiter(limit: RateLimit) -> RateLimiter {
+        RateLimiter::new(limit, Emitter::new("sys".into(), Vec::new()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fixed_limit_ignores_what_the_system_says() {
+        let limiter = limiter(RateLimit::per_second(10).burst(1));
+        limiter.throttled(Some(Duration::from_secs(60)));
+        limiter.announce(1.0);
+        limiter.hold_until(Instant::now() + Duration::from_secs(60));
+        assert_eq!(limiter.take(Duration::MAX), Grant::After(Duration::ZERO));
+        assert_eq!(limiter.rate(), 10.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_retry_after_holds_every_attempt() {
+        let limiter = limiter(RateLimit::per_second(10).burst(1).adaptive());
+        limiter.throttled(Some(Duration::from_secs(30)));
+        match limiter.take(Duration::MAX) {
+            Grant::Refused(retry_in) => assert!(retry_in > Duration::from_secs(29), "{retry_in:?}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(limiter.snapshot().limited, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_announced_rate_is_the_rate_and_the_ceiling() {
+        let limiter = limiter(RateLimit::per_second(100).adaptive());
+        limiter.announce(100.0 / 60.0);
+        let snapshot = limiter.snapshot();
+        assert!(
+            (snapshot.rate - 100.0 / 60.0).abs() < 1e-9 && snapshot.ceiling == snapshot.rate,
+            "{snapshot:?}"
+        );
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let mut out = Vec::new();
+        RateLimit::new(0, Duration::from_secs(1)).check(&mut out);
+        RateLimit::per_second(10).burst(0).check(&mut out);
+        RateLimit::per_second(10).wait(Duration::from_secs(10)).check(&mut out);
+        let settings: Vec<_> = out.iter().map(|v| (v.setting, v.severity)).collect();
+        use crate::Severity::*;
+        assert_eq!(
+            settings,
+            [("rate_limit.rate", Error), ("rate_limit.burst", Error), ("rate_limit.wait", Warning)]
+        );
+    }
+}

@@ -1,0 +1,207 @@
+//! The rate limit in the composition, on tokio's paused clock: the limit
+//! holds whatever the concurrency, a refused attempt is a rejection with the
+//! time to the next permit, the waits count in the worst-case window, and the
+//! adaptive rule against a model of it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ballast::rate_limit::adaptive::{BETA, CLIMB, FLOOR, HOLD};
+use ballast::{Classification, Failure, Policy, RateLimit, Rejection, Retry, Timeout};
+use proptest::prelude::*;
+use tokio::time::Instant;
+
+#[derive(Debug)]
+struct Busy;
+
+impl ballast::Classify for Busy {
+    fn classify(&self) -> Classification {
+        Classification::transient()
+    }
+}
+
+/// Eight callers as fast as they can for 10 s: between any two attempts,
+/// never more than `rate × t + burst` were sent.
+#[tokio::test(start_paused = true)]
+async fn the_limit_holds_under_concurrency() {
+    let (rate, burst) = (50.0, 10);
+    let policy = Policy::builder("sms")
+        .retry(Retry::attempts(3))
+        .rate_limit(RateLimit::per_second(50).burst(burst).wait(Duration::from_millis(30)))
+        .build()
+        .unwrap();
+    let sent: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let start = Instant::now();
+    let mut callers = Vec::new();
+    for caller in 0..8u64 {
+        let (policy, sent) = (policy.clone(), Arc::clone(&sent));
+        callers.push(tokio::spawn(async move {
+            let mut refused = 0;
+            while start.elapsed() < Duration::from_secs(10) {
+                let result = policy
+                    .read(|ctx| {
+                        sent.lock().unwrap().push(Instant::now());
+                        // Every third attempt fails, so retries take permits too.
+                        let fails = ctx.attempt() == 1 && caller % 3 == 0;
+                        async move {
+                            if fails {
+                                Err(Busy)
+                            } else {
+                                Ok(())
+                            }
+                        }
+                    })
+                    .await;
+                if let Err(Failure::Rejected { rejection: Rejection::RateLimited { retry_in }, .. }) = result
+                {
+                    refused += 1;
+                    assert!(retry_in > Duration::from_millis(30), "refused only past the wait: {retry_in:?}");
+                    tokio::time::sleep(Duration::from_millis(1 + caller)).await;
+                }
+            }
+            refused
+        }));
+    }
+    let mut refused = 0;
+    for caller in callers {
+        refused += caller.await.unwrap();
+    }
+    let sent = sent.lock().unwrap();
+    assert!(refused > 0, "the callers asked for more than the limit");
+    for (i, first) in sent.iter().enumerate() {
+        for (j, last) in sent.iter().enumerate().skip(i) {
+            let allowed = rate * (*last - *first).as_secs_f64() + f64::from(burst);
+            assert!(((j - i + 1) as f64) <= allowed + 1e-9, "{} attempts in {:?}", j - i + 1, *last - *first);
+        }
+    }
+    let used = sent.len() as f64 / 10.0;
+    assert!(used > rate * 0.95, "the limit is used, not starved: {used}/s");
+    let snapshot = policy.rate_limiter().unwrap().snapshot();
+    assert_eq!(snapshot.granted, sent.len() as u64);
+}
+
+/// A refused attempt is not sent, does not count for the breaker, and says
+/// when the next permit frees; a retry that finds no permit ends the call
+/// with the last attempt's error.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_names_the_next_permit_and_keeps_the_last_error() {
+    let policy = Policy::builder("crm")
+        .retry(Retry::attempts(3))
+        .rate_limit(RateLimit::per_second(1))
+        .build()
+        .unwrap();
+    let first = policy.read(|_| async { Err::<(), _>(Busy) }).await;
+    match first {
+        Err(Failure::Rejected {
+            rejection: Rejection::RateLimited { retry_in },
+            attempts: 1,
+            last_error: Some(Busy),
+        }) => {
+            assert!(retry_in > Duration::ZERO && retry_in <= Duration::from_secs(1), "{retry_in:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let refused = policy.read(|_| async { Ok::<_, Busy>(()) }).await.unwrap_err();
+    assert_eq!((refused.attempts(), refused.error_type()), (0, "rate_limited"));
+    assert!(refused.is_deferrable(), "a keyed write refused unsent may go to the durable queue");
+}
+
+/// The wait for a permit is part of the worst case (R-RES-RE-4).
+#[test]
+fn the_worst_case_includes_the_waits() {
+    let without =
+        Policy::builder("pay").retry(Retry::attempts(3)).timeout(Timeout::aggressive(Duration::from_secs(1)));
+    let with = without.clone().rate_limit(RateLimit::per_second(10).wait(Duration::from_millis(500)));
+    assert_eq!(with.worst_case(), without.worst_case() + Duration::from_millis(1500));
+    let timeline = with.timeline();
+    assert_eq!(timeline.attempts[0].start, Duration::from_millis(500));
+    assert!(timeline.attempts.iter().all(|a| a.permit_wait == Duration::from_millis(500)));
+    let refused =
+        without.rate_limit(RateLimit::per_second(10).wait(Duration::from_secs(10))).build().unwrap_err();
+    assert!(refused.breaks(ballast::Rule::Re4), "{refused}");
+}
+
+/// What happens to the limiter, one step at a time.
+#[derive(Debug, Clone)]
+enum Step {
+    /// Time passes.
+    Wait(u64),
+    /// Attempts are sent, as many as the limiter grants.
+    Send(u32),
+    /// The system throttles.
+    Throttle,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![(1u64..3_000).prop_map(Step::Wait), (1u32..200).prop_map(Step::Send), Just(Step::Throttle)]
+}
+
+/// The adaptive rule as its documentation states it, in plain floats.
+struct Model {
+    ceiling: f64,
+    decided: f64,
+    decided_at: f64,
+    /// (opened at, granted then, throttles) of the open window.
+    window: Option<(f64, u64, u64)>,
+}
+
+impl Model {
+    fn rate(&self, now: f64) -> f64 {
+        (self.decided * (1.0 + CLIMB * (now - self.decided_at))).min(self.ceiling)
+    }
+
+    fn throttled(&mut self, now: f64, granted: u64) {
+        let Some((opened, granted_then, throttles)) = self.window else {
+            self.window = Some((now, granted, 1));
+            return;
+        };
+        let throttles = throttles + 1;
+        if now - opened < HOLD.as_secs_f64() {
+            self.window = Some((opened, granted_then, throttles));
+            return;
+        }
+        let accepted = (granted - granted_then).saturating_sub(throttles) as f64 / (now - opened);
+        self.decided = (BETA * self.rate(now).min(accepted)).clamp(self.ceiling * FLOOR, self.ceiling);
+        self.decided_at = now;
+        self.window = None;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The limiter's rate follows the model through any run of sends,
+    /// throttles and waits.
+    #[test]
+    fn the_adaptive_rate_follows_its_model(steps in prop::collection::vec(step(), 1..60)) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        runtime.block_on(async {
+            let policy = Policy::builder("api")
+                .retry(Retry::attempts(1))
+                .rate_limit(RateLimit::per_second(100).burst(20).adaptive())
+                .build()
+                .unwrap();
+            let limiter = policy.rate_limiter().unwrap();
+            let start = Instant::now();
+            let mut model = Model { ceiling: 100.0, decided: 100.0, decided_at: 0.0, window: None };
+            for step in steps {
+                let now = || start.elapsed().as_secs_f64();
+                match step {
+                    Step::Wait(ms) => tokio::time::advance(Duration::from_millis(ms)).await,
+                    Step::Send(n) => {
+                        for _ in 0..n {
+                            let _ = policy.read(|_| async { Ok::<_, Busy>(()) }).await;
+                        }
+                    }
+                    Step::Throttle => {
+                        limiter.throttled(None);
+                        model.throttled(now(), limiter.snapshot().granted);
+                    }
+                }
+                let (actual, expected) = (limiter.rate(), model.rate(now()));
+                prop_assert!((actual - expected).abs() <= expected * 1e-6, "rate {actual} but the model says {expected}");
+            }
+            Ok(())
+        })?;
+    }
+}
