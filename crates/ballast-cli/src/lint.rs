@@ -17,6 +17,41 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Human)]
     format: Format,
+    /// Also check a system's routes against its OpenAPI document:
+    /// `SYSTEM=payments.yaml`, or `payments.yaml` when the file has one
+    /// system. Repeatable.
+    #[arg(long, value_name = "[SYSTEM=]SPEC")]
+    openapi: Vec<String>,
+}
+
+/// The findings of the configuration at `path` against each OpenAPI document.
+fn against_openapi(path: &std::path::Path, specs: &[String]) -> anyhow::Result<Vec<Finding>> {
+    let config = Config::load(path).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e))?;
+    let mut found = Vec::new();
+    for spec in specs {
+        let (system, file) = match spec.split_once('=') {
+            Some((system, file)) => (system.to_owned(), file),
+            None => {
+                let names: Vec<&str> = config.system_names().collect();
+                match names.as_slice() {
+                    [only] => ((*only).to_owned(), spec.as_str()),
+                    _ => anyhow::bail!(
+                        "--openapi {spec}: {} has {} systems ({}); say which: --openapi SYSTEM={spec}",
+                        path.display(),
+                        names.len(),
+                        names.join(", ")
+                    ),
+                }
+            }
+        };
+        if config.system(&system).is_none() {
+            anyhow::bail!("--openapi {spec}: {} has no system {system:?}", path.display());
+        }
+        let doc =
+            ballast_config::openapi::read(std::path::Path::new(file), &config.idempotency_header(&system))?;
+        found.extend(config.check_openapi(&system, &doc));
+    }
+    Ok(found)
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -37,6 +72,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         human.push_str(&report::summary(&path.display().to_string(), &findings));
         human.push('\n');
         all.extend(findings);
+        if !args.openapi.is_empty() {
+            let found = against_openapi(path, &args.openapi)?;
+            human.push_str(&report::human(&found, None));
+            all.extend(found);
+        }
     }
     let out = match args.format {
         Format::Human => human,

@@ -11,6 +11,7 @@ mod demo;
 mod explain;
 mod format;
 mod lint;
+mod openapi;
 mod queue;
 mod serve;
 
@@ -41,6 +42,9 @@ enum Command {
     /// 0 done, 1 when there was nothing to act on, 2 on bad arguments or an
     /// unreachable database.
     Queue(queue::Args),
+    /// Work with a system's OpenAPI document: `import` prints its routes
+    /// table (reads, keyed writes, writes sent once).
+    Openapi(openapi::Args),
     /// Run the durable worker that delivers deferred writes to the configured
     /// systems, serving /metrics, /health/live and /health/ready; exit 1 if
     /// the configuration has errors, 0 after SIGTERM or Ctrl-C.
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Queue(args) => queue::run(&args),
+        Command::Openapi(args) => openapi::run(&args),
         Command::Serve(args) => serve::run(&args),
     };
     result.unwrap_or_else(|e| {

@@ -39,3 +39,39 @@ impl Config {
         self.file.systems.get(name)
     }
 }
+
+impl Config {
+    /// The idempotency header of system `name` (default `Idempotency-Key`).
+    pub fn idempotency_header(&self, name: &str) -> String {
+        self.system(name)
+            .and_then(|s| s.idempotency_header.clone())
+            .unwrap_or_else(|| ballast_http::DEFAULT_IDEMPOTENCY_HEADER.to_owned())
+    }
+
+    /// Checks system `name`'s routes against its OpenAPI document `doc`
+    /// (see [`openapi::Document::check`](crate::openapi::Document::check)):
+    /// findings about the configuration are located in it, findings about
+    /// the document at the operation's line there.
+    pub fn check_openapi(&self, name: &str, doc: &crate::openapi::Document) -> Vec<crate::Finding> {
+        let Some(system) = self.system(name) else { return Vec::new() };
+        let routes = crate::translate::translate(name, system).routes;
+        let located: Vec<_> = routes
+            .iter()
+            .map(|route| {
+                // The key as the file wrote it, to find its place.
+                let key = system.routes.iter().flatten().map(|(k, _)| k).find(|k| {
+                    k.trim().split_once(' ').is_some_and(|(m, t)| {
+                        ballast_http::routes::Route::new(m, t.trim(), route.kind())
+                            .is_ok_and(|r| r.name() == route.name())
+                    })
+                });
+                let at = key.and_then(|k| {
+                    let path = crate::finding::system_path(name, &["routes", k]);
+                    self.index.span(&path).map(|span| self.source.location(span.start))
+                });
+                (route.clone(), at)
+            })
+            .collect();
+        doc.check(self.source.name(), &located, &self.idempotency_header(name))
+    }
+}

@@ -33,6 +33,8 @@ pub struct Timeline {
     pub name: String,
     /// The composition in one line.
     pub composition: String,
+    /// The declared routes, `POST /payments → keyed_write`.
+    pub routes: Vec<String>,
     /// Lint findings of the system: errors, warnings, notes.
     pub findings: (usize, usize, usize),
     /// The in-memory worst case, as the core computes it (R-RES-RE-4).
@@ -91,7 +93,7 @@ impl Config {
 
     fn timeline(&self, name: &str) -> Timeline {
         let system = self.file.systems.get(name).cloned().unwrap_or_default();
-        let crate::translate::Translated { builder, retry, timeout, .. } =
+        let crate::translate::Translated { builder, retry, timeout, routes, .. } =
             crate::translate::translate(name, &system);
         let findings = self.lint_system(name);
         let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
@@ -102,6 +104,16 @@ impl Config {
         Timeline {
             name: name.to_owned(),
             composition: composition(&system, &retry, &timeout),
+            routes: routes
+                .iter()
+                .map(|r| {
+                    let timeout = r
+                        .attempt_timeout()
+                        .map(|t| format!(", {} per attempt", display(t)))
+                        .unwrap_or_default();
+                    format!("{} → {}{timeout}", r.name(), r.kind())
+                })
+                .collect(),
             findings: (count(Severity::Error), count(Severity::Warning), count(Severity::Note)),
             in_memory,
             writes_retried,
@@ -243,6 +255,12 @@ impl fmt::Display for Timeline {
         // The name is the one string taken verbatim from the file.
         writeln!(f, "system `{}`", crate::report::printable(&self.name))?;
         writeln!(f, "  composition: {}", crate::report::printable(&self.composition))?;
+        if !self.routes.is_empty() {
+            writeln!(f, "  routes (the rest by method and key):")?;
+            for route in &self.routes {
+                writeln!(f, "    {}", crate::report::printable(route))?;
+            }
+        }
         let (e, w, n) = self.findings;
         if e + w + n == 0 {
             writeln!(f, "  lint: clean")?;

@@ -74,6 +74,8 @@ impl Config {
         if let Some(ttl) = system.key_ttl {
             builder = builder.key_ttl(ttl.get());
         }
+        // Checked with the policy above: refused had any route been wrong.
+        builder = builder.routes(crate::translate::translate(name, system).routes);
         if let Some(header) = &system.idempotency_header {
             builder = builder.idempotency_header(header.clone());
         }

@@ -77,6 +77,7 @@ mod translate;
 
 pub mod duration;
 pub mod model;
+pub mod openapi;
 pub mod report;
 pub mod size;
 pub mod suggest;

@@ -236,6 +236,9 @@ pub struct System {
     /// `[systems.NAME.rate_limit]`: at most so many attempts a second
     /// (none unless configured).
     pub rate_limit: Option<RateLimitSection>,
+    /// `[systems.NAME.routes]`: `"METHOD /path/{param}/*" = "read" |
+    /// "keyed_write" | "write_once"`, or `{ kind = …, timeout = "2s" }`.
+    pub routes: Option<BTreeMap<String, RouteValue>>,
     /// `[systems.NAME.timeout]`; without it [`ballast::Timeout::default`]
     /// (5 s per attempt, aggressive).
     pub timeout: Option<TimeoutSection>,
@@ -246,6 +249,40 @@ pub struct System {
     /// (`Authorization = { env = "PAY_TOKEN" }`), read when `ballast serve`
     /// starts and never stored with a deferred write.
     pub headers: Option<BTreeMap<String, HeaderSource>>,
+}
+
+/// One route of `[systems.NAME.routes]`: its kind, or a table with its
+/// kind and its own attempt timeout.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum RouteValue {
+    /// `"keyed_write"`.
+    Kind(String),
+    /// `{ kind = "read", timeout = "2s" }`.
+    Table {
+        /// `kind`: `read`, `keyed_write` or `write_once`.
+        kind: Option<String>,
+        /// `timeout`: the route's attempt timeout, at most the system's.
+        timeout: Option<ConfigDuration>,
+    },
+}
+
+impl RouteValue {
+    /// The kind, as written.
+    pub fn kind(&self) -> Option<&str> {
+        match self {
+            RouteValue::Kind(kind) => Some(kind),
+            RouteValue::Table { kind, .. } => kind.as_deref(),
+        }
+    }
+
+    /// The route's own attempt timeout.
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        match self {
+            RouteValue::Kind(_) => None,
+            RouteValue::Table { timeout, .. } => timeout.map(|t| t.get()),
+        }
+    }
 }
 
 /// Where a `[systems.NAME.headers]` value comes from.
@@ -503,6 +540,7 @@ const SYSTEM_KEYS: &[(&str, Schema)] = &[
     ),
     ("bulkhead", Table(&[("limit", Value), ("queue", Value)])),
     ("rate_limit", Table(&[("rate", Value), ("burst", Value), ("wait", Value), ("adaptive", Value)])),
+    ("routes", Named(&[("kind", Value), ("timeout", Value)])),
     (
         "timeout",
         Table(&[

@@ -20,7 +20,7 @@ pub const ORDER: [&str; 4] = ["retry", "breaker", "bulkhead", "timeout"];
 
 /// Every problem of one system: the core's checks, then this crate's rules.
 pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<Problem> {
-    let crate::translate::Translated { builder, retry, timeout, problems: mut out } =
+    let crate::translate::Translated { builder, retry, timeout, problems: mut out, .. } =
         crate::translate::translate(name, sys);
     out.extend(core(name, &builder));
     out.extend(client_timeouts(name, sys, timeout.attempt()));

@@ -8,8 +8,9 @@ use ballast::{
 };
 
 use crate::finding::{system_path, Problem};
-use crate::model::{BreakerSection, Part, RetrySection, System, TimeoutSection};
+use crate::model::{BreakerSection, Part, RetrySection, RouteValue, System, TimeoutSection};
 use crate::suggest::did_you_mean;
+use ballast_http::routes::{Route, RouteKind, Routes};
 
 /// The backoff kinds that exist (R-RES-RE-X3).
 pub const BACKOFF_KINDS: [&str; 2] = ["exponential", "exponential-full-jitter"];
@@ -60,7 +61,113 @@ pub(crate) fn translate(name: &str, system: &System) -> Translated {
     if let Some(limit) = system.rate_limit.as_ref().and_then(|r| rate_limit(name, r, &mut problems)) {
         builder = builder.rate_limit(limit);
     }
-    Translated { builder, retry, timeout, problems }
+    let routes = routes(name, system, &timeout, &mut problems);
+    Translated { builder, retry, timeout, routes, problems }
+}
+
+/// `[systems.NAME.routes]`, each checked: the key `METHOD /template`, the
+/// kind, an attempt timeout within the system's. A route declared `read`
+/// with a method that is not safe is allowed (the guide's "GET-equivalent"),
+/// with a note; so is a key required by a system that does not deduplicate.
+fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Problem>) -> Routes {
+    let mut routes = Routes::new();
+    for (key, value) in system.routes.iter().flatten() {
+        let at = |rest: &[&str]| {
+            let mut path = vec!["routes", key.as_str()];
+            path.extend_from_slice(rest);
+            system_path(name, &path)
+        };
+        let Some((method, template)) = key.trim().split_once(' ') else {
+            problems.push(Problem::error(
+                None,
+                at(&[]),
+                format!("route {key:?} is not `METHOD /path`"),
+                "write the method, a space and the path template: \"POST /payments/{id}\"",
+            ));
+            continue;
+        };
+        let kind_at = if matches!(value, RouteValue::Table { .. }) { at(&["kind"]) } else { at(&[]) };
+        let kind = match value.kind().map(str::parse::<RouteKind>) {
+            Some(Ok(kind)) => kind,
+            Some(Err(e)) => {
+                let help =
+                    match value.kind().and_then(|k| did_you_mean(k, RouteKind::ALL.map(RouteKind::as_str))) {
+                        Some(k) => format!("did you mean \"{k}\"?"),
+                        None => "use \"read\", \"keyed_write\" or \"write_once\"".to_owned(),
+                    };
+                problems.push(Problem::error(Some(Rule::Re1), kind_at, e.to_string(), help));
+                continue;
+            }
+            None => {
+                problems.push(Problem::error(
+                    None,
+                    at(&[]),
+                    format!("route {key:?} has no kind"),
+                    "add `kind = \"read\"` (or \"keyed_write\", \"write_once\")",
+                ));
+                continue;
+            }
+        };
+        let mut route = match Route::new(method, template.trim(), kind) {
+            Ok(route) => route,
+            Err(e) => {
+                problems.push(Problem::error(
+                    None,
+                    at(&[]),
+                    e.to_string(),
+                    "a template is a path of literal segments, whole {param} segments and a last *",
+                ));
+                continue;
+            }
+        };
+        if let Some(limit) = value.timeout() {
+            if limit > timeout.attempt() || limit.is_zero() {
+                problems.push(Problem::error(
+                    None,
+                    at(&["timeout"]),
+                    format!(
+                        "route {} has an attempt timeout of {limit:?}, outside the system's (0 to {:?})",
+                        route.name(),
+                        timeout.attempt()
+                    ),
+                    "a route may only shorten the system's attempt timeout; raise `timeout.attempt` of the system for all its routes",
+                ));
+            }
+            route = route.timeout(limit);
+        }
+        let safe = matches!(route.method().as_str(), "GET" | "HEAD" | "OPTIONS");
+        if kind == RouteKind::Read && !safe {
+            problems.push(Problem::at(
+                Some(Rule::Re1),
+                ballast::Severity::Note,
+                kind_at.clone(),
+                format!(
+                    "{} is declared read: it is retried like a GET (the guide's \"GET-equivalent\")",
+                    route.name()
+                ),
+                "make sure it changes nothing on the system: a write declared read is retried without a key",
+            ));
+        }
+        if kind == RouteKind::KeyedWrite && system.dedupes_by_key != Some(true) {
+            problems.push(Problem::at(
+                Some(Rule::Re1),
+                ballast::Severity::Note,
+                kind_at.clone(),
+                format!("{} requires a key, but the system does not deduplicate by key: each write is sent once", route.name()),
+                "set `dedupes_by_key = true` if the system's contract deduplicates by the key, so keyed writes are retried",
+            ));
+        }
+        match routes.clone().with(route) {
+            Ok(more) => routes = more,
+            Err(e) => problems.push(Problem::error(
+                None,
+                at(&[]),
+                e.to_string(),
+                "declare each method and template once",
+            )),
+        }
+    }
+    routes
 }
 
 /// The periods a `rate` may be given per, and their length.
@@ -121,6 +228,7 @@ pub(crate) struct Translated {
     pub builder: PolicyBuilder,
     pub retry: Retry,
     pub timeout: Timeout,
+    pub routes: Routes,
     pub problems: Vec<Problem>,
 }
 

@@ -745,3 +745,63 @@ fn a_rate_limit_is_built_checked_and_explained() {
         missing.findings
     );
 }
+
+#[test]
+fn routes_are_checked_built_and_explained() {
+    let text = r#"[systems.pay]
+base_url = "http://127.0.0.1:1/v2/"
+key_ttl = "24h"
+
+[systems.pay.timeout]
+attempt = "1s"
+
+[systems.pay.routes]
+"POST /payments" = "keyed_write"
+"POST /orders/search" = "read"
+"GET /reports/*" = { kind = "read", timeout = "500ms" }
+"#;
+    let config = Config::parse("t.toml", text).unwrap();
+    let findings = config.lint();
+    assert!(findings.iter().all(|f| !f.is_error()), "{findings:?}");
+    let note = |needle: &str| {
+        findings
+            .iter()
+            .find(|f| f.message.contains(needle))
+            .unwrap_or_else(|| panic!("{needle}: {findings:?}"))
+    };
+    let read = note("POST /orders/search is declared read");
+    assert_eq!((read.severity.to_string(), read.location.unwrap().line), ("note".to_owned(), 10));
+    let keyed = note("POST /payments requires a key, but the system does not deduplicate");
+    assert_eq!(keyed.location.unwrap().line, 9);
+    let system = config.http_system("pay").unwrap();
+    let route = system.route(&http::Method::GET, "reports/2026/q4").unwrap();
+    assert_eq!(
+        (route.name(), route.attempt_timeout()),
+        ("GET /reports/*".to_owned(), Some(Duration::from_millis(500)))
+    );
+    let explained = config.explain(None).unwrap().to_string();
+    assert!(explained.contains("GET /reports/* → read, 500ms per attempt"), "{explained}");
+
+    for (route, why, line) in [
+        ("\"POST/payments\" = \"read\"", "is not `METHOD /path`", 3),
+        ("\"POST /payments\" = \"keyed\"", "route kind \"keyed\" does not exist", 3),
+        ("\"POST /a/*/b\" = \"read\"", "`*` may only end a template", 3),
+        ("\"GET /slow\" = { kind = \"read\", timeout = \"10s\" }", "outside the system's", 3),
+        ("\"POST /a\" = \"read\"\n\"post /a\" = \"write_once\"", "declared twice", 4),
+    ] {
+        let text = format!("[systems.pay]\nbase_url = \"http://a/\"\n[systems.pay.routes]\n{route}\n");
+        let found = Config::check("t.toml", &text).unwrap().findings;
+        let error = found.iter().find(|f| f.is_error()).unwrap_or_else(|| panic!("{route}: {found:?}"));
+        assert!(error.message.contains(why) && error.location.unwrap().line >= line, "{route}: {error:?}");
+    }
+    let typo = Config::check(
+        "t.toml",
+        "[systems.pay]\nbase_url = \"http://a/\"\n[systems.pay.routes]\n\"POST /a\" = \"wirte_once\"\n",
+    )
+    .unwrap();
+    assert!(
+        typo.findings.iter().any(|f| f.help.contains("did you mean \"write_once\"")),
+        "{:?}",
+        typo.findings
+    );
+}

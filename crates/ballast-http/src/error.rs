@@ -60,6 +60,18 @@ pub enum HttpError {
         /// The request's method.
         method: Method,
     },
+    /// The request goes to a route declared `keyed_write` and carries no
+    /// idempotency key: refused unsent, since without one a lost answer
+    /// could neither be retried nor deduplicated (R-RES-RE-1).
+    #[error(
+        "{route} is declared keyed_write: a write to it must carry an idempotency key, and this one has none; \
+         it was not sent (R-RES-RE-1). Send it with write(&key, ..) (the gateway: an Idempotency-Key header), \
+         the key made once per user action and stored"
+    )]
+    KeyRequired {
+        /// The route, `POST /payments`.
+        route: String,
+    },
     /// The request could not be built (path, query, header or JSON body).
     #[error("invalid request: {reason}; it was not sent")]
     InvalidRequest {

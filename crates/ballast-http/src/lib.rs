@@ -73,6 +73,7 @@ pub mod otel;
 mod rate_headers;
 mod request;
 mod response;
+pub mod routes;
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub mod seal;
@@ -97,7 +98,7 @@ pub use request::{OnceRequest, Request, StreamingRequest};
 pub use response::Response;
 #[cfg(feature = "queue")]
 pub use seal::{SealError, SealKey};
-pub use system::{parse_base_url, HttpSystem, HttpSystemBuilder};
+pub use system::{parse_base_url, HttpSystem, HttpSystemBuilder, DEFAULT_IDEMPOTENCY_HEADER};
 pub use system_policy::CallStats;
 pub use systems::Systems;
 

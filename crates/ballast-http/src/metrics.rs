@@ -19,6 +19,7 @@
 //! | `ballast_call_duration_seconds` | system (histogram) | `HttpSystem`, `PolicyLayer` |
 //! | `ballast_bulkhead_limit` | system: attempts allowed in flight (absent without a bulkhead) | `HttpSystem` |
 //! | `ballast_rate_limited_total` | system: attempts not sent for want of a rate-limit permit | [`SystemMetrics`] |
+//! | `ballast_route_calls_total` | system, route (the template, `POST /payments/{id}`: never a raw path), outcome (`ok`, `failed` — an answer judged a failure —, `unanswered`) | `HttpSystem`, for calls a route matched |
 //! | `ballast_rate_limit_permits_per_second` | system: the rate limit's rate now (absent without one) | `HttpSystem`, [`SystemMetrics`], [`record_rate_limit`] |
 //! | `ballast_system_critical` | system: 1 if readiness depends on it, else 0 | `HttpSystem` |
 //!
@@ -54,7 +55,7 @@ const STATES: [BreakerState; 4] =
 
 /// The name of every metric this crate records, for checking dashboards and
 /// alerting rules against what the code registers.
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 14] = [
     "ballast_calls_total",
     "ballast_attempts_total",
     "ballast_retries_total",
@@ -68,6 +69,7 @@ pub const NAMES: [&str; 13] = [
     "ballast_system_critical",
     "ballast_rate_limited_total",
     "ballast_rate_limit_permits_per_second",
+    "ballast_route_calls_total",
 ];
 
 /// Upper bounds, in seconds, of the `ballast_call_duration_seconds` buckets:
@@ -99,6 +101,43 @@ pub fn describe() {
         "Attempts not sent for want of a rate-limit permit"
     );
     metrics::describe_gauge!("ballast_rate_limit_permits_per_second", "The rate limit's rate now");
+    metrics::describe_counter!("ballast_route_calls_total", "Calls to a declared route, by outcome");
+}
+
+/// The outcomes of `ballast_route_calls_total`.
+const ROUTE_OUTCOMES: [&str; 3] = ["ok", "failed", "unanswered"];
+
+/// The call counters of one system's routes, registered once, in the
+/// routes' order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RouteCounters(Vec<[Counter; ROUTE_OUTCOMES.len()]>);
+
+impl RouteCounters {
+    pub(crate) fn register(system: &str, routes: &crate::routes::Routes) -> Self {
+        Self(
+            routes
+                .iter()
+                .map(|route| {
+                    ROUTE_OUTCOMES.map(|outcome| {
+                        metrics::counter!("ballast_route_calls_total", "system" => system.to_owned(), "route" => route.name(), "outcome" => outcome)
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// A call to route `index` ended: answered `ok`, answered with a
+    /// failure, or without an answer.
+    pub(crate) fn record(&self, index: usize, answered: Option<bool>) {
+        let outcome = match answered {
+            Some(true) => 0,
+            Some(false) => 1,
+            None => 2,
+        };
+        if let Some(counters) = self.0.get(index) {
+            counters[outcome].increment(1);
+        }
+    }
 }
 
 /// Records a rate limit's rate now: an adaptive limit's rate climbs between

@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use crate::classify;
 use crate::request::{Head, OnceRequest};
+use crate::routes::{Route, RouteKind, Routes};
 use crate::system_policy::SystemPolicy;
 use crate::transport::{HyperTransport, OutBody, ReqwestTransport, Transport, TransportError};
 use crate::{HttpError, Request, Response, RetryOn};
@@ -35,6 +36,7 @@ pub struct HttpSystemBuilder {
     critical: bool,
     key_ttl: Option<Duration>,
     service: Option<crate::transport::ServiceTransport>,
+    routes: Routes,
     /// Added to every request; the first bad name or value, for `build`.
     headers: Result<HeaderMap, String>,
     secret_url: bool,
@@ -71,6 +73,29 @@ impl HttpSystemBuilder {
     /// ```
     pub fn policy(mut self, configure: impl FnOnce(PolicyBuilder) -> PolicyBuilder) -> Self {
         self.policy = configure(self.policy);
+        self
+    }
+
+    /// What each endpoint of the system is ([`Routes`]): a read whatever its
+    /// method, a write that must carry a key (one without is refused unsent,
+    /// [`HttpError::KeyRequired`]), or a write sent once. A request no route
+    /// matches is what its method and key make it.
+    ///
+    /// ```
+    /// use ballast_http::routes::{RouteKind, Routes};
+    /// use ballast_http::HttpSystem;
+    ///
+    /// let routes = Routes::new().route("POST", "/orders/search", RouteKind::Read)?.route(
+    ///     "POST",
+    ///     "/payments",
+    ///     RouteKind::KeyedWrite,
+    /// )?;
+    /// let pay = HttpSystem::builder("pay", "https://pay.example/v1/").routes(routes).build().unwrap();
+    /// # let _ = pay;
+    /// # Ok::<(), ballast_http::routes::RouteError>(())
+    /// ```
+    pub fn routes(mut self, routes: Routes) -> Self {
+        self.routes = routes;
         self
     }
 
@@ -305,6 +330,8 @@ impl HttpSystemBuilder {
         Ok(HttpSystem {
             inner: Arc::new(Inner {
                 base,
+                route_calls: crate::metrics::RouteCounters::register(&self.name, &self.routes),
+                routes: self.routes,
                 transport,
                 system_policy,
                 critical: self.critical,
@@ -473,6 +500,8 @@ pub struct HttpSystem {
 #[derive(Debug)]
 struct Inner {
     base: Base,
+    routes: Routes,
+    route_calls: crate::metrics::RouteCounters,
     transport: Transport,
     system_policy: SystemPolicy,
     critical: bool,
@@ -503,13 +532,14 @@ impl HttpSystem {
             base_url: base_url.to_owned(),
             client: None,
             dedupes_by_key: false,
-            header: "Idempotency-Key".to_owned(),
+            header: DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
             connect_timeout: None,
             read_timeout: None,
             retry_on: RetryOn::default(),
             critical: false,
             key_ttl: None,
             service: None,
+            routes: Routes::new(),
             headers: Ok(HeaderMap::new()),
             secret_url: false,
             #[cfg(feature = "queue")]
@@ -589,13 +619,20 @@ impl HttpSystem {
         self.policy().breaker().map(|b| b.state())
     }
 
+    /// The route `method path` (relative to the base URL) matches, if any.
+    pub fn route(&self, method: &http::Method, path: &str) -> Option<&Route> {
+        self.inner.routes.find(method, path)
+    }
+
+    /// The system's routes.
+    pub fn routes(&self) -> &Routes {
+        &self.inner.routes
+    }
+
     /// Sends a request without side effects (GET, HEAD, OPTIONS or a
     /// [`Request::post_query`]), retried on transient failures. Any other
     /// request is refused unsent with [`HttpError::NotARead`].
     pub async fn read(&self, request: Request) -> Result<Response, Failure<HttpError>> {
-        if !request.is_read() {
-            return Err(Failure::unsent(HttpError::NotARead { method: request.head.method }));
-        }
         self.call(Operation::Read, request, false).await
     }
 
@@ -637,9 +674,6 @@ impl HttpSystem {
         operation: Operation<'_>,
         request: Request,
     ) -> Result<Response, Failure<HttpError>> {
-        if matches!(operation, Operation::Read) && !request.is_read() {
-            return Err(Failure::unsent(HttpError::NotARead { method: request.head.method }));
-        }
         self.call(operation, request, true).await
     }
 
@@ -650,6 +684,11 @@ impl HttpSystem {
         match request.into() {
             OnceRequest::Buffered(request) => self.call(Operation::WriteOnce, request, false).await,
             OnceRequest::Streaming(request) => {
+                let route = self.route(&request.head.method, &request.head.path);
+                if let Err(e) = declared(Operation::WriteOnce, route, &request.head, false) {
+                    return Err(Failure::unsent(e));
+                }
+                let route_timeout = route.and_then(Route::attempt_timeout);
                 let (uri, headers) = match self.prepare(&request.head, Operation::WriteOnce) {
                     Ok(prepared) => prepared,
                     Err(e) => return Err(Failure::unsent(e)),
@@ -662,9 +701,8 @@ impl HttpSystem {
                     let (uri, headers) = (uri.clone(), headers.clone());
                     async move {
                         let body = body.ok_or_else(|| HttpError::invalid("a streaming body is sent once"))?;
-                        self.attempt(&head.method, uri, headers, body, false, ctx.attempt())
-                            .await
-                            .and_then(failed)
+                        let which = Which { keyed_write: false, attempt: ctx.attempt(), route_timeout };
+                        self.attempt(&head.method, uri, headers, body, which).await.and_then(failed)
                     }
                 });
                 let span = self.call_span(head, &uri);
@@ -683,6 +721,18 @@ impl HttpSystem {
         request: Request,
         judged: bool,
     ) -> Result<Response, Failure<HttpError>> {
+        let index = self.inner.routes.position(&request.head.method, &request.head.path);
+        let route = index.and_then(|i| self.inner.routes.iter().nth(i));
+        let operation = match declared(operation, route, &request.head, request.is_read()) {
+            Ok(operation) => operation,
+            Err(e) => {
+                if let Some(index) = index {
+                    self.inner.route_calls.record(index, None);
+                }
+                return Err(Failure::unsent(e));
+            }
+        };
+        let route_timeout = route.and_then(Route::attempt_timeout);
         let (uri, headers) = match self.prepare(&request.head, operation) {
             Ok(prepared) => prepared,
             Err(e) => return Err(Failure::unsent(e)),
@@ -691,7 +741,8 @@ impl HttpSystem {
         let (head, body) = (&request.head, &request.body);
         let attempt = |ctx: ballast::Context| {
             let (uri, headers, body) = (uri.clone(), headers.clone(), OutBody::Full(body.clone()));
-            self.attempt(&head.method, uri, headers, body, keyed_write, ctx.attempt())
+            let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout };
+            self.attempt(&head.method, uri, headers, body, which)
         };
         let policy = &self.inner.system_policy;
         // One span (none without a subscriber that wants it) and the call
@@ -708,6 +759,13 @@ impl HttpSystem {
         let result = policy.run(operation, judge, attempt).instrument(span.clone()).await;
         if let Some(answer) = result.as_ref().ok().filter(|a| a.verdict.is_some()) {
             policy.answered_failure(answer.status);
+        }
+        if let Some(index) = index {
+            let answered = match &result {
+                Ok(answer) => Some(answer.verdict.is_none()),
+                Err(failure) => failure.error().and_then(HttpError::status).map(|_| false),
+            };
+            self.inner.route_calls.record(index, answered);
         }
         record_outcome(&span, &result);
         result
@@ -762,9 +820,9 @@ impl HttpSystem {
         uri: http::Uri,
         headers: HeaderMap,
         body: OutBody,
-        keyed_write: bool,
-        attempt: u32,
+        which: Which,
     ) -> Result<Response, HttpError> {
+        let Which { keyed_write, attempt, route_timeout } = which;
         let retry_on = self.retry_on();
         let secret_url = self.inner.secret_url;
         let mut request = http::Request::new(body);
@@ -797,6 +855,17 @@ impl HttpSystem {
             request.headers_mut().extend(trace);
         }
         let sent = self.inner.transport.send(request);
+        // A route's own attempt timeout, inside the system's: the answer's
+        // head and body within it, or the attempt failed as a read timeout.
+        let sent = async move {
+            match route_timeout {
+                None => sent.await,
+                Some(limit) => tokio::time::timeout(limit, sent).await.unwrap_or_else(|_| {
+                    let why = format!("no whole answer within the route's attempt timeout of {limit:?}");
+                    Err(TransportError::new(crate::classify::TransportKind::ReadTimeout, why))
+                }),
+            }
+        };
         let result = match &span {
             Some(span) => sent.instrument(span.clone()).await,
             None => sent.await,
@@ -861,6 +930,45 @@ fn record_outcome(span: &tracing::Span, result: &Result<Response, Failure<HttpEr
             }
             span.record("error.type", failure.error_type());
         }
+    }
+}
+
+/// Which attempt of which call: what an attempt needs besides its request.
+#[derive(Clone, Copy)]
+struct Which {
+    /// A keyed write to a system that deduplicates (a 409 in flight is transient).
+    keyed_write: bool,
+    /// The attempt, from 1.
+    attempt: u32,
+    /// The route's own attempt timeout, if any.
+    route_timeout: Option<Duration>,
+}
+
+/// The header a keyed write carries its key in unless the system names
+/// another ([`HttpSystemBuilder::idempotency_header`]).
+pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
+
+/// What a call is, with its route's word over the caller's where the
+/// contract says more: a read of a route declared `read` may use any
+/// method; a route declared `keyed_write` takes no call without a key
+/// (R-RES-RE-1); a route declared `write_once` is sent once, key or not.
+fn declared<'a>(
+    operation: Operation<'a>,
+    route: Option<&Route>,
+    head: &Head,
+    is_read: bool,
+) -> Result<Operation<'a>, HttpError> {
+    let not_a_read = || HttpError::NotARead { method: head.method.clone() };
+    match (operation, route.map(Route::kind)) {
+        (Operation::Read, Some(RouteKind::Read)) => Ok(Operation::Read),
+        (Operation::Read, Some(_)) => Err(not_a_read()),
+        (Operation::Read, None) if is_read => Ok(Operation::Read),
+        (Operation::Read, None) => Err(not_a_read()),
+        (Operation::Write(_) | Operation::WriteOnce, Some(RouteKind::WriteOnce)) => Ok(Operation::WriteOnce),
+        (Operation::WriteOnce, Some(RouteKind::KeyedWrite)) => {
+            Err(HttpError::KeyRequired { route: route.map(Route::name).unwrap_or_default() })
+        }
+        (operation, _) => Ok(operation),
     }
 }
 

@@ -302,6 +302,92 @@ rate = "1/m"
     assert!(metrics.contains("ballast_rate_limit_permits_per_second{system=\"sms\"} 0.01666"), "{metrics}");
 }
 
+/// The routes `ballast openapi import` makes of the payment API of
+/// `ballast-cli`'s tests: the search is retried as a read although it is a
+/// POST, the payment without a key is refused unsent, the PATCH goes once;
+/// every answer names its route, never the path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_declare_what_each_endpoint_is() {
+    let upstream = Upstream::start(|seen, n| match (seen.method.as_str(), n) {
+        ("POST", 1) => Reply::With(503, vec![], "busy"),
+        ("POST", _) => Reply::With(200, vec![], "[]"),
+        _ => Reply::With(503, vec![], "busy"),
+    })
+    .await;
+    let systems = r#"
+[gateway]
+listen = "127.0.0.1:0"
+
+[systems.pay]
+base_url = "http://{upstream}/v2/"
+dedupes_by_key = true
+key_ttl = "24h"
+
+[systems.pay.retry]
+max_attempts = 3
+first_delay = "100ms"
+max_delay = "200ms"
+
+[systems.pay.routes]
+"POST /payments" = "keyed_write"
+"POST /payments/search" = "read"
+"GET /payments/{id}" = "read"
+"PATCH /payments/{id}" = "write_once"
+"POST /refunds" = "keyed_write"
+"#;
+    let served = serve(&upstream, systems).await;
+    let search = client()
+        .post(format!("{}/call/pay/payments/search", served.gateway))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((search.status().as_u16(), attempts(&search)), (200, Some(2)), "retried as a read");
+    assert_eq!(search.headers()["ballast-route"], "POST /payments/search");
+
+    let unkeyed =
+        client().post(format!("{}/call/pay/payments", served.gateway)).body("{}").send().await.unwrap();
+    assert_eq!((unkeyed.status().as_u16(), attempts(&unkeyed)), (400, Some(0)));
+    assert_eq!(unkeyed.headers()["ballast-route"], "POST /payments");
+    let body = problem(unkeyed).await;
+    assert_eq!(body["ballast"]["reason"], "key_required", "{body}");
+    assert_eq!(body["ballast"]["rule"], "R-RES-RE-1");
+    assert_eq!(body["ballast"]["route"], "POST /payments");
+    assert!(body["detail"].as_str().unwrap().contains("POST /payments is declared keyed_write"), "{body}");
+
+    let patch = client()
+        .patch(format!("{}/call/pay/payments/p-77", served.gateway))
+        .header("Idempotency-Key", IdempotencyKey::v5("p-77", "describe").as_str())
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((patch.status().as_u16(), attempts(&patch)), (503, Some(1)), "sent once, key or not");
+    assert_eq!(patch.headers()["ballast-route"], "PATCH /payments/{id}");
+
+    let methods: Vec<(String, String)> =
+        upstream.requests().iter().map(|s| (s.method.clone(), s.target.clone())).collect();
+    assert_eq!(
+        methods,
+        [
+            ("POST".to_owned(), "/v2/payments/search".to_owned()),
+            ("POST".to_owned(), "/v2/payments/search".to_owned()),
+            ("PATCH".to_owned(), "/v2/payments/p-77".to_owned()),
+        ],
+        "the payment without a key never left"
+    );
+    let metrics =
+        client().get(format!("{}/metrics", served.admin)).send().await.unwrap().text().await.unwrap();
+    for line in [
+        "ballast_route_calls_total{system=\"pay\",route=\"POST /payments/search\",outcome=\"ok\"} 1",
+        "ballast_route_calls_total{system=\"pay\",route=\"POST /payments\",outcome=\"unanswered\"} 1",
+        "ballast_route_calls_total{system=\"pay\",route=\"PATCH /payments/{id}\",outcome=\"failed\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    assert!(!metrics.contains("p-77"), "no raw path in the metrics");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_only_requests_that_bring_it_pass_and_it_goes_no_further() {
     std::env::set_var("BALLAST_GATEWAY_TEST_TOKEN", "s3cret-gateway-token");

@@ -190,6 +190,9 @@ limit = 4
 
 [systems.pay.rate_limit]
 rate = "1000/s"
+
+[systems.pay.routes]
+"GET /orders/{id}" = "read"
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

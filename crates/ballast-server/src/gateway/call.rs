@@ -3,9 +3,17 @@
 //!
 //! | request | operation |
 //! |---|---|
-//! | GET, HEAD, OPTIONS | `Operation::Read`: retried on transient failures |
-//! | any other method with an `Idempotency-Key` | `Operation::Write(key)`: retried only if the system dedupes by key; with `Prefer: respond-async`, the system's `write_or_defer` |
-//! | any other method without one | `Operation::WriteOnce`: exactly one attempt (R-RES-RE-X1) |
+//! | a route declared `read` (any method) | `Operation::Read`: retried on transient failures |
+//! | a route declared `keyed_write`, with an `Idempotency-Key` | `Operation::Write(key)` |
+//! | a route declared `keyed_write`, without one | refused unsent: 400 `key_required` (R-RES-RE-1) |
+//! | a route declared `write_once` | `Operation::WriteOnce`, key or not |
+//! | no route: GET, HEAD, OPTIONS | `Operation::Read`: retried on transient failures |
+//! | no route: any other method with an `Idempotency-Key` | `Operation::Write(key)`: retried only if the system dedupes by key; with `Prefer: respond-async`, the system's `write_or_defer` |
+//! | no route: any other method without one | `Operation::WriteOnce`: exactly one attempt (R-RES-RE-X1) |
+//!
+//! A request a route matched is answered with `Ballast-Route: POST
+//! /payments/{id}` — the template, never the path — which the server span's
+//! `http.route` and the route metrics carry too.
 //!
 //! The gateway adds no policy of its own: it decides what the request is,
 //! once, and calls [`HttpSystem::send`] or [`HttpSystem::write_or_defer`].
@@ -20,13 +28,14 @@ use axum::http::header::{self, HeaderValue};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ballast::{Failure, IdempotencyKey, Operation, Rejection, Rule, StopReason};
+use ballast_http::routes::RouteKind;
 use ballast_http::{HttpError, HttpSystem};
 use ballast_queue::{Handover, HandoverError};
 use tracing::Instrument;
 
 use super::headers::{came_through_us, forwarded, wants_async, RESPOND_ASYNC, VIA_NAME};
 use super::problem::{Problem, Reason};
-use super::{Gateway, ATTEMPTS};
+use super::{Gateway, ATTEMPTS, ROUTE};
 
 pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
@@ -38,8 +47,8 @@ pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Re
     if span.is_disabled() {
         return handle(gateway, parts, body, name, path).await;
     }
-    let response = handle(gateway, parts, body, name, path).instrument(span.clone()).await;
-    super::trace::record(&span, &response);
+    let response = handle(gateway, parts, body, name.clone(), path).instrument(span.clone()).await;
+    super::trace::record(&span, &name, &response);
     response
 }
 
@@ -71,12 +80,35 @@ async fn handle(
         (Some(Ok(Err(e))), None) => return bad_key(&e.to_string()),
         (Some(Err(_)), None) => return bad_key("not visible ASCII"),
     };
+    let route = system.route(&parts.method, &path).map(|r| (r.kind(), r.name()));
+    let mut response = routed(gateway, system, parts, body, path, key, route.clone()).await;
+    if let Some(name) = route.and_then(|(_, name)| HeaderValue::from_str(&name).ok()) {
+        response.headers_mut().insert(ROUTE, name);
+    }
+    response
+}
+
+/// The call, as its route (if any) declares it.
+async fn routed(
+    gateway: Gateway,
+    system: HttpSystem,
+    parts: axum::http::request::Parts,
+    body: Body,
+    path: String,
+    key: Option<IdempotencyKey>,
+    route: Option<(RouteKind, String)>,
+) -> Response {
     let body = match read_body(body, &parts.headers, gateway.max_body()).await {
         Ok(body) => body,
         Err(problem) => return problem.into_response(),
     };
-    let deferrable = key.is_some() && wants_async(&parts.headers) && system.dedupes_by_key();
-    let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let kind = route.map(|(kind, _)| kind);
+    let writes = matches!(kind, None | Some(RouteKind::KeyedWrite));
+    let deferrable = writes && key.is_some() && wants_async(&parts.headers) && system.dedupes_by_key();
+    let safe = match kind {
+        Some(kind) => kind == RouteKind::Read,
+        None => matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS),
+    };
     let query = parts.uri.query().unwrap_or_default().to_owned();
     let headers = forwarded(parts.headers, gateway.has_token(), gateway.trusts_forwarded());
     let request =
@@ -94,6 +126,7 @@ async fn handle(
     // What the request is, decided once: a read, a keyed write, a write once.
     let operation = match &key {
         _ if safe => Operation::Read,
+        Some(_) if kind == Some(RouteKind::WriteOnce) => Operation::WriteOnce,
         Some(key) => Operation::Write(key),
         None => Operation::WriteOnce,
     };
@@ -201,7 +234,11 @@ fn answer(outcome: Result<ballast_http::Response, Failure<HttpError>>, system: &
         Err(failure) => failure,
     };
     let attempts = failure.attempts();
-    let rule = failure.stop_reason().rule();
+    let rule = match failure.error() {
+        // Refused for want of the key a route requires: the rule is the key's.
+        Some(HttpError::KeyRequired { .. }) => Some(Rule::Re1),
+        _ => failure.stop_reason().rule(),
+    };
     let problem = match &failure {
         Failure::Rejected { rejection, .. } => rejected(*rejection, &failure),
         _ if failure.stop_reason() == StopReason::BudgetExhausted => {
@@ -214,6 +251,10 @@ fn answer(outcome: Result<ballast_http::Response, Failure<HttpError>>, system: &
         }
         Failure::Operation { error: HttpError::BadPath { .. }, attempts: 0, .. } => {
             Problem::new(StatusCode::BAD_REQUEST, Reason::BadPath, failure.to_string())
+        }
+        // The system's route requires a key (R-RES-RE-1): refused unsent by the system.
+        Failure::Operation { error: HttpError::KeyRequired { route }, attempts: 0, .. } => {
+            Problem::new(StatusCode::BAD_REQUEST, Reason::KeyRequired, failure.to_string()).route(route)
         }
         Failure::Operation { error: HttpError::SealKeyMissing { .. }, attempts: 0, .. } => {
             Problem::new(StatusCode::BAD_REQUEST, Reason::SealKeyMissing, failure.to_string())

@@ -40,6 +40,9 @@ pub const ATTEMPTS: HeaderName = HeaderName::from_static("ballast-attempts");
 /// The header of the gateway's own answers: the problem's reason.
 pub const PROBLEM: HeaderName = HeaderName::from_static("ballast-problem");
 
+/// The route a request matched (`POST /payments/{id}`), on every answer to it.
+pub const ROUTE: HeaderName = HeaderName::from_static("ballast-route");
+
 /// What the gateway's routes share. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Gateway(Arc<Inner>);

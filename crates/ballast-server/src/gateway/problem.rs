@@ -19,6 +19,9 @@ pub enum Reason {
     BulkheadFull,
     /// The system's rate limit had no permit for the attempt within its wait.
     RateLimited,
+    /// The request goes to a route declared `keyed_write` without an
+    /// `Idempotency-Key`: refused unsent (R-RES-RE-1).
+    KeyRequired,
     /// The retry budget had no retry left for the system.
     BudgetExhausted,
     /// An attempt or the whole call timed out.
@@ -68,6 +71,9 @@ struct Detail {
     /// (false: the connection never opened, nothing was sent).
     #[serde(skip_serializing_if = "Option::is_none")]
     sent: Option<bool>,
+    /// The route the request matched, `POST /payments`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    route: Option<String>,
 }
 
 /// A problem document, ready to send.
@@ -93,7 +99,7 @@ impl Problem {
             title: status.canonical_reason().unwrap_or("Error").to_owned(),
             code: status.as_u16(),
             detail: detail.into(),
-            ballast: Detail { reason, attempts: 0, rule: None, sent: None },
+            ballast: Detail { reason, attempts: 0, rule: None, sent: None, route: None },
         }
     }
 
@@ -106,6 +112,12 @@ impl Problem {
     /// The rule that decided the outcome.
     pub fn rule(mut self, rule: Option<Rule>) -> Self {
         self.ballast.rule = rule.map(Rule::id);
+        self
+    }
+
+    /// The route the request matched.
+    pub fn route(mut self, route: &str) -> Self {
+        self.ballast.route = Some(route.to_owned());
         self
     }
 

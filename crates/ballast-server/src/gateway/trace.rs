@@ -13,7 +13,7 @@ use axum::response::Response;
 use opentelemetry::trace::TraceContextExt;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::{ATTEMPTS, PROBLEM};
+use super::{ATTEMPTS, PROBLEM, ROUTE};
 
 /// The span of one `/call/{system}/…` request, continuing the caller's trace.
 pub(super) fn server_span(parts: &Parts, system: &str) -> tracing::Span {
@@ -48,10 +48,14 @@ pub(super) fn server_span(parts: &Parts, system: &str) -> tracing::Span {
 /// The answer, on the span: its status, the attempts, and why the gateway
 /// answered itself when it did. A 5xx is an error of the server span
 /// (a 4xx is the caller's, as the conventions say).
-pub(super) fn record(span: &tracing::Span, response: &Response) {
+pub(super) fn record(span: &tracing::Span, system: &str, response: &Response) {
     let status = response.status();
     span.record("http.response.status_code", i64::from(status.as_u16()));
     let header = |name: &HeaderName| response.headers().get(name).and_then(|v| v.to_str().ok());
+    // A declared route names the template the request matched.
+    if let Some((_, template)) = header(&ROUTE).and_then(|route| route.split_once(' ')) {
+        span.record("http.route", format!("/call/{system}{template}"));
+    }
     if let Some(attempts) = header(&ATTEMPTS).and_then(|v| v.parse::<i64>().ok()) {
         span.record("ballast.attempts", attempts);
     }

@@ -12,6 +12,7 @@
  * | `transport` | 502 | no complete answer after the last attempt (`sent` says whether it may have arrived) |
  * | `unknown_system`, `not_found` | 404 | no such system; no deferred write of that handle |
  * | `bad_key`, `bad_path`, `bad_request`, `seal_key_missing` | 400 | refused unsent |
+ * | `key_required` | 400 | the route is declared `keyed_write` and the write carried no key: refused unsent (R-RES-RE-1) |
  * | `too_large`, `body_timeout` | 413, 408 | the request body was too large or too slow |
  * | `loop_detected` | 508 | the system's `base_url` points back at the gateway |
  * | `cross_site`, `unauthorized`, `unknown_host` | 403, 401, 421 | refused before anything else |
@@ -26,6 +27,7 @@ export type Reason =
   | 'transport'
   | 'unknown_system'
   | 'bad_key'
+  | 'key_required'
   | 'bad_path'
   | 'loop_detected'
   | 'body_timeout'

@@ -1,0 +1,380 @@
+//! A system's routes from its OpenAPI document (3.0 or 3.1, YAML or JSON):
+//! what `ballast openapi import` prints and what `ballast lint --openapi`
+//! checks a configuration against. The document says which operations take
+//! an idempotency key; the routes make the gateway and `HttpSystem` hold
+//! callers to it (R-RES-RE-1).
+//!
+//! Each operation under `paths` becomes a route, by the first rule that
+//! applies:
+//!
+//! 1. `x-ballast-kind: read | keyed_write | write_once` on the operation;
+//! 2. `x-idempotent: true`: `read` for GET, HEAD and OPTIONS, else
+//!    `keyed_write`;
+//! 3. GET, HEAD, OPTIONS: `read`;
+//! 4. a header parameter named as the system's idempotency header (on the
+//!    operation or its path, `$ref`s to `#/components/parameters` followed):
+//!    `keyed_write`;
+//! 5. anything else: `write_once`.
+//!
+//! The document is read with `saphyr`, which keeps every node's line, so a
+//! finding names the line of the operation it is about.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use ballast::{Rule, Severity};
+use ballast_http::routes::{Route, RouteKind};
+use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
+
+use crate::finding::Finding;
+use crate::source::Location;
+
+/// The methods an OpenAPI path item may hold.
+const METHODS: [&str; 8] = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
+
+/// How many `$ref`s are followed before giving up (a cycle).
+const MAX_REFS: usize = 8;
+
+/// One operation of the document and the route it makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation {
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The path template, as the document writes it (`/payments/{id}`).
+    pub path: String,
+    /// Where the operation is: its method's line and column.
+    pub location: Location,
+    /// The kind its route gets.
+    pub kind: RouteKind,
+    /// Which rule decided the kind.
+    pub why: &'static str,
+    /// Whether it takes the idempotency header.
+    pub takes_key: bool,
+}
+
+impl Operation {
+    /// `POST /payments`.
+    pub fn name(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+
+    fn is_safe(&self) -> bool {
+        matches!(self.method.as_str(), "GET" | "HEAD" | "OPTIONS")
+    }
+}
+
+/// The operations of a document, in its order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Document {
+    /// The file, as named.
+    pub file: String,
+    /// Every operation.
+    pub operations: Vec<Operation>,
+}
+
+/// A document that cannot be read as OpenAPI.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenApiError {
+    /// The file cannot be read.
+    #[error("cannot read {file}: {source}")]
+    Read {
+        /// The file.
+        file: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not YAML or JSON.
+    #[error("{file}:{line}:{column}: not YAML or JSON: {message}")]
+    Syntax {
+        /// The file.
+        file: String,
+        /// Where.
+        line: usize,
+        /// Where.
+        column: usize,
+        /// What the parser says.
+        message: String,
+    },
+    /// YAML, but not an OpenAPI document.
+    #[error("{file}: {why}; an OpenAPI 3.0 or 3.1 document has `openapi: 3.x` and `paths`")]
+    NotOpenApi {
+        /// The file.
+        file: String,
+        /// What is missing.
+        why: String,
+    },
+}
+
+/// Reads the document at `path`; `key_header` is the system's idempotency header.
+pub fn read(path: &Path, key_header: &str) -> Result<Document, OpenApiError> {
+    let file = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).map_err(|source| OpenApiError::Read { file: file.clone(), source })?;
+    parse(&file, &text, key_header)
+}
+
+/// Parses `text` (named `file` in errors and findings).
+pub fn parse(file: &str, text: &str, key_header: &str) -> Result<Document, OpenApiError> {
+    let docs = MarkedYaml::load_from_str(text).map_err(|e| OpenApiError::Syntax {
+        file: file.to_owned(),
+        line: e.marker().line(),
+        column: e.marker().col() + 1,
+        message: e.info().to_owned(),
+    })?;
+    let not = |why: &str| OpenApiError::NotOpenApi { file: file.to_owned(), why: why.to_owned() };
+    let root = docs.first().ok_or_else(|| not("the file is empty"))?;
+    let version = get(root, "openapi").and_then(text_of).ok_or_else(|| not("no `openapi` version"))?;
+    if !version.starts_with("3.") {
+        return Err(not(&format!(
+            "`openapi: {version}` is not 3.0 or 3.1 (Swagger 2 documents convert with swagger2openapi)"
+        )));
+    }
+    let paths = get(root, "paths").and_then(mapping).ok_or_else(|| not("no `paths`"))?;
+    let mut operations = Vec::new();
+    for (path_key, item) in paths {
+        let Some(path) = text_of(path_key) else { continue };
+        let item = resolve(root, item);
+        let shared = params(root, get(item, "parameters"));
+        for (method_key, op) in mapping(item).into_iter().flatten() {
+            let Some(method) = text_of(method_key).filter(|m| METHODS.contains(m)) else { continue };
+            let method = method.to_ascii_uppercase();
+            let mut header_params = shared.clone();
+            header_params.extend(params(root, get(op, "parameters")));
+            let takes_key = header_params.iter().any(|name| name.eq_ignore_ascii_case(key_header));
+            let safe = matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS");
+            let declared =
+                get(op, "x-ballast-kind").and_then(text_of).and_then(|k| k.parse::<RouteKind>().ok());
+            let idempotent = get(op, "x-idempotent")
+                .is_some_and(|v| matches!(v.data, YamlData::Value(Scalar::Boolean(true))));
+            let (kind, why) = match declared {
+                Some(kind) => (kind, "x-ballast-kind"),
+                None if idempotent && safe => (RouteKind::Read, "x-idempotent"),
+                None if idempotent => (RouteKind::KeyedWrite, "x-idempotent"),
+                None if safe => (RouteKind::Read, "a safe method"),
+                None if takes_key => (RouteKind::KeyedWrite, "takes the idempotency header"),
+                None => (RouteKind::WriteOnce, "a write without the idempotency header"),
+            };
+            let at = method_key.span.start;
+            operations.push(Operation {
+                method,
+                path: path.to_owned(),
+                location: Location { line: at.line(), column: at.col() + 1 },
+                kind,
+                why,
+                takes_key,
+            });
+        }
+    }
+    Ok(Document { file: file.to_owned(), operations })
+}
+
+/// The value of `key` in the mapping `node`.
+fn get<'a>(node: &'a MarkedYaml<'a>, key: &str) -> Option<&'a MarkedYaml<'a>> {
+    mapping(node)?.find(|(k, _)| text_of(k) == Some(key)).map(|(_, v)| v)
+}
+
+fn mapping<'a>(
+    node: &'a MarkedYaml<'a>,
+) -> Option<impl Iterator<Item = (&'a MarkedYaml<'a>, &'a MarkedYaml<'a>)>> {
+    match &node.data {
+        YamlData::Mapping(map) => Some(map.iter()),
+        _ => None,
+    }
+}
+
+fn text_of<'a>(node: &'a MarkedYaml<'a>) -> Option<&'a str> {
+    match &node.data {
+        YamlData::Value(Scalar::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// `node`, or what its `$ref` (within the document) points at.
+fn resolve<'a>(root: &'a MarkedYaml<'a>, mut node: &'a MarkedYaml<'a>) -> &'a MarkedYaml<'a> {
+    for _ in 0..MAX_REFS {
+        let Some(target) = get(node, "$ref").and_then(text_of) else { return node };
+        let Some(pointer) = target.strip_prefix("#/") else { return node };
+        let mut at = root;
+        for part in pointer.split('/') {
+            let part = part.replace("~1", "/").replace("~0", "~");
+            match get(at, &part) {
+                Some(next) => at = next,
+                None => return node,
+            }
+        }
+        node = at;
+    }
+    node
+}
+
+/// The names of the header parameters in a `parameters` list.
+fn params<'a>(root: &'a MarkedYaml<'a>, list: Option<&'a MarkedYaml<'a>>) -> Vec<String> {
+    let YamlData::Sequence(items) = list.map(|l| &l.data).unwrap_or(&YamlData::BadValue) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .map(|p| resolve(root, p))
+        .filter(|p| get(p, "in").and_then(text_of) == Some("header"))
+        .filter_map(|p| get(p, "name").and_then(text_of).map(str::to_owned))
+        .collect()
+}
+
+impl Document {
+    /// The `[systems.SYSTEM.routes]` table of every operation, each with the
+    /// rule that decided it and its line, ready to paste into a config.
+    pub fn routes_toml(&self, system: &str) -> String {
+        let mut out = format!("[systems.{}.routes]\n", crate::report::printable(system));
+        let width = self.operations.iter().map(|o| o.name().len() + 2).max().unwrap_or(0);
+        for op in &self.operations {
+            let key = format!("\"{}\"", op.name());
+            let value = format!("\"{}\"", op.kind);
+            let _ =
+                writeln!(out, "{key:<width$} = {value:<13} # {}:{}: {}", self.file, op.location.line, op.why);
+        }
+        out
+    }
+
+    /// Checks `routes` (the configured ones of a system, each with where
+    /// the config declares it) against the document: routes that match no
+    /// operation, writes the config leaves undeclared, keyed writes whose
+    /// operation takes no key.
+    pub fn check(
+        &self,
+        config_file: &str,
+        routes: &[(Route, Option<Location>)],
+        key_header: &str,
+    ) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let finding = |severity, rule, file: &str, location, message, help: &str| Finding {
+            rule,
+            severity,
+            file: file.to_owned(),
+            location,
+            span: None,
+            message,
+            help: help.to_owned(),
+        };
+        for (route, at) in routes {
+            let matched: Vec<&Operation> = self
+                .operations
+                .iter()
+                .filter(|op| op.method == route.method().as_str() && route.matches(&sample(&op.path)))
+                .collect();
+            if matched.is_empty() {
+                out.push(finding(
+                    Severity::Warning,
+                    None,
+                    config_file,
+                    *at,
+                    format!("route {} matches no operation of {}", route.name(), self.file),
+                    "fix the method or the template, or remove the route: the document has no such endpoint",
+                ));
+            }
+            if route.kind() == RouteKind::KeyedWrite {
+                for op in matched.iter().filter(|op| !op.takes_key) {
+                    out.push(finding(
+                        Severity::Warning,
+                        Some(Rule::Re1),
+                        &self.file,
+                        Some(op.location),
+                        format!(
+                            "route {} requires a key, but {} takes no `{key_header}` header in the document",
+                            route.name(),
+                            op.name()
+                        ),
+                        "check that the system deduplicates this endpoint by key (R-RES-RE-1); if it does, add the header parameter to the document",
+                    ));
+                }
+            }
+        }
+        for op in self.operations.iter().filter(|op| !op.is_safe()) {
+            let declared =
+                routes.iter().any(|(r, _)| r.method().as_str() == op.method && r.matches(&sample(&op.path)));
+            if !declared {
+                out.push(finding(
+                    Severity::Warning,
+                    Some(Rule::Re1),
+                    &self.file,
+                    Some(op.location),
+                    format!(
+                        "the write {} is not declared in the config's routes: it is a keyed write when a caller sends a key, else written once",
+                        op.name()
+                    ),
+                    &format!("declare it: \"{}\" = \"{}\" (`ballast openapi import` prints every route)", op.name(), op.kind),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// A path that matches `template`: each `{param}` filled in.
+fn sample(template: &str) -> String {
+    template
+        .split('/')
+        .map(|segment| if segment.starts_with('{') && segment.ends_with('}') { "x" } else { segment })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAY: &str = r#"openapi: 3.1.0
+info: { title: pay, version: "1" }
+components:
+  parameters:
+    Key:
+      name: Idempotency-Key
+      in: header
+      required: true
+      schema: { type: string }
+paths:
+  /payments:
+    post:
+      parameters:
+        - $ref: '#/components/parameters/Key'
+    get: {}
+  /payments/search:
+    post:
+      x-ballast-kind: read
+  /payments/{id}:
+    parameters:
+      - { name: id, in: path, required: true }
+    patch: {}
+    put:
+      x-idempotent: true
+"#;
+
+    #[test]
+    fn every_operation_gets_the_kind_its_contract_says() {
+        let doc = parse("pay.yaml", PAY, "idempotency-key").unwrap();
+        let kinds: Vec<_> = doc.operations.iter().map(|o| (o.name(), o.kind, o.location.line)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("POST /payments".to_owned(), RouteKind::KeyedWrite, 12),
+                ("GET /payments".to_owned(), RouteKind::Read, 15),
+                ("POST /payments/search".to_owned(), RouteKind::Read, 17),
+                ("PATCH /payments/{id}".to_owned(), RouteKind::WriteOnce, 22),
+                ("PUT /payments/{id}".to_owned(), RouteKind::KeyedWrite, 23),
+            ]
+        );
+    }
+
+    #[test]
+    fn json_reads_as_well_and_bad_documents_say_why() {
+        let json = r#"{"openapi": "3.0.3", "paths": {"/a": {"post": {"parameters": [{"name": "X-Key", "in": "header"}]}}}}"#;
+        let doc = parse("a.json", json, "x-key").unwrap();
+        assert_eq!((doc.operations[0].kind, doc.operations[0].location.line), (RouteKind::KeyedWrite, 1));
+        assert!(parse("b.yaml", "swagger: '2.0'\npaths: {}\n", "k")
+            .unwrap_err()
+            .to_string()
+            .contains("no `openapi`"));
+        assert!(parse("c.yaml", "openapi: 2.0\npaths: {}\n", "k").is_err());
+        let broken = parse("d.yaml", "openapi: 3.0.0\npaths: [\n", "k").unwrap_err().to_string();
+        assert!(broken.starts_with("d.yaml:"), "{broken}");
+    }
+}
