@@ -455,9 +455,10 @@ async fn lost_lease_cannot_overwrite_the_newer_attempt(h: &Harness) {
 async fn heartbeat_keeps_a_long_handler_s_lease(h: &Harness) {
     let (a, b) = (Scripted::default(), Scripted::default());
     // Heartbeats every third of the lease; the handler outlives two leases.
-    // A lease of 1 s leaves room for a busy CI machine to be late.
-    let lease = Duration::from_secs(1);
-    let id = enqueue(&h.queue, "sleep:2500").await;
+    // A lease of 2 s leaves a renewal most of a second to be late on a
+    // machine whose cores are all busy.
+    let lease = Duration::from_secs(2);
+    let id = enqueue(&h.queue, "sleep:4500").await;
     let first = start(worker(&h.queue, a.clone()).lease(lease));
     wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Running).await;
     let second = start(worker(&h.other_queue().await, b.clone()).lease(lease));
