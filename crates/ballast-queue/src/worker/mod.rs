@@ -73,7 +73,7 @@ pub const DEFAULT_BATCH: usize = 50;
 ///   the task, and the newer attempt's outcome stands.
 /// - **The idempotency key protects the upstream.** A task can still run more
 ///   than once: its worker may die or stall after calling the upstream and
-///   before recording the outcome. Send [`TaskContext::key`] with every call
+///   before recording the outcome. Send [`TaskContext::key`](crate::TaskContext::key) with every call
 ///   so the upstream applies it once.
 /// - **A resumed worker does not start work it no longer holds.** The worker
 ///   counts each lease on its own monotonic clock from the moment it asked
@@ -85,7 +85,7 @@ pub const DEFAULT_BATCH: usize = 50;
 ///   lease (SIGSTOP, a debugger, a paused VM), a claim answered late, and a
 ///   runtime too busy to start the handler in time.
 /// - **A handler already running when its lease is lost is told to stop**
-///   through its cancellation token ([`TaskContext::cancellation`]), as soon
+///   through its cancellation token ([`TaskContext::cancellation`](crate::TaskContext::cancellation)), as soon
 ///   as the lease may have run out without a renewal (the database is
 ///   unreachable or slow, the process was paused) or a renewal finds the
 ///   task taken. This is best effort: the handler may already have sent its
