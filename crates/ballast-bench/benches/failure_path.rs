@@ -4,7 +4,7 @@
 //! (stacks in `ballast_bench::failure_path`), each on a current-thread tokio
 //! runtime on the paused clock.
 //!
-//! `cargo bench -p ballast-bench --bench failure_path -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench -p ballast-bench --features peers --bench failure_path -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -33,7 +33,12 @@ fn bench_stack<S: Stack>(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime,
 fn stacks(c: &mut Criterion) {
     let rt = fp::paused_runtime();
     let mut group = c.benchmark_group("failure_path");
-    bench_stack(&mut group, &rt, "ballast (guide stack without breaker)", fp::Ballast(fp::ballast_policy()));
+    bench_stack(
+        &mut group,
+        &rt,
+        "ballast (guide stack without breaker)",
+        fp::BallastFailing(fp::ballast_policy()),
+    );
     bench_stack(&mut group, &rt, "tower retry", fp::Tower(fp::tower_stack()));
     bench_stack(&mut group, &rt, "tower-resilience 0.13", fp::Tower(fp::tower_resilience_stack()));
     group.finish();

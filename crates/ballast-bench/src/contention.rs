@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use ballast::Policy;
 
-use crate::success_path::{ballast_full, ballast_full_rate_limited};
+use crate::policies::{ballast_full, ballast_full_rate_limited};
 
 /// Whether the tasks of a run share one policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub fn runtime(threads: usize) -> tokio::runtime::Runtime {
 
 /// Which policy the tasks call through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stack {
+pub enum ContendedPolicy {
     /// The guide's: retry → count breaker → bulkhead 8 → timeout.
     Guide,
     /// The guide's with a rate limit that never refuses: one shared
@@ -59,25 +59,25 @@ pub enum Stack {
     GuideRateLimited,
 }
 
-impl Stack {
+impl ContendedPolicy {
     /// The table's label.
     pub fn label(self) -> &'static str {
         match self {
-            Stack::Guide => "the guide's",
-            Stack::GuideRateLimited => "the guide's + rate limit",
+            ContendedPolicy::Guide => "the guide's",
+            ContendedPolicy::GuideRateLimited => "the guide's + rate limit",
         }
     }
 
     fn policy(self) -> Policy {
         match self {
-            Stack::Guide => ballast_full(),
-            Stack::GuideRateLimited => ballast_full_rate_limited(),
+            ContendedPolicy::Guide => ballast_full(),
+            ContendedPolicy::GuideRateLimited => ballast_full_rate_limited(),
         }
     }
 }
 
 /// The policies `threads` tasks use: clones of one, or one each.
-pub fn policies(threads: usize, sharing: Sharing, stack: Stack) -> Vec<Policy> {
+pub fn policies(threads: usize, sharing: Sharing, stack: ContendedPolicy) -> Vec<Policy> {
     match sharing {
         Sharing::Shared => vec![stack.policy(); threads],
         Sharing::PerTask => (0..threads).map(|_| stack.policy()).collect(),
@@ -140,9 +140,10 @@ mod tests {
     fn every_configuration_makes_its_calls() {
         for threads in [1, 2] {
             let rt = runtime(threads);
-            for (sharing, stack) in
-                [(Sharing::Shared, Stack::Guide), (Sharing::PerTask, Stack::GuideRateLimited)]
-            {
+            for (sharing, stack) in [
+                (Sharing::Shared, ContendedPolicy::Guide),
+                (Sharing::PerTask, ContendedPolicy::GuideRateLimited),
+            ] {
                 let ps = policies(threads, sharing, stack);
                 assert!(run(&rt, &ps, 1000) > Duration::ZERO);
                 assert_eq!(ps[0].bulkhead_in_flight(), Some(0), "every slot given back");

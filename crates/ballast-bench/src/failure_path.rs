@@ -42,9 +42,9 @@ pub fn ballast_policy() -> Policy {
 }
 
 /// A ballast policy whose calls always fail.
-pub struct Ballast(pub Policy);
+pub struct BallastFailing(pub Policy);
 
-impl Stack for Ballast {
+impl Stack for BallastFailing {
     async fn call(&mut self) -> u32 {
         self.0.read(|_| op()).await.unwrap_or(0)
     }
@@ -90,20 +90,20 @@ pub fn tower_stack() -> impl Service<(), Response = u32, Error = BoxError> + Clo
 }
 
 /// The error tower-resilience's nested layers produce here.
-pub type TrError = tower_resilience::bulkhead::BulkheadServiceError<
+pub type TrFailureError = tower_resilience::bulkhead::BulkheadServiceError<
     tower_resilience::timelimiter::TimeLimiterError<io::Error>,
 >;
 
 /// tower-resilience 0.13: retry (3 attempts, exponential backoff from 500 ms)
 /// → bulkhead (8, rejects when full) → time limiter (5 s) over `service_fn`.
-pub fn tower_resilience_stack() -> impl Service<(), Response = u32, Error = TrError> + Clone + Send {
+pub fn tower_resilience_stack() -> impl Service<(), Response = u32, Error = TrFailureError> + Clone + Send {
     use tower_resilience::bulkhead::BulkheadLayer;
     use tower_resilience::retry::RetryLayer;
     use tower_resilience::timelimiter::TimeLimiterLayer;
 
     ServiceBuilder::new()
         .layer(
-            RetryLayer::<(), u32, TrError>::builder()
+            RetryLayer::<(), u32, TrFailureError>::builder()
                 .max_attempts(ATTEMPTS as usize)
                 .exponential_backoff(FIRST_DELAY)
                 .build(),
@@ -140,7 +140,7 @@ mod tests {
         rt.block_on(async {
             let floor = Duration::from_millis(100);
             let start = Instant::now();
-            assert_eq!(Ballast(ballast_policy()).call().await, 0);
+            assert_eq!(BallastFailing(ballast_policy()).call().await, 0);
             assert!(start.elapsed() >= floor, "ballast waited {:?}", start.elapsed());
             let start = Instant::now();
             assert_eq!(Tower(tower_stack()).call().await, 0);

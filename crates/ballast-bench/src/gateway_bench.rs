@@ -90,7 +90,7 @@ pub enum NginxUse {
 
 /// What to run.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct GatewayBenchOptions {
     /// The connection counts, each a measurement of every hop.
     pub connections: Vec<usize>,
     /// Unmeasured requests before each measurement.
@@ -148,7 +148,7 @@ pub struct Ratios {
 
 /// What a run measured.
 #[derive(Debug, Clone)]
-pub struct Report {
+pub struct GatewayBenchReport {
     /// Every hop at every connection count.
     pub rows: Vec<Row>,
     /// The nginx used (its version line), or why there is none.
@@ -156,11 +156,11 @@ pub struct Report {
 }
 
 /// Runs every measurement of `opts`; `progress` hears of each one as it ends.
-pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> anyhow::Result<Report> {
+pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow::Result<GatewayBenchReport> {
     if opts.connections.is_empty() || opts.rounds == 0 {
         anyhow::bail!("give at least one connection count and one round");
     }
-    let upstream = upstream::Upstream::start()?;
+    let upstream = upstream::BenchUpstream::start()?;
     let binary = match &opts.nginx {
         NginxUse::Skip => Err("not measured".to_owned()),
         NginxUse::IfInstalled => nginx::find().ok_or_else(|| "not installed".to_owned()),
@@ -174,7 +174,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> anyhow::Result<Rep
         Err(_) => None,
     };
     let nginx_label = binary.map(|b| nginx::version(&b).unwrap_or_else(|| b.display().to_string()));
-    let gateway = gateway::Gateway::start(upstream.addr(), opts.ballast_threads)?;
+    let gateway = gateway::BenchGateway::start(upstream.addr(), opts.ballast_threads)?;
     // The receiver of the traced gateways, on a thread of this process.
     let receiver = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let collector = receiver.block_on(ballast_test_support::otlp::Collector::counting());
@@ -237,7 +237,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> anyhow::Result<Rep
     }
     let rows =
         samples.into_iter().map(|((connections, hop), rounds)| medians(hop, connections, &rounds)).collect();
-    Ok(Report { rows, nginx: nginx_label })
+    Ok(GatewayBenchReport { rows, nginx: nginx_label })
 }
 
 /// The memory one idle kept-alive connection holds in the gateway: `n`
@@ -247,8 +247,8 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> anyhow::Result<Rep
 /// socket buffers are not resident memory).
 pub fn idle_memory(n: usize) -> anyhow::Result<u64> {
     use std::io::{Read, Write};
-    let upstream = upstream::Upstream::start()?;
-    let gateway = gateway::Gateway::start(upstream.addr(), None)?;
+    let upstream = upstream::BenchUpstream::start()?;
+    let gateway = gateway::BenchGateway::start(upstream.addr(), None)?;
     let request = format!("GET /call/{}/orders/7 HTTP/1.1\r\nHost: gw\r\n\r\n", gateway::SYSTEM);
     let open = |count: usize| -> anyhow::Result<Vec<std::net::TcpStream>> {
         let mut sockets = Vec::with_capacity(count);
@@ -340,7 +340,7 @@ fn thousands(n: f64) -> String {
     out
 }
 
-impl Report {
+impl GatewayBenchReport {
     fn row(&self, hop: Hop, connections: usize) -> Option<&Row> {
         self.rows.iter().find(|r| r.hop == hop && r.connections == connections)
     }
@@ -471,7 +471,7 @@ mod tests {
 
     #[test]
     fn an_nginx_that_cannot_start_fails_the_run_and_says_why() {
-        let opts = Options {
+        let opts = GatewayBenchOptions {
             connections: vec![1],
             warm_up: Duration::ZERO,
             measure: Duration::from_millis(10),
@@ -497,7 +497,7 @@ mod tests {
             NginxUse::Skip
         };
         let measured_nginx = nginx == NginxUse::Required;
-        let opts = Options {
+        let opts = GatewayBenchOptions {
             connections: vec![1, 4],
             warm_up: Duration::from_millis(50),
             measure: Duration::from_millis(200),

@@ -3,13 +3,14 @@
 //!
 //! - `amplification`: load on a sick upstream for a naive retry client and
 //!   ballast, on tokio's paused clock (deterministic).
-//! - `success_path`: the stacks of the success-path comparison (the
+//! - `policies`: the guide's policies every comparison measures.
+//! - `success_path` (feature `peers`): the stacks of the success-path comparison (the
 //!   operation returns at once), shared by the `success_path` criterion bench
 //!   (ns/call) and the `success_allocs` bin (heap allocations per call).
 //! - `contention`: calls per second of the guide's policy on a multi-thread
 //!   runtime, one shared policy beside a policy per thread, for the
 //!   `contention` bin.
-//! - `failure_path`: an error on every attempt, retried with backoff on the
+//! - `failure_path` (feature `peers`): an error on every attempt, retried with backoff on the
 //!   paused clock, through ballast and its peers, for the `failure_path`
 //!   criterion bench.
 //! - `queue_bench`: throughput and latency of the durable queue on SQLite and
@@ -22,8 +23,11 @@
 
 pub mod amplification;
 pub mod contention;
+#[cfg(feature = "peers")]
 pub mod failure_path;
 pub mod gateway_bench;
+pub mod policies;
 pub mod queue_bench;
+#[cfg(feature = "peers")]
 pub mod success_path;
 pub mod throttling;

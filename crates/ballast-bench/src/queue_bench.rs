@@ -77,7 +77,7 @@ impl BenchBackend {
 
 /// What to run.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct QueueBenchOptions {
     /// The database.
     pub backend: BenchBackend,
     /// Tasks processed (and enqueued in batches); `tasks / 10` are enqueued one by one.
@@ -273,7 +273,7 @@ fn pg_options(url: &str, schema: &str) -> anyhow::Result<PgConnectOptions> {
 }
 
 impl Db {
-    async fn open(opts: &Options) -> anyhow::Result<Self> {
+    async fn open(opts: &QueueBenchOptions) -> anyhow::Result<Self> {
         match opts.backend {
             BenchBackend::Sqlite => {
                 let dir = tempfile::tempdir()?;
@@ -399,7 +399,7 @@ impl Db {
 }
 
 /// Runs the measurements of `opts` in a fresh database, cleaned up afterwards.
-pub async fn run(opts: &Options) -> anyhow::Result<Vec<Measurement>> {
+pub async fn run(opts: &QueueBenchOptions) -> anyhow::Result<Vec<Measurement>> {
     if opts.tasks == 0 || opts.batch == 0 || opts.workers == 0 || opts.processes == 0 {
         bail!("tasks, batch, workers and processes must be at least 1");
     }
@@ -414,7 +414,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Vec<Measurement>> {
     Ok(out)
 }
 
-async fn measure(db: &Db, opts: &Options) -> anyhow::Result<Vec<Measurement>> {
+async fn measure(db: &Db, opts: &QueueBenchOptions) -> anyhow::Result<Vec<Measurement>> {
     let mut out = Vec::new();
     let row = |what: &str, tasks: usize, rate: f64| Measurement {
         backend: opts.backend.label(),
@@ -568,7 +568,7 @@ async fn claim_latency(db: &Db, queue: &Queue, samples: usize, other: bool) -> a
     Ok(latencies)
 }
 
-fn build_worker(queue: Queue, opts: &Options, started: Arc<Started>) -> anyhow::Result<Worker> {
+fn build_worker(queue: Queue, opts: &QueueBenchOptions, started: Arc<Started>) -> anyhow::Result<Worker> {
     let builder = Worker::builder(queue).handler(KIND, Noop { started });
     if opts.defaults {
         return Ok(builder.build()?);
@@ -578,7 +578,11 @@ fn build_worker(queue: Queue, opts: &Options, started: Arc<Started>) -> anyhow::
 
 /// Drains the queue; returns the combined rate and, in the parent process,
 /// the claim → complete latencies in µs.
-async fn process(db: &Db, queue: &Queue, opts: &Options) -> anyhow::Result<(f64, Option<Vec<i64>>)> {
+async fn process(
+    db: &Db,
+    queue: &Queue,
+    opts: &QueueBenchOptions,
+) -> anyhow::Result<(f64, Option<Vec<i64>>)> {
     let started =
         Arc::new(Started { at: (0..opts.tasks).map(|_| AtomicI64::new(0)).collect(), ..Started::default() });
     let mut children = Vec::new();
@@ -680,7 +684,7 @@ async fn wait_drained(db: &Db) -> anyhow::Result<()> {
 
 /// A child process: workers on the queue in `schema` from "go" on stdin until
 /// stdin closes; prints "ready" once connected and "done N" at the end.
-pub async fn child(opts: &Options, schema: &str) -> anyhow::Result<()> {
+pub async fn child(opts: &QueueBenchOptions, schema: &str) -> anyhow::Result<()> {
     let url = pg_url(opts.url.as_deref())?;
     let pool = Queue::pg_pool_options().connect_with(pg_options(&url, schema)?).await?;
     let queue = Queue::from_postgres(pool);
@@ -711,7 +715,7 @@ pub async fn child(opts: &Options, schema: &str) -> anyhow::Result<()> {
 
 /// The bare loop: `workers` concurrent loops, each claiming `batch` ids and
 /// completing them in a second transaction, until the table is drained.
-async fn raw_loop(db: &Db, opts: &Options) -> anyhow::Result<f64> {
+async fn raw_loop(db: &Db, opts: &QueueBenchOptions) -> anyhow::Result<f64> {
     let n = opts.tasks;
     match db {
         Db::Pg { options, .. } => {
@@ -844,8 +848,8 @@ async fn raw_loop(db: &Db, opts: &Options) -> anyhow::Result<f64> {
 mod tests {
     use super::*;
 
-    fn tiny(backend: BenchBackend) -> Options {
-        Options {
+    fn tiny(backend: BenchBackend) -> QueueBenchOptions {
+        QueueBenchOptions {
             backend,
             tasks: 200,
             batch: 50,

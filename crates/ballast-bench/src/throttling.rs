@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 /// What the scenario runs.
 #[derive(Debug, Clone, Copy)]
-pub struct Scenario {
+pub struct ThrottlingRun {
     /// Requests a second the upstream accepts.
     pub allowed: u32,
     /// Calls a second the caller makes.
@@ -31,7 +31,7 @@ pub struct Scenario {
     pub warm_up: u64,
 }
 
-impl Default for Scenario {
+impl Default for ThrottlingRun {
     fn default() -> Self {
         Self { allowed: 50, offered: 200, seconds: 30, warm_up: 5 }
     }
@@ -75,7 +75,7 @@ struct Window {
 }
 
 /// Runs `scenario` with `limit` (none: every call goes out) on a paused clock.
-pub fn run(scenario: Scenario, limit: Option<RateLimit>) -> Figures {
+pub fn run(scenario: ThrottlingRun, limit: Option<RateLimit>) -> Figures {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -84,7 +84,7 @@ pub fn run(scenario: Scenario, limit: Option<RateLimit>) -> Figures {
     runtime.block_on(drive(scenario, limit))
 }
 
-async fn drive(scenario: Scenario, limit: Option<RateLimit>) -> Figures {
+async fn drive(scenario: ThrottlingRun, limit: Option<RateLimit>) -> Figures {
     let window = Arc::new(Mutex::new(Window { start: Instant::now(), index: 0, count: 0, log: Vec::new() }));
     let upstream = {
         let window = Arc::clone(&window);

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use ballast_bench::gateway_bench::{run, Hop, NginxUse, Options, Tracing};
+use ballast_bench::gateway_bench::{run, GatewayBenchOptions, Hop, NginxUse, Tracing};
 
 #[test]
 fn traced_gateways_are_measured_beside_the_untraced_one() {
-    let opts = Options {
+    let opts = GatewayBenchOptions {
         connections: vec![2],
         warm_up: Duration::from_millis(50),
         measure: Duration::from_millis(300),

@@ -3,17 +3,17 @@
 //! 30 s through an `HttpSystem`, on tokio's paused clock.
 
 use ballast::RateLimit;
-use ballast_bench::throttling::{run, Scenario};
+use ballast_bench::throttling::{run, ThrottlingRun};
 
 #[test]
 fn without_a_limit_most_attempts_are_429s() {
-    let naive = run(Scenario::default(), None);
+    let naive = run(ThrottlingRun::default(), None);
     assert!(naive.throttled_share() > 0.7, "{naive:?}");
 }
 
 #[test]
 fn the_adaptive_limit_learns_the_partner_s_rate() {
-    let scenario = Scenario::default();
+    let scenario = ThrottlingRun::default();
     let adaptive = run(scenario, Some(RateLimit::per_second(100).burst(10).adaptive()));
     assert!(adaptive.throttled_share() <= 0.05, "after the first seconds at most 5 % are 429s: {adaptive:?}");
     assert!(

@@ -10,7 +10,7 @@ use ballast_config::{report, Config};
 
 /// Arguments of `ballast explain`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub struct ExplainArgs {
     /// The configuration file.
     #[arg(value_name = "FILE")]
     file: PathBuf,
@@ -19,7 +19,7 @@ pub struct Args {
     system: Option<String>,
 }
 
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     let config = match Config::load(&args.file) {
         Ok(config) => config,
         Err(e) => {

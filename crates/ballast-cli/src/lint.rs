@@ -10,7 +10,7 @@ use ballast_config::{report, Config, Finding};
 
 /// Arguments of `ballast lint`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub struct LintArgs {
     /// Configuration files to check.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
@@ -54,7 +54,7 @@ fn against_openapi(path: &std::path::Path, specs: &[String]) -> anyhow::Result<V
     Ok(found)
 }
 
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: &LintArgs) -> anyhow::Result<ExitCode> {
     let mut all: Vec<Finding> = Vec::new();
     let mut human = String::new();
     let mut unusable = false;

@@ -31,24 +31,24 @@ struct Cli {
 enum Command {
     /// Check configuration files against the guide's rules; exit 0 clean (or
     /// only warnings/notes), 1 on any error, 2 when a file cannot be read or parsed.
-    Lint(lint::Args),
+    Lint(lint::LintArgs),
     /// Show each system's worst-case timeline: in-memory attempts and waits,
     /// then the durable schedule and its total against key_ttl.
-    Explain(explain::Args),
+    Explain(explain::ExplainArgs),
     /// Run the whole story against a local, deliberately unreliable payment
     /// gateway: a naive client and ballast side by side, then a report.
-    Demo(demo::Args),
+    Demo(demo::DemoArgs),
     /// Administer the durable queue: stats, list, retry, cancel, prune. Exit
     /// 0 done, 1 when there was nothing to act on, 2 on bad arguments or an
     /// unreachable database.
-    Queue(queue::Args),
+    Queue(queue::QueueArgs),
     /// Work with a system's OpenAPI document: `import` prints its routes
     /// table (reads, keyed writes, writes sent once).
-    Openapi(openapi::Args),
+    Openapi(openapi::OpenapiArgs),
     /// Run the durable worker that delivers deferred writes to the configured
     /// systems, serving /metrics, /health/live and /health/ready; exit 1 if
     /// the configuration has errors, 0 after SIGTERM or Ctrl-C.
-    Serve(serve::Args),
+    Serve(serve::ServeArgs),
 }
 
 /// A file could not be read or parsed, or the arguments name nothing that exists.

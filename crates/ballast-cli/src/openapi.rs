@@ -9,7 +9,7 @@ use ballast_config::Config;
 
 /// Arguments of `ballast openapi`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub struct OpenapiArgs {
     #[command(subcommand)]
     command: Command,
 }
@@ -36,7 +36,7 @@ enum Command {
     },
 }
 
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: &OpenapiArgs) -> anyhow::Result<ExitCode> {
     match &args.command {
         Command::Import { spec, system, config, header } => {
             let header = match (header, config) {

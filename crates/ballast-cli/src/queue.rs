@@ -18,7 +18,7 @@ const ERROR_WIDTH: usize = 60;
 
 /// Arguments of `ballast queue`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub struct QueueArgs {
     /// The queue's database: sqlite://path/to/tasks.db, postgres://user@host/db,
     /// or a path to a SQLite file.
     #[arg(long, global = true, value_name = "URL")]
@@ -116,7 +116,7 @@ impl Output {
     }
 }
 
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
     let Some(db) = args.db.as_deref() else {
         bail!("`ballast queue` needs --db URL (sqlite://path/to/tasks.db, postgres://…, or a SQLite file)");
     };

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Arguments of `ballast serve`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub struct ServeArgs {
     /// The configuration file: its systems receive the deliveries, its
     /// `[queue]` holds them, its `[serve]` says how to listen.
     #[arg(long, value_name = "FILE")]
@@ -26,7 +26,7 @@ pub struct Args {
     listen: Option<SocketAddr>,
 }
 
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let config = match Config::load(&args.config) {
         Ok(config) => config,
         Err(e) => {

@@ -54,7 +54,7 @@ pub enum ConfigError {
         /// The file.
         file: String,
         /// What the HTTP crate refused.
-        source: ballast_http::HttpError,
+        source: ballast_http::SystemBuildError,
     },
     /// A `retry_on` name is not an outcome class the HTTP client knows.
     #[error("[systems.{system}] in {file}: {source}")]
@@ -80,6 +80,8 @@ pub enum ConfigError {
         var: String,
     },
     /// `[queue] seal_key_env` names a variable that holds no usable key.
+    #[cfg(feature = "runtime")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
     #[error("[queue] seal_key_env names {var}: {source}")]
     SealKey {
         /// The variable.
@@ -112,6 +114,8 @@ pub struct QueueSettings {
     pub retain_failed: Duration,
 }
 
+#[cfg(feature = "runtime")]
+#[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
 impl QueueSettings {
     /// Connects to the queue's database, with this schedule: tasks enqueued
     /// through it get its `max_attempts`, workers built on it its backoff

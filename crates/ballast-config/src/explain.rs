@@ -23,12 +23,12 @@ pub struct Explanation {
     /// The file, as named.
     pub file: String,
     /// One timeline per system explained.
-    pub systems: Vec<Timeline>,
+    pub systems: Vec<SystemExplanation>,
 }
 
 /// One system's worst case: every attempt times out and every wait is the longest.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Timeline {
+pub struct SystemExplanation {
     /// The system.
     pub name: String,
     /// The composition in one line.
@@ -91,7 +91,7 @@ impl Config {
         Ok(Explanation { file: self.source.name().to_owned(), systems })
     }
 
-    fn timeline(&self, name: &str) -> Timeline {
+    fn timeline(&self, name: &str) -> SystemExplanation {
         let system = self.file.systems.get(name).cloned().unwrap_or_default();
         let crate::translate::Translated { builder, retry, timeout, routes, .. } =
             crate::translate::translate(name, &system);
@@ -101,7 +101,7 @@ impl Config {
         let window = in_memory.window;
         let writes_retried = system.dedupes_by_key == Some(true);
         let durable = self.file.queue.as_ref().map(|q| durable(q.schedule(), window));
-        Timeline {
+        SystemExplanation {
             name: name.to_owned(),
             composition: composition(&system, &retry, &timeout),
             routes: routes
@@ -250,7 +250,7 @@ impl fmt::Display for Explanation {
     }
 }
 
-impl fmt::Display for Timeline {
+impl fmt::Display for SystemExplanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The name is the one string taken verbatim from the file.
         writeln!(f, "system `{}`", crate::report::printable(&self.name))?;

@@ -64,7 +64,7 @@ impl std::fmt::Display for Finding {
 
 /// A finding not yet located: the key path it is about.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Problem {
+pub(crate) struct KeyFinding {
     pub rule: Option<Rule>,
     pub severity: Severity,
     pub path: Vec<String>,
@@ -72,7 +72,7 @@ pub(crate) struct Problem {
     pub help: String,
 }
 
-impl Problem {
+impl KeyFinding {
     pub(crate) fn error(
         rule: Option<Rule>,
         path: Vec<String>,

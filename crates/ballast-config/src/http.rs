@@ -3,7 +3,7 @@
 //! checker checked, metrics attached.
 
 use ballast_http::metrics::SystemMetrics;
-use ballast_http::{HttpError, HttpSystem, RetryOn};
+use ballast_http::{HttpSystem, RetryOn, SystemBuildError};
 
 use crate::build::ConfigError;
 use crate::config::Config;
@@ -43,7 +43,8 @@ impl Config {
             .base_url
             .as_deref()
             .ok_or_else(|| ConfigError::NoBaseUrl { system: name.to_owned(), file: file() })?;
-        let http = |source: HttpError| ConfigError::Http { system: name.to_owned(), file: file(), source };
+        let http =
+            |source: SystemBuildError| ConfigError::Http { system: name.to_owned(), file: file(), source };
         // The policy was built for this same name, with the checks lint runs.
         let mut builder = HttpSystem::builder(name, base_url)
             .policy(|_| policy)

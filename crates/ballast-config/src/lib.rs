@@ -66,6 +66,7 @@ mod config;
 mod durable;
 mod explain;
 mod finding;
+#[cfg(feature = "runtime")]
 mod http;
 mod lint;
 mod load;
@@ -86,7 +87,7 @@ pub use ballast_queue::DurableSchedule;
 pub use build::{ConfigError, QueueSettings};
 pub use config::Config;
 pub use duration::{ConfigDuration, DurationError};
-pub use explain::{Durable, DurableStep, Explanation, Timeline};
+pub use explain::{Durable, DurableStep, Explanation, SystemExplanation};
 pub use finding::Finding;
 pub use lint::has_errors;
 pub use load::{Checked, LoadError, MAX_CONFIG_BYTES};
@@ -106,4 +107,4 @@ pub use translate::{BACKOFF_KINDS, BREAKER_KINDS, MAX_COUNT_WINDOW, STRATEGIES};
 /// The README's example, compiled and run as a doc test so it cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+mod readme {}

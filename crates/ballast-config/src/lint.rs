@@ -25,7 +25,7 @@ impl Config {
             problems.extend(crate::rules::system(&self.file, name, system));
         }
         if self.file.systems.is_empty() {
-            problems.push(crate::finding::Problem::at(
+            problems.push(crate::finding::KeyFinding::at(
                 None,
                 ballast::Severity::Warning,
                 Vec::new(),
@@ -47,7 +47,7 @@ impl Config {
         self.located(problems)
     }
 
-    fn located(&self, problems: Vec<crate::finding::Problem>) -> Vec<Finding> {
+    fn located(&self, problems: Vec<crate::finding::KeyFinding>) -> Vec<Finding> {
         let mut findings: Vec<Finding> = problems
             .into_iter()
             .filter(|p| !self.dropped.iter().any(|d| p.path.starts_with(d)))

@@ -37,7 +37,7 @@ const MAX_REFS: usize = 8;
 
 /// One operation of the document and the route it makes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Operation {
+pub struct ApiOperation {
     /// `GET`, `POST`, …
     pub method: String,
     /// The path template, as the document writes it (`/payments/{id}`).
@@ -52,7 +52,7 @@ pub struct Operation {
     pub takes_key: bool,
 }
 
-impl Operation {
+impl ApiOperation {
     /// `POST /payments`.
     pub fn name(&self) -> String {
         format!("{} {}", self.method, self.path)
@@ -69,7 +69,7 @@ pub struct Document {
     /// The file, as named.
     pub file: String,
     /// Every operation.
-    pub operations: Vec<Operation>,
+    pub operations: Vec<ApiOperation>,
 }
 
 /// A document that cannot be read as OpenAPI.
@@ -155,7 +155,7 @@ pub fn parse(file: &str, text: &str, key_header: &str) -> Result<Document, OpenA
                 None => (RouteKind::WriteOnce, "a write without the idempotency header"),
             };
             let at = method_key.span.start;
-            operations.push(Operation {
+            operations.push(ApiOperation {
                 method,
                 path: path.to_owned(),
                 location: Location { line: at.line(), column: at.col() + 1 },
@@ -256,7 +256,7 @@ impl Document {
             help: help.to_owned(),
         };
         for (route, at) in routes {
-            let matched: Vec<&Operation> = self
+            let matched: Vec<&ApiOperation> = self
                 .operations
                 .iter()
                 .filter(|op| op.method == route.method().as_str() && route.matches(&sample(&op.path)))

@@ -8,10 +8,11 @@
 use std::time::Duration;
 
 use ballast::{PolicyBuilder, Retry, Rule, Severity, Violation};
-use ballast_http::RetryOn;
+use ballast_http::{is_header_name, RetryOn};
+use ballast_queue::MIN_LEASE;
 
 use crate::duration::display;
-use crate::finding::{system_path, Problem};
+use crate::finding::{system_path, KeyFinding};
 use crate::model::{AlertsSection, File, GatewaySection, Part, QueueSection, ServeSection, System};
 use crate::suggest::did_you_mean;
 
@@ -19,7 +20,7 @@ use crate::suggest::did_you_mean;
 pub const ORDER: [&str; 4] = ["retry", "breaker", "bulkhead", "timeout"];
 
 /// Every problem of one system: the core's checks, then this crate's rules.
-pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<Problem> {
+pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
     let crate::translate::Translated { builder, retry, timeout, problems: mut out, .. } =
         crate::translate::translate(name, sys);
     out.extend(core(name, &builder));
@@ -36,7 +37,7 @@ pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<Problem> {
 
 /// A `base_url` at the address of one of `ballast serve`'s own listeners:
 /// the gateway would call itself (each attempt nesting another call).
-fn calls_itself(file: &File, name: &str, sys: &System) -> Vec<Problem> {
+fn calls_itself(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
     let Some(url) = sys.base_url.as_deref().and_then(|u| ballast_http::parse_base_url(u).ok()) else {
         return Vec::new();
     };
@@ -66,7 +67,7 @@ fn calls_itself(file: &File, name: &str, sys: &System) -> Vec<Problem> {
         .filter_map(|(which, addr)| Some((which, addr?)))
         .filter(|(_, addr)| addr.port() != 0 && addr.port() == port && names_host(*addr))
         .map(|(which, addr)| {
-            Problem::error(
+            KeyFinding::error(
                 None,
                 system_path(name, &["base_url"]),
                 format!(
@@ -81,19 +82,19 @@ fn calls_itself(file: &File, name: &str, sys: &System) -> Vec<Problem> {
 
 /// The core's own checks (R-RES-RE-3, R-RES-RE-4, R-RES-RE-X3 and every
 /// range it refuses), each at the key the core names.
-fn core(name: &str, builder: &PolicyBuilder) -> Vec<Problem> {
+fn core(name: &str, builder: &PolicyBuilder) -> Vec<KeyFinding> {
     builder.check().into_iter().map(|v| violation(name, v)).collect()
 }
 
 /// A core [`Violation`] about system `name`, at the key its `setting` names.
-pub(crate) fn violation(name: &str, v: Violation) -> Problem {
+pub(crate) fn violation(name: &str, v: Violation) -> KeyFinding {
     let rest: Vec<&str> = v.setting.split('.').collect();
-    Problem::at(v.rule, v.severity, system_path(name, &rest), v.message, v.help)
+    KeyFinding::at(v.rule, v.severity, system_path(name, &rest), v.message, v.help)
 }
 
 /// R-RES-RE-X2: only transient outcomes are retried, never contract errors.
 /// An entry is known exactly when the HTTP client's [`RetryOn::from_names`] takes it.
-fn retry_on(name: &str, sys: &System) -> Vec<Problem> {
+fn retry_on(name: &str, sys: &System) -> Vec<KeyFinding> {
     let Some(list) = sys.retry.as_ref().and_then(|r| r.section()?.retry_on.as_ref()) else {
         return Vec::new();
     };
@@ -106,7 +107,7 @@ fn retry_on(name: &str, sys: &System) -> Vec<Problem> {
         let e = RetryOn::normalize_name(entry);
         let is_4xx_status = e.len() == 3 && e.starts_with('4') && e.bytes().all(|b| b.is_ascii_digit());
         if matches!(e.as_str(), "4xx" | "all" | "any" | "*") || is_4xx_status {
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 Some(Rule::ReX2),
                 at,
                 format!("retry_on \"{entry}\" retries contract errors (4xx): the request itself is wrong and will fail again"),
@@ -121,7 +122,7 @@ fn retry_on(name: &str, sys: &System) -> Vec<Problem> {
                 Some(s) => format!("did you mean \"{s}\"?"),
                 None => format!("use some of {}", quoted(&RetryOn::names().collect::<Vec<_>>(), ", ")),
             };
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 None,
                 at,
                 format!("retry_on \"{entry}\" is not an outcome ballast knows"),
@@ -131,7 +132,7 @@ fn retry_on(name: &str, sys: &System) -> Vec<Problem> {
     }
     let names: Vec<String> = list.iter().map(|e| RetryOn::normalize_name(e)).collect();
     if sys.dedupes_by_key == Some(true) && !names.iter().any(|n| n == "409-in-flight") {
-        out.push(Problem::at(
+        out.push(KeyFinding::at(
             Some(Rule::ReX2),
             Severity::Note,
             system_path(name, &["retry", "retry_on"]),
@@ -158,9 +159,9 @@ fn quoted(names: &[&str], last: &str) -> String {
 }
 
 /// R-RES-RE-X4: no retries beside the one composition.
-fn client_retries(name: &str, sys: &System) -> Vec<Problem> {
+fn client_retries(name: &str, sys: &System) -> Vec<KeyFinding> {
     match sys.client.as_ref().and_then(|c| c.retries) {
-        Some(n) if n > 0 => vec![Problem::error(
+        Some(n) if n > 0 => vec![KeyFinding::error(
             Some(Rule::ReX4),
             system_path(name, &["client", "retries"]),
             format!("the HTTP client would retry {n} more time(s) on its own, outside the policy: it keeps retrying while the breaker is open and multiplies max_attempts"),
@@ -172,12 +173,12 @@ fn client_retries(name: &str, sys: &System) -> Vec<Problem> {
 
 /// R-RES-CB-1 / R-RES-RE-2: the composition order is fixed; `order` is
 /// accepted only to explain that.
-fn order(name: &str, sys: &System) -> Vec<Problem> {
+fn order(name: &str, sys: &System) -> Vec<KeyFinding> {
     let Some(order) = &sys.order else { return Vec::new() };
     let at = system_path(name, &["order"]);
     let fixed = ORDER.map(|s| format!("\"{s}\"")).join(" → ");
     if let Some(unknown) = order.iter().find(|s| !ORDER.contains(&s.as_str())) {
-        return vec![Problem::error(
+        return vec![KeyFinding::error(
             None,
             at,
             format!("`order` names \"{unknown}\", which is not a stage of the composition"),
@@ -187,7 +188,7 @@ fn order(name: &str, sys: &System) -> Vec<Problem> {
     let pos = |stage: &str| order.iter().position(|s| s == stage);
     if let (Some(retry), Some(breaker)) = (pos("retry"), pos("breaker")) {
         if breaker < retry {
-            return vec![Problem::error(
+            return vec![KeyFinding::error(
                 Some(Rule::Cb1),
                 at,
                 "`order` puts the circuit breaker outside retry: it would see only final outcomes, not each failed attempt".into(),
@@ -196,7 +197,7 @@ fn order(name: &str, sys: &System) -> Vec<Problem> {
         }
     }
     if order.iter().map(String::as_str).eq(ORDER) {
-        return vec![Problem::at(
+        return vec![KeyFinding::at(
             Some(Rule::Re2),
             Severity::Note,
             at,
@@ -204,7 +205,7 @@ fn order(name: &str, sys: &System) -> Vec<Problem> {
             "remove `order`; nothing changes",
         )];
     }
-    vec![Problem::error(
+    vec![KeyFinding::error(
         Some(Rule::Re2),
         at,
         format!("`order` [{}] differs from the one composition ballast has", order.join(", ")),
@@ -213,7 +214,7 @@ fn order(name: &str, sys: &System) -> Vec<Problem> {
 }
 
 /// R-RES-RE-1 (note): without deduplication by key, only reads are retried.
-fn writes_need_dedup(name: &str, sys: &System, retry: &Retry) -> Vec<Problem> {
+fn writes_need_dedup(name: &str, sys: &System, retry: &Retry) -> Vec<KeyFinding> {
     // Only a retry the file configures: the guide's default retries reads, as it should.
     if retry.max_attempts() <= 1
         || sys.dedupes_by_key == Some(true)
@@ -226,7 +227,7 @@ fn writes_need_dedup(name: &str, sys: &System, retry: &Retry) -> Vec<Problem> {
     } else {
         system_path(name, &["retry"])
     };
-    vec![Problem::at(
+    vec![KeyFinding::at(
         Some(Rule::Re1),
         Severity::Note,
         at,
@@ -237,7 +238,7 @@ fn writes_need_dedup(name: &str, sys: &System, retry: &Retry) -> Vec<Problem> {
 
 /// R-RES-RE-1: the system must remember a key for longer than a keyed write
 /// can still be retried — in memory, then in the durable queue.
-fn key_outlives_retries(file: &File, name: &str, sys: &System, window: Duration) -> Vec<Problem> {
+fn key_outlives_retries(file: &File, name: &str, sys: &System, window: Duration) -> Vec<KeyFinding> {
     if sys.dedupes_by_key != Some(true) {
         return Vec::new();
     }
@@ -247,14 +248,14 @@ fn key_outlives_retries(file: &File, name: &str, sys: &System, window: Duration)
         None => "the in-memory window (there is no [queue])",
     };
     match sys.key_ttl.map(|d| d.get()) {
-        None => vec![Problem::at(
+        None => vec![KeyFinding::at(
             Some(Rule::Re1),
             Severity::Warning,
             system_path(name, &["dedupes_by_key"]),
             format!("`{name}` dedupes by key but `key_ttl` is not declared, so nobody can check that a key outlives its retries ({})", display(needed)),
             format!("add `key_ttl` from the system's contract; it must exceed {}", display(needed)),
         )],
-        Some(ttl) if ttl < needed => vec![Problem::error(
+        Some(ttl) if ttl < needed => vec![KeyFinding::error(
             Some(Rule::Re1),
             system_path(name, &["key_ttl"]),
             format!(
@@ -276,7 +277,7 @@ pub(crate) fn required_key_ttl(file: &File, window: Duration) -> Duration {
 /// The HTTP client's connect and read timeouts fit inside the attempt
 /// timeout, as [`ballast_http::HttpSystem`] requires (no rule id): a longer
 /// one could never fire, the attempt timeout would always cut it short.
-fn client_timeouts(name: &str, sys: &System, attempt: Duration) -> Vec<Problem> {
+fn client_timeouts(name: &str, sys: &System, attempt: Duration) -> Vec<KeyFinding> {
     let Some(t) = &sys.timeout else { return Vec::new() };
     // A zero attempt timeout is the core's finding; every client timeout would exceed it.
     if attempt.is_zero() {
@@ -288,7 +289,7 @@ fn client_timeouts(name: &str, sys: &System, attempt: Duration) -> Vec<Problem> 
         .filter_map(|(key, value)| Some((key, value?.get())))
         .filter(|(_, value)| *value > attempt)
         .map(|(key, value)| {
-            Problem::error(
+            KeyFinding::error(
                 None,
                 system_path(name, &["timeout", key]),
                 format!(
@@ -306,10 +307,10 @@ fn client_timeouts(name: &str, sys: &System, attempt: Duration) -> Vec<Problem> 
 }
 
 /// Plain ranges of the keys the core does not see (no rule id).
-fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
+fn system_ranges(name: &str, sys: &System) -> Vec<KeyFinding> {
     let mut out = Vec::new();
     let zero = |key: &[&str], what: &str, help: &str| {
-        Problem::error(None, system_path(name, key), format!("`{}` is zero: {what}", key.join(".")), help)
+        KeyFinding::error(None, system_path(name, key), format!("`{}` is zero: {what}", key.join(".")), help)
     };
     if sys.key_ttl.is_some_and(|d| d.get().is_zero()) {
         out.push(zero(
@@ -333,7 +334,7 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
     for (header, source) in sys.headers.iter().flatten() {
         let at = system_path(name, &["headers", header]);
         if !is_header_name(header) {
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 None,
                 at.clone(),
                 format!("`{header}` is not an HTTP header name"),
@@ -341,7 +342,7 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
             ));
         } else if sys.idempotency_header.as_deref().unwrap_or("Idempotency-Key").eq_ignore_ascii_case(header)
         {
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 Some(Rule::Re1),
                 at.clone(),
                 format!("`{header}` is the idempotency header: its value is each write's own key, never a fixed one"),
@@ -349,7 +350,7 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
             ));
         }
         match source.env.as_deref() {
-            None => out.push(Problem::error(
+            None => out.push(KeyFinding::error(
                 None,
                 at,
                 format!(
@@ -357,7 +358,7 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
                 ),
                 format!("write `{header} = {{ env = \"VARIABLE\" }}` with the variable that holds the value"),
             )),
-            Some(var) if !is_env_name(var) => out.push(Problem::error(
+            Some(var) if !is_env_name(var) => out.push(KeyFinding::error(
                 None,
                 at,
                 format!("`env = \"{var}\"` is not an environment variable name"),
@@ -370,10 +371,10 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
         // The parser `ballast serve` builds the client with: lint and serve agree.
         if let Err(e) = ballast_http::parse_base_url(url) {
             let reason = match e {
-                ballast_http::HttpError::InvalidBaseUrl { reason, .. } => reason,
+                ballast_http::SystemBuildError::InvalidBaseUrl { reason, .. } => reason,
                 other => other.to_string(),
             };
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 None,
                 system_path(name, &["base_url"]),
                 format!("base_url \"{}\" is not a usable base URL: {reason}", ballast::redact_url(url)),
@@ -383,7 +384,7 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
     }
     if let Some(h) = &sys.idempotency_header {
         if !is_header_name(h) {
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 None,
                 system_path(name, &["idempotency_header"]),
                 format!("idempotency_header \"{h}\" is not a valid HTTP header name"),
@@ -395,12 +396,12 @@ fn system_ranges(name: &str, sys: &System) -> Vec<Problem> {
 }
 
 /// The `[queue]` section's ranges.
-pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
+pub(crate) fn queue(q: &QueueSection) -> Vec<KeyFinding> {
     let mut out = Vec::new();
     let mut refuse = |key: &str, message: String, help: String| {
         let mut path = vec!["queue".to_owned()];
         path.extend(key.split('.').map(str::to_owned));
-        out.push(Problem::error(None, path, message, help));
+        out.push(KeyFinding::error(None, path, message, help));
     };
     match q.url.as_deref() {
         None => refuse(
@@ -489,18 +490,18 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<Problem> {
 pub const ALERT_FORMATS: [&str; 3] = ["json", "slack", "alertmanager"];
 
 /// The `[alerts]` section's sinks.
-pub(crate) fn alerts(a: &AlertsSection) -> Vec<Problem> {
+pub(crate) fn alerts(a: &AlertsSection) -> Vec<KeyFinding> {
     let mut out = Vec::new();
     for (i, hook) in a.webhook.iter().flatten().enumerate() {
         let at = |key: &str| vec!["alerts".to_owned(), "webhook".to_owned(), i.to_string(), key.to_owned()];
         match hook.url_env.as_deref() {
-            None => out.push(Problem::error(
+            None => out.push(KeyFinding::error(
                 None,
                 at("url_env"),
                 "`url_env` is missing from this [[alerts.webhook]]".into(),
                 "name the environment variable holding the webhook's URL, e.g. `url_env = \"BALLAST_ALERT_URL\"`",
             )),
-            Some(name) if !is_env_name(name) => out.push(Problem::error(
+            Some(name) if !is_env_name(name) => out.push(KeyFinding::error(
                 None,
                 at("url_env"),
                 format!("url_env \"{name}\" is not an environment variable name"),
@@ -509,7 +510,7 @@ pub(crate) fn alerts(a: &AlertsSection) -> Vec<Problem> {
             Some(_) => {}
         }
         match hook.format.as_deref() {
-            None => out.push(Problem::error(
+            None => out.push(KeyFinding::error(
                 None,
                 at("format"),
                 "`format` is missing from this [[alerts.webhook]]".into(),
@@ -520,14 +521,14 @@ pub(crate) fn alerts(a: &AlertsSection) -> Vec<Problem> {
                     Some(s) => format!("did you mean \"{s}\"?"),
                     None => "use \"json\", \"slack\" or \"alertmanager\"".to_owned(),
                 };
-                out.push(Problem::error(
+                out.push(KeyFinding::error(
                     None,
                     at("format"),
                     format!("alert format \"{format}\" does not exist"),
                     help,
                 ));
             }
-            Some("slack") if hook.dedupes_by_key == Some(true) => out.push(Problem::at(
+            Some("slack") if hook.dedupes_by_key == Some(true) => out.push(KeyFinding::at(
                 Some(Rule::Re1),
                 Severity::Warning,
                 at("dedupes_by_key"),
@@ -538,7 +539,7 @@ pub(crate) fn alerts(a: &AlertsSection) -> Vec<Problem> {
             Some(_) => {}
         }
         if hook.timeout.is_some_and(|d| d.get().is_zero()) {
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 None,
                 at("timeout"),
                 "`timeout` is zero: no alert could be posted".into(),
@@ -549,11 +550,6 @@ pub(crate) fn alerts(a: &AlertsSection) -> Vec<Problem> {
     out
 }
 
-/// Whether `name` is an HTTP field name (a token, RFC 9110 §5.1).
-pub(crate) fn is_header_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
 /// Whether `name` can name an environment variable.
 pub(crate) fn is_env_name(name: &str) -> bool {
     name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
@@ -561,7 +557,7 @@ pub(crate) fn is_env_name(name: &str) -> bool {
 }
 
 /// The `[serve]` section's values.
-pub(crate) fn serve(s: &ServeSection) -> Vec<Problem> {
+pub(crate) fn serve(s: &ServeSection) -> Vec<KeyFinding> {
     let mut out = listener(
         "serve",
         Listener {
@@ -572,7 +568,7 @@ pub(crate) fn serve(s: &ServeSection) -> Vec<Problem> {
         },
     );
     if s.protect_metrics == Some(true) && s.token_env.is_none() {
-        out.push(Problem::error(
+        out.push(KeyFinding::error(
             None,
             vec!["serve".to_owned(), "protect_metrics".to_owned()],
             "`protect_metrics` asks scrapers for a token, but [serve] names no `token_env`".into(),
@@ -581,7 +577,7 @@ pub(crate) fn serve(s: &ServeSection) -> Vec<Problem> {
     }
     out.extend(body_timeout("serve", s.body_read_timeout));
     if s.session_ttl.is_some_and(|d| d.get().is_zero()) {
-        out.push(Problem::error(
+        out.push(KeyFinding::error(
             None,
             vec!["serve".to_owned(), "session_ttl".to_owned()],
             "`session_ttl` is zero: every dashboard login would end at once".into(),
@@ -593,7 +589,7 @@ pub(crate) fn serve(s: &ServeSection) -> Vec<Problem> {
             && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
             && !host.contains("://");
         if !plain {
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 None,
                 vec!["serve".to_owned(), "allowed_hosts".to_owned(), i.to_string()],
                 format!("allowed_hosts entry {host:?} is not a host name"),
@@ -602,7 +598,7 @@ pub(crate) fn serve(s: &ServeSection) -> Vec<Problem> {
         }
     }
     if s.stats_interval.is_some_and(|d| d.get() < Duration::from_secs(1)) {
-        out.push(Problem::error(
+        out.push(KeyFinding::error(
             None,
             vec!["serve".to_owned(), "stats_interval".to_owned()],
             "`stats_interval` is under 1 s: counting the queue that often loads its database".into(),
@@ -613,7 +609,7 @@ pub(crate) fn serve(s: &ServeSection) -> Vec<Problem> {
 }
 
 /// The `[gateway]` section's values.
-pub(crate) fn gateway(g: &GatewaySection) -> Vec<Problem> {
+pub(crate) fn gateway(g: &GatewaySection) -> Vec<KeyFinding> {
     let mut out = listener(
         "gateway",
         Listener {
@@ -625,7 +621,7 @@ pub(crate) fn gateway(g: &GatewaySection) -> Vec<Problem> {
     );
     out.extend(body_timeout("gateway", g.body_read_timeout));
     if g.max_body.is_some_and(|b| b.bytes() == 0 || b.bytes() > MAX_BODY_LIMIT) {
-        out.push(Problem::error(
+        out.push(KeyFinding::error(
             None,
             vec!["gateway".to_owned(), "max_body".to_owned()],
             "`max_body` is outside 1 byte..=1GiB".into(),
@@ -640,9 +636,9 @@ pub(crate) fn gateway(g: &GatewaySection) -> Vec<Problem> {
 const MAX_BODY_READ_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `body_read_timeout` of a listener: above zero, at most 5 minutes.
-fn body_timeout(section: &str, value: Option<crate::duration::ConfigDuration>) -> Vec<Problem> {
+fn body_timeout(section: &str, value: Option<crate::duration::ConfigDuration>) -> Vec<KeyFinding> {
     match value.map(|d| d.get()) {
-        Some(d) if d.is_zero() || d > MAX_BODY_READ_TIMEOUT => vec![Problem::error(
+        Some(d) if d.is_zero() || d > MAX_BODY_READ_TIMEOUT => vec![KeyFinding::error(
             None,
             vec![section.to_owned(), "body_read_timeout".to_owned()],
             format!(
@@ -657,9 +653,6 @@ fn body_timeout(section: &str, value: Option<crate::duration::ConfigDuration>) -
     }
 }
 
-/// Below this a lease is renewed so often that one slow heartbeat loses it.
-const MIN_LEASE: Duration = Duration::from_secs(1);
-
 /// The largest `max_body` accepted: bodies are buffered in memory.
 const MAX_BODY_LIMIT: u64 = 1 << 30;
 
@@ -673,10 +666,10 @@ struct Listener<'a> {
 
 /// A listener's values: an address and port, connection and header limits,
 /// and a token for any address but loopback.
-fn listener(section: &str, l: Listener<'_>) -> Vec<Problem> {
+fn listener(section: &str, l: Listener<'_>) -> Vec<KeyFinding> {
     let mut out = Vec::new();
     let mut refuse = |key: &str, message: String, help: &str| {
-        out.push(Problem::error(None, vec![section.to_owned(), key.to_owned()], message, help));
+        out.push(KeyFinding::error(None, vec![section.to_owned(), key.to_owned()], message, help));
     };
     let addr = l.listen.map(|listen| (listen, listen.parse::<std::net::SocketAddr>()));
     match addr {

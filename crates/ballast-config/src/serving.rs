@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::build::ConfigError;
 use crate::config::Config;
-use crate::finding::{Finding, Problem};
+use crate::finding::{Finding, KeyFinding};
 
 /// The admin listener of `ballast serve` (`/metrics`, `/health/*`, `/ui/`),
 /// from `[serve]` (defaults without it).
@@ -183,7 +183,7 @@ impl Config {
     }
 
     /// `Err` with the errors among `problems` of `section`, if any.
-    pub(crate) fn refuse(&self, section: &str, problems: Vec<Problem>) -> Result<(), ConfigError> {
+    pub(crate) fn refuse(&self, section: &str, problems: Vec<KeyFinding>) -> Result<(), ConfigError> {
         let errors: Vec<Finding> = problems
             .into_iter()
             .filter(|p| p.severity == ballast::Severity::Error)

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::duration::display;
-use crate::finding::Problem;
+use crate::finding::KeyFinding;
 use crate::model::TelemetrySection;
 use crate::suggest::did_you_mean;
 
@@ -539,14 +539,14 @@ fn merge(base: &mut Vec<(String, String)>, over: Vec<(String, String)>, same: im
 }
 
 /// The `[telemetry]` section's values.
-pub(crate) fn rules(t: &TelemetrySection) -> Vec<Problem> {
+pub(crate) fn rules(t: &TelemetrySection) -> Vec<KeyFinding> {
     let at = |key: &str| vec!["telemetry".to_owned(), key.to_owned()];
     let mut out = Vec::new();
     for key in ["endpoint", "traces_endpoint"] {
         let value = if key == "endpoint" { &t.endpoint } else { &t.traces_endpoint };
         if let Some(url) = value {
             if let Err(reason) = check_endpoint(url) {
-                out.push(Problem::error(
+                out.push(KeyFinding::error(
                     None,
                     at(key),
                     format!("`{key}` {url:?} is not a collector's URL: {reason}"),
@@ -557,7 +557,7 @@ pub(crate) fn rules(t: &TelemetrySection) -> Vec<Problem> {
     }
     match t.protocol.as_deref() {
         None | Some("http/protobuf") => {}
-        Some(other) => out.push(Problem::error(
+        Some(other) => out.push(KeyFinding::error(
             None,
             at("protocol"),
             format!("protocol {other:?} is not supported: traces are exported over OTLP/HTTP with protobuf"),
@@ -570,21 +570,26 @@ pub(crate) fn rules(t: &TelemetrySection) -> Vec<Problem> {
                 Some(s) => format!("did you mean \"{s}\"?"),
                 None => format!("use one of {}", SAMPLERS.join(", ")),
             };
-            out.push(Problem::error(None, at("sampler"), format!("sampler {name:?} does not exist"), help));
+            out.push(KeyFinding::error(
+                None,
+                at("sampler"),
+                format!("sampler {name:?} does not exist"),
+                help,
+            ));
         }
         _ => {}
     }
     if let Some(arg) = t.sampler_arg {
         let ratio_sampler = t.sampler.as_deref().is_some_and(|s| s.ends_with("traceidratio"));
         if !(0.0..=1.0).contains(&arg) {
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 None,
                 at("sampler_arg"),
                 format!("`sampler_arg` {arg} is not a ratio from 0 to 1"),
                 "write the share of traces to keep, e.g. 0.1 for one in ten",
             ));
         } else if !ratio_sampler {
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 None,
                 at("sampler_arg"),
                 "`sampler_arg` is a ratio, but the sampler is not a traceidratio one".into(),
@@ -593,7 +598,7 @@ pub(crate) fn rules(t: &TelemetrySection) -> Vec<Problem> {
         }
     }
     if t.resource_attributes.iter().flatten().any(|(k, _)| k == "service.name") {
-        out.push(Problem::error(
+        out.push(KeyFinding::error(
             None,
             vec!["telemetry".to_owned(), "resource_attributes".to_owned(), "service.name".to_owned()],
             "`service.name` is set by `service_name`, not among the resource attributes".into(),
@@ -602,8 +607,8 @@ pub(crate) fn rules(t: &TelemetrySection) -> Vec<Problem> {
     }
     for (name, source) in t.headers.iter().flatten() {
         let path = vec!["telemetry".to_owned(), "headers".to_owned(), name.clone()];
-        if !crate::rules::is_header_name(name) {
-            out.push(Problem::error(
+        if !ballast_http::is_header_name(name) {
+            out.push(KeyFinding::error(
                 None,
                 path.clone(),
                 format!("{name:?} is not an HTTP header name"),
@@ -612,7 +617,7 @@ pub(crate) fn rules(t: &TelemetrySection) -> Vec<Problem> {
         }
         match source.env.as_deref() {
             Some(var) if crate::rules::is_env_name(var) => {}
-            _ => out.push(Problem::error(
+            _ => out.push(KeyFinding::error(
                 None,
                 path,
                 format!("header {name} names no environment variable"),
@@ -624,7 +629,7 @@ pub(crate) fn rules(t: &TelemetrySection) -> Vec<Problem> {
         [("queue_size", t.queue_size, MAX_QUEUE_SIZE), ("batch_size", t.batch_size, MAX_QUEUE_SIZE)]
     {
         if n.is_some_and(|n| n == 0 || n > max) {
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 None,
                 at(key),
                 format!("`{key}` is outside 1..={max}"),
@@ -637,7 +642,7 @@ pub(crate) fn rules(t: &TelemetrySection) -> Vec<Problem> {
     }
     if let (Some(batch), Some(queue)) = (t.batch_size, t.queue_size) {
         if batch > queue {
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 None,
                 at("batch_size"),
                 format!("`batch_size` {batch} is larger than `queue_size` {queue}: no batch could fill"),
@@ -647,7 +652,7 @@ pub(crate) fn rules(t: &TelemetrySection) -> Vec<Problem> {
     }
     for (key, d) in [("timeout", t.timeout), ("schedule_delay", t.schedule_delay)] {
         if d.is_some_and(|d| d.get().is_zero()) {
-            out.push(Problem::error(
+            out.push(KeyFinding::error(
                 None,
                 at(key),
                 format!("`{key}` is zero"),

@@ -7,7 +7,7 @@ use ballast::{
     guide, Backoff, Breaker, Budget, Bulkhead, Policy, PolicyBuilder, RateLimit, Retry, Rule, Timeout,
 };
 
-use crate::finding::{system_path, Problem};
+use crate::finding::{system_path, KeyFinding};
 use crate::model::{BreakerSection, Part, RetrySection, RouteValue, System, TimeoutSection};
 use crate::suggest::did_you_mean;
 use ballast_http::routes::{Route, RouteKind, Routes};
@@ -69,7 +69,7 @@ pub(crate) fn translate(name: &str, system: &System) -> Translated {
 /// kind, an attempt timeout within the system's. A route declared `read`
 /// with a method that is not safe is allowed (the guide's "GET-equivalent"),
 /// with a note; so is a key required by a system that does not deduplicate.
-fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Problem>) -> Routes {
+fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<KeyFinding>) -> Routes {
     let mut routes = Routes::new();
     for (key, value) in system.routes.iter().flatten() {
         let at = |rest: &[&str]| {
@@ -78,7 +78,7 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Pro
             system_path(name, &path)
         };
         let Some((method, template)) = key.trim().split_once(' ') else {
-            problems.push(Problem::error(
+            problems.push(KeyFinding::error(
                 None,
                 at(&[]),
                 format!("route {key:?} is not `METHOD /path`"),
@@ -95,11 +95,11 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Pro
                         Some(k) => format!("did you mean \"{k}\"?"),
                         None => "use \"read\", \"keyed_write\" or \"write_once\"".to_owned(),
                     };
-                problems.push(Problem::error(Some(Rule::Re1), kind_at, e.to_string(), help));
+                problems.push(KeyFinding::error(Some(Rule::Re1), kind_at, e.to_string(), help));
                 continue;
             }
             None => {
-                problems.push(Problem::error(
+                problems.push(KeyFinding::error(
                     None,
                     at(&[]),
                     format!("route {key:?} has no kind"),
@@ -111,7 +111,7 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Pro
         let mut route = match Route::new(method, template.trim(), kind) {
             Ok(route) => route,
             Err(e) => {
-                problems.push(Problem::error(
+                problems.push(KeyFinding::error(
                     None,
                     at(&[]),
                     e.to_string(),
@@ -122,7 +122,7 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Pro
         };
         if let Some(limit) = value.timeout() {
             if limit > timeout.attempt() || limit.is_zero() {
-                problems.push(Problem::error(
+                problems.push(KeyFinding::error(
                     None,
                     at(&["timeout"]),
                     format!(
@@ -137,7 +137,7 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Pro
         }
         let safe = matches!(route.method().as_str(), "GET" | "HEAD" | "OPTIONS");
         if kind == RouteKind::Read && !safe {
-            problems.push(Problem::at(
+            problems.push(KeyFinding::at(
                 Some(Rule::Re1),
                 ballast::Severity::Note,
                 kind_at.clone(),
@@ -149,7 +149,7 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Pro
             ));
         }
         if kind == RouteKind::KeyedWrite && system.dedupes_by_key != Some(true) {
-            problems.push(Problem::at(
+            problems.push(KeyFinding::at(
                 Some(Rule::Re1),
                 ballast::Severity::Note,
                 kind_at.clone(),
@@ -159,7 +159,7 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Pro
         }
         match routes.clone().with(route) {
             Ok(more) => routes = more,
-            Err(e) => problems.push(Problem::error(
+            Err(e) => problems.push(KeyFinding::error(
                 None,
                 at(&[]),
                 e.to_string(),
@@ -191,7 +191,7 @@ pub fn parse_rate(text: &str) -> Result<(u32, std::time::Duration), String> {
 fn rate_limit(
     name: &str,
     r: &crate::model::RateLimitSection,
-    problems: &mut Vec<Problem>,
+    problems: &mut Vec<KeyFinding>,
 ) -> Option<RateLimit> {
     let Some(rate) = r.rate.as_deref() else {
         problems.push(missing(name, "rate_limit", "rate", "add `rate = \"100/s\"` (permits per period)"));
@@ -200,7 +200,7 @@ fn rate_limit(
     let (permits, per) = match parse_rate(rate) {
         Ok(parsed) => parsed,
         Err(why) => {
-            problems.push(Problem::error(
+            problems.push(KeyFinding::error(
                 None,
                 system_path(name, &["rate_limit", "rate"]),
                 why,
@@ -229,10 +229,10 @@ pub(crate) struct Translated {
     pub retry: Retry,
     pub timeout: Timeout,
     pub routes: Routes,
-    pub problems: Vec<Problem>,
+    pub problems: Vec<KeyFinding>,
 }
 
-fn retry(name: &str, r: &RetrySection, problems: &mut Vec<Problem>) -> Retry {
+fn retry(name: &str, r: &RetrySection, problems: &mut Vec<KeyFinding>) -> Retry {
     let attempts = r.max_attempts.map_or(Retry::DEFAULT_ATTEMPTS, |n| u32::try_from(n).unwrap_or(u32::MAX));
     let first = r.first_delay.map_or(Backoff::DEFAULT_FIRST_DELAY, |d| d.get());
     let mut backoff = match r.backoff.as_deref() {
@@ -243,7 +243,7 @@ fn retry(name: &str, r: &RetrySection, problems: &mut Vec<Problem>) -> Retry {
                 Some(k) => format!("did you mean \"{k}\"?"),
                 None => "use \"exponential\" (decorrelated jitter) or \"exponential-full-jitter\"".to_owned(),
             };
-            problems.push(Problem::error(
+            problems.push(KeyFinding::error(
                 Some(Rule::ReX3),
                 system_path(name, &["retry", "backoff"]),
                 format!("backoff \"{other}\" does not exist: only jittered exponential backoff is allowed (R-RES-RE-X3)"),
@@ -263,13 +263,13 @@ fn retry(name: &str, r: &RetrySection, problems: &mut Vec<Problem>) -> Retry {
     }
 }
 
-fn timeout(name: &str, t: &TimeoutSection, problems: &mut Vec<Problem>) -> Timeout {
+fn timeout(name: &str, t: &TimeoutSection, problems: &mut Vec<KeyFinding>) -> Timeout {
     let attempt = t.attempt.map_or(Timeout::DEFAULT_ATTEMPT, |d| d.get());
     let timeout = match t.strategy.as_deref() {
         None | Some("aggressive") => Timeout::aggressive(attempt),
         Some("cooperative") => Timeout::cooperative(attempt),
         Some(other) => {
-            problems.push(Problem::error(
+            problems.push(KeyFinding::error(
                 None,
                 system_path(name, &["timeout", "strategy"]),
                 format!("timeout strategy \"{other}\" does not exist"),
@@ -284,7 +284,7 @@ fn timeout(name: &str, t: &TimeoutSection, problems: &mut Vec<Problem>) -> Timeo
     }
 }
 
-fn breaker(name: &str, b: &BreakerSection, problems: &mut Vec<Problem>) -> Option<Breaker> {
+fn breaker(name: &str, b: &BreakerSection, problems: &mut Vec<KeyFinding>) -> Option<Breaker> {
     let Some(kind) = b.kind.as_deref() else {
         problems.push(missing(
             name,
@@ -305,7 +305,7 @@ fn breaker(name: &str, b: &BreakerSection, problems: &mut Vec<Problem>) -> Optio
         "count" => &[("duration", b.duration.is_some()), ("min_throughput", b.min_throughput.is_some())],
         "sampling" => &[("size", b.size.is_some()), ("min_calls", b.min_calls.is_some())],
         other => {
-            problems.push(Problem::error(
+            problems.push(KeyFinding::error(
                 None,
                 system_path(name, &["breaker", "kind"]),
                 format!("breaker kind \"{other}\" does not exist"),
@@ -315,7 +315,7 @@ fn breaker(name: &str, b: &BreakerSection, problems: &mut Vec<Problem>) -> Optio
         }
     };
     for (key, _) in foreign.iter().filter(|(_, present)| *present) {
-        problems.push(Problem::error(
+        problems.push(KeyFinding::error(
             None,
             system_path(name, &["breaker", key]),
             format!("`{key}` does not apply to a \"{kind}\" breaker"),
@@ -334,7 +334,7 @@ fn breaker(name: &str, b: &BreakerSection, problems: &mut Vec<Problem>) -> Optio
     let breaker = match kind {
         "consecutive" => {
             if threshold.fract() != 0.0 || !(0.0..=f64::from(u32::MAX)).contains(&threshold) {
-                problems.push(Problem::error(
+                problems.push(KeyFinding::error(
                     None,
                     system_path(name, &["breaker", "threshold"]),
                     format!("a \"consecutive\" breaker's threshold counts failures in a row; {threshold} is not a whole number"),
@@ -385,8 +385,8 @@ fn breaker(name: &str, b: &BreakerSection, problems: &mut Vec<Problem>) -> Optio
     })
 }
 
-fn missing(name: &str, section: &str, key: &str, help: &str) -> Problem {
-    Problem::error(
+fn missing(name: &str, section: &str, key: &str, help: &str) -> KeyFinding {
+    KeyFinding::error(
         None,
         system_path(name, &[section, key]),
         format!("`{key}` is missing from [systems.{name}.{section}]"),

@@ -19,60 +19,66 @@
 //! lives in the core ([`ballast::http_class`]), which also classifies a bare
 //! `reqwest::Error` the same way.
 
-use std::time::{Duration, SystemTime};
-
-use http::HeaderMap;
-
 pub use ballast::http_class::{RetryOn, TransportKind, UnknownClass};
 
-/// The longest `Retry-After` taken at its word; a server asking for more is
-/// treated as asking for this much (no retry window is anywhere near it).
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+#[cfg(feature = "client")]
+pub(crate) use retry_after::retry_after;
 
-/// The wait a response asks for in `Retry-After`: delay-seconds or an
-/// HTTP-date (a date in the past means "now"), at most a day.
-pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?.trim();
-    let wait = match value.parse::<u64>() {
-        Ok(secs) => Duration::from_secs(secs),
-        Err(_) => {
-            let at = httpdate::parse_http_date(value).ok()?;
-            at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)
-        }
-    };
-    Some(wait.min(MAX_RETRY_AFTER))
-}
+#[cfg(feature = "client")]
+mod retry_after {
+    use std::time::{Duration, SystemTime};
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    use http::HeaderMap;
 
-    #[test]
-    fn retry_after_takes_seconds_or_a_date_and_is_capped_at_a_day() {
-        let mut headers = HeaderMap::new();
-        headers.insert(http::header::RETRY_AFTER, "7".parse().unwrap());
-        assert_eq!(retry_after(&headers), Some(Duration::from_secs(7)));
-        headers.insert(http::header::RETRY_AFTER, "99999999999999999999".parse().unwrap());
-        assert_eq!(retry_after(&headers), None, "not a number of seconds, not a date");
-        headers.insert(http::header::RETRY_AFTER, "18446744073709551615".parse().unwrap());
-        assert_eq!(retry_after(&headers), Some(MAX_RETRY_AFTER));
-        headers.insert(http::header::RETRY_AFTER, "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
-        assert_eq!(retry_after(&headers), Some(Duration::ZERO));
+    /// The longest `Retry-After` taken at its word; a server asking for more is
+    /// treated as asking for this much (no retry window is anywhere near it).
+    const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+    /// The wait a response asks for in `Retry-After`: delay-seconds or an
+    /// HTTP-date (a date in the past means "now"), at most a day.
+    pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+        let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?.trim();
+        let wait = match value.parse::<u64>() {
+            Ok(secs) => Duration::from_secs(secs),
+            Err(_) => {
+                let at = httpdate::parse_http_date(value).ok()?;
+                at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)
+            }
+        };
+        Some(wait.min(MAX_RETRY_AFTER))
     }
 
-    #[test]
-    fn retry_after_reads_seconds_and_dates() {
-        let mut h = HeaderMap::new();
-        assert_eq!(retry_after(&h), None);
-        h.insert(http::header::RETRY_AFTER, "2".parse().unwrap());
-        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
-        let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(60));
-        h.insert(http::header::RETRY_AFTER, later.parse().unwrap());
-        let wait = retry_after(&h).unwrap();
-        assert!(wait > Duration::from_secs(55) && wait <= Duration::from_secs(60), "{wait:?}");
-        h.insert(http::header::RETRY_AFTER, "Thu, 01 Jan 1970 00:00:00 GMT".parse().unwrap());
-        assert_eq!(retry_after(&h), Some(Duration::ZERO));
-        h.insert(http::header::RETRY_AFTER, "soon".parse().unwrap());
-        assert_eq!(retry_after(&h), None);
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn retry_after_takes_seconds_or_a_date_and_is_capped_at_a_day() {
+            let mut headers = HeaderMap::new();
+            headers.insert(http::header::RETRY_AFTER, "7".parse().unwrap());
+            assert_eq!(retry_after(&headers), Some(Duration::from_secs(7)));
+            headers.insert(http::header::RETRY_AFTER, "99999999999999999999".parse().unwrap());
+            assert_eq!(retry_after(&headers), None, "not a number of seconds, not a date");
+            headers.insert(http::header::RETRY_AFTER, "18446744073709551615".parse().unwrap());
+            assert_eq!(retry_after(&headers), Some(MAX_RETRY_AFTER));
+            headers.insert(http::header::RETRY_AFTER, "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+            assert_eq!(retry_after(&headers), Some(Duration::ZERO));
+        }
+
+        #[test]
+        fn retry_after_reads_seconds_and_dates() {
+            let mut h = HeaderMap::new();
+            assert_eq!(retry_after(&h), None);
+            h.insert(http::header::RETRY_AFTER, "2".parse().unwrap());
+            assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+            let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(60));
+            h.insert(http::header::RETRY_AFTER, later.parse().unwrap());
+            let wait = retry_after(&h).unwrap();
+            assert!(wait > Duration::from_secs(55) && wait <= Duration::from_secs(60), "{wait:?}");
+            h.insert(http::header::RETRY_AFTER, "Thu, 01 Jan 1970 00:00:00 GMT".parse().unwrap());
+            assert_eq!(retry_after(&h), Some(Duration::ZERO));
+            h.insert(http::header::RETRY_AFTER, "soon".parse().unwrap());
+            assert_eq!(retry_after(&h), None);
+        }
     }
 }

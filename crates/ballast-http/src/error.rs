@@ -8,7 +8,8 @@ use http::{Method, StatusCode};
 
 use crate::{Response, TransportKind};
 
-/// An HTTP call or an [`HttpSystem`](crate::HttpSystem) setting that failed.
+/// An HTTP call that failed: every arm is one a call can produce (building
+/// the system fails with [`SystemBuildError`](crate::SystemBuildError)).
 ///
 /// Errors of a call reach the caller inside [`ballast::Failure`], which says
 /// how many attempts ran and why no further one was made.
@@ -110,60 +111,6 @@ pub enum HttpError {
         /// Why.
         source: crate::seal::SealError,
     },
-    /// The system's base URL is unusable.
-    #[error("invalid base URL {url:?}: {reason}; use an absolute http:// or https:// URL")]
-    InvalidBaseUrl {
-        /// The URL given, its secrets masked ([`ballast::redact_url`]).
-        url: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The closure given to [`policy`](crate::HttpSystemBuilder::policy)
-    /// returned a builder of its own, named for another system.
-    #[error(
-        "the policy is named {policy:?} but the system is {system:?}: configure the builder that \
-         .policy(|p| …) hands you instead of making a new one"
-    )]
-    NameMismatch {
-        /// The system's name.
-        system: String,
-        /// The policy's name.
-        policy: String,
-    },
-    /// A client timeout was set beside a client of the caller's own.
-    #[error(
-        "{setting} was set beside a client of your own: timeouts belong to that client; set them on \
-         its builder (below the policy's attempt timeout) and drop them here"
-    )]
-    OwnClientTimeout {
-        /// `"connect_timeout"` or `"read_timeout"`.
-        setting: &'static str,
-    },
-    /// A client timeout that could never fire, or that is zero.
-    #[error(
-        "the {which} timeout is {timeout:?} but the policy's attempt timeout is {attempt:?}: it must be \
-         above zero and at most the attempt timeout (connect ≤ read ≤ attempt ≤ total)"
-    )]
-    TimeoutHierarchy {
-        /// `"connect"` or `"read"`.
-        which: &'static str,
-        /// The value given.
-        timeout: Duration,
-        /// The policy's attempt timeout.
-        attempt: Duration,
-    },
-    /// The idempotency header name is not a valid header name.
-    #[error("invalid idempotency header name {name:?}: use a token such as \"Idempotency-Key\"")]
-    InvalidHeaderName {
-        /// The name given.
-        name: String,
-    },
-    /// The default policy could not be built.
-    #[error(transparent)]
-    Policy(#[from] ballast::BuildError),
-    /// The transport could not be built (e.g. TLS setup).
-    #[error("could not build the HTTP client: {0}")]
-    Client(#[source] crate::BoxError),
 }
 
 impl HttpError {

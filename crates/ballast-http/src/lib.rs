@@ -55,54 +55,81 @@
 //! The classification table is in the [`classify`] module's documentation.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// What `ballast lint` reads (routes, retry classes, base URLs, header names)
+// is always here; the client — reqwest, hyper, the transport — comes with the
+// `client` feature (on by default), so a checker of configurations compiles
+// no HTTP client.
+
+/// Items of the HTTP client, compiled with the `client` feature.
+macro_rules! with_client {
+    ($($item:item)*) => {$(
+        #[cfg(feature = "client")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
+        $item
+    )*};
+}
+
+mod base_url;
+mod build_error;
 pub mod classify;
-mod decode;
+mod header_name;
+pub mod routes;
+
+pub use base_url::parse_base_url;
+pub use build_error::SystemBuildError;
+pub use classify::{RetryOn, TransportKind, UnknownClass};
+pub use header_name::{is_header_name, DEFAULT_IDEMPOTENCY_HEADER};
+
+with_client! {
+    mod decode;
+    mod error;
+    mod health;
+    mod layer;
+    pub mod metrics;
+    mod rate_headers;
+    mod request;
+    mod response;
+    mod system;
+    mod system_policy;
+    mod systems;
+    pub mod transport;
+
+    pub use error::HttpError;
+    pub use health::{Health, HealthReport, SystemHealth};
+    pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
+    pub use request::{OnceRequest, Request, StreamingRequest};
+    pub use response::Response;
+    pub use system::{HttpSystem, HttpSystemBuilder};
+    pub use system_policy::CallStats;
+    pub use systems::Systems;
+}
+
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub mod delivery;
-mod error;
-mod health;
-mod layer;
-pub mod metrics;
 #[cfg(feature = "middleware")]
 #[cfg_attr(docsrs, doc(cfg(feature = "middleware")))]
 pub mod middleware;
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod otel;
-mod rate_headers;
-mod request;
-mod response;
-pub mod routes;
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub mod seal;
-mod system;
-mod system_policy;
-mod systems;
-pub mod transport;
 
-pub use classify::{RetryOn, TransportKind, UnknownClass};
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub use delivery::{
     Delivery, DeliveryError, DeliveryHandler, DeliveryResult, ExpiredBy, SealedHeader, DELIVERY_KIND,
 };
-pub use error::HttpError;
-pub use health::{Health, HealthReport, SystemHealth};
-pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
 #[cfg(feature = "middleware")]
 #[cfg_attr(docsrs, doc(cfg(feature = "middleware")))]
 pub use middleware::{CallFailed, PolicyMiddleware};
-pub use request::{OnceRequest, Request, StreamingRequest};
-pub use response::Response;
 #[cfg(feature = "queue")]
+#[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub use seal::{SealError, SealKey};
-pub use system::{parse_base_url, HttpSystem, HttpSystemBuilder, DEFAULT_IDEMPOTENCY_HEADER};
-pub use system_policy::CallStats;
-pub use systems::Systems;
 
 /// The README's example, compiled and run as a doc test so it cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+mod readme {}

@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
-use reqwest::Url;
+use url::Url;
 use tracing::Instrument;
 
 use crate::classify;
@@ -17,7 +17,7 @@ use crate::request::{Head, OnceRequest};
 use crate::routes::{Route, RouteKind, Routes};
 use crate::system_policy::SystemPolicy;
 use crate::transport::{HyperTransport, OutBody, ReqwestTransport, Transport, TransportError};
-use crate::{HttpError, Request, Response, RetryOn};
+use crate::{parse_base_url, HttpError, Request, Response, RetryOn, SystemBuildError, DEFAULT_IDEMPOTENCY_HEADER};
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -304,26 +304,26 @@ impl HttpSystemBuilder {
 
     /// Builds the system and, unless one was given, its client, with the
     /// client's own retries and redirects off (R-RES-RE-X4).
-    pub fn build(self) -> Result<HttpSystem, HttpError> {
+    pub fn build(self) -> Result<HttpSystem, SystemBuildError> {
         let url = parse_base_url(&self.base_url)?;
         let policy = self.policy.build()?;
         if policy.name() != self.name {
             // Only a closure that ignored the builder it was given gets here.
-            return Err(HttpError::NameMismatch { system: self.name, policy: policy.name().to_owned() });
+            return Err(SystemBuildError::NameMismatch { system: self.name, policy: policy.name().to_owned() });
         }
         let header = HeaderName::from_bytes(self.header.as_bytes())
-            .map_err(|_| HttpError::InvalidHeaderName { name: self.header.clone() })?;
+            .map_err(|_| SystemBuildError::InvalidHeaderName { name: self.header.clone() })?;
         let own = self.client.is_some() || self.service.is_some();
         let set = [("connect_timeout", self.connect_timeout), ("read_timeout", self.read_timeout)];
         if let Some((setting, _)) = set.iter().find(|(_, t)| own && t.is_some()) {
-            return Err(HttpError::OwnClientTimeout { setting });
+            return Err(SystemBuildError::OwnClientTimeout { setting });
         }
         let transport = match (self.client, self.service) {
             (_, Some(service)) => Transport::Service(service),
             (Some(client), None) => Transport::Reqwest(ReqwestTransport(client)),
             (None, None) => own_transport(&policy, self.connect_timeout, self.read_timeout)?,
         };
-        let mut headers = self.headers.map_err(|what| HttpError::invalid(format!("{what} is not valid")))?;
+        let mut headers = self.headers.map_err(|what| SystemBuildError::InvalidHeader { what })?;
         let base = Base::new(&url, &mut headers)?;
         crate::metrics::describe_system(&self.name, &policy, self.critical);
         let system_policy = SystemPolicy::new(policy, self.dedupes_by_key, header, self.retry_on);
@@ -354,16 +354,16 @@ fn own_transport(
     policy: &Policy,
     connect: Option<Duration>,
     read: Option<Duration>,
-) -> Result<Transport, HttpError> {
+) -> Result<Transport, SystemBuildError> {
     let attempt = policy.timeout().attempt();
     let read = read.unwrap_or(attempt);
     let connect = connect.unwrap_or(DEFAULT_CONNECT_TIMEOUT.min(attempt));
     for (which, timeout) in [("connect", connect), ("read", read)] {
         if timeout.is_zero() || timeout > attempt {
-            return Err(HttpError::TimeoutHierarchy { which, timeout, attempt });
+            return Err(SystemBuildError::TimeoutHierarchy { which, timeout, attempt });
         }
     }
-    let transport = HyperTransport::new(connect, read).map_err(HttpError::Client)?;
+    let transport = HyperTransport::new(connect, read).map_err(SystemBuildError::Client)?;
     Ok(Transport::Hyper(transport))
 }
 
@@ -396,9 +396,9 @@ const PATH: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
 impl Base {
     /// The base of `url`; its userinfo, if any, becomes `Authorization:
     /// Basic` in `headers` (as browsers and reqwest do), never part of the URI.
-    fn new(url: &Url, headers: &mut HeaderMap) -> Result<Self, HttpError> {
+    fn new(url: &Url, headers: &mut HeaderMap) -> Result<Self, SystemBuildError> {
         let invalid =
-            |reason: String| HttpError::InvalidBaseUrl { url: ballast::redact_url(url.as_str()), reason };
+            |reason: String| SystemBuildError::InvalidBaseUrl { url: ballast::redact_url(url.as_str()), reason };
         if !url.username().is_empty() && !headers.contains_key(http::header::AUTHORIZATION) {
             let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
             let pair =
@@ -453,29 +453,6 @@ impl Base {
             .build()
             .map_err(|e| HttpError::invalid(format!("URI: {e}")))
     }
-}
-
-/// Parses a system's base URL exactly as [`HttpSystemBuilder::build`] does:
-/// an absolute `http://` or `https://` URL that can be a base, without query
-/// or fragment. `ballast lint` uses it too, so a URL that lints clean is one
-/// `ballast serve` accepts.
-///
-/// ```
-/// assert!(ballast_http::parse_base_url("http://x").is_ok());
-/// for bad in ["http://[::1", "http://host:99999", "http://a b", "https://h/?q=1", "ftp://h", "h.example"] {
-///     assert!(ballast_http::parse_base_url(bad).is_err(), "{bad}");
-/// }
-/// ```
-pub fn parse_base_url(url: &str) -> Result<Url, HttpError> {
-    let invalid = |reason: String| HttpError::InvalidBaseUrl { url: ballast::redact_url(url), reason };
-    let base = Url::parse(url).map_err(|e| invalid(e.to_string()))?;
-    if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
-        return Err(invalid(format!("scheme {:?} is not http or https", base.scheme())));
-    }
-    if base.query().is_some() || base.fragment().is_some() {
-        return Err(invalid("a base URL takes no query or fragment".into()));
-    }
-    Ok(base)
 }
 
 /// One external system: its own transport and connection pool (a pooled
@@ -943,10 +920,6 @@ struct Which {
     /// The route's own attempt timeout, if any.
     route_timeout: Option<Duration>,
 }
-
-/// The header a keyed write carries its key in unless the system names
-/// another ([`HttpSystemBuilder::idempotency_header`]).
-pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 
 /// What a call is, with its route's word over the caller's where the
 /// contract says more: a read of a route declared `read` may use any

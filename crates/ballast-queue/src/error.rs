@@ -1,6 +1,6 @@
 //! What the queue reports to its caller: one error enum for the crate.
 
-use crate::types::Backend;
+use crate::Backend;
 
 /// Everything the queue can report to its caller.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@
 //! | `ballast_queue_tasks` | gauge | `kind`, `state` | tasks in the table per state, as of the last [`Queue::record_metrics`] |
 //! | `ballast_queue_lag_seconds` | gauge | `kind` | age of the oldest due pending task (0 when none), as of the last [`Queue::record_metrics`] |
 //! | `ballast_queue_reachable` | gauge | — | 1 while a [`QueueMonitor`](crate::QueueMonitor)'s last refresh reached the database, else 0 |
-//! | `ballast_queue_pruned_total` | counter | `state` | final tasks deleted by [`Retention`](crate::Retention) |
+//! | `ballast_queue_pruned_total` | counter | `state` | final tasks deleted by [`Retention`] |
 //!
 //! The gauges come from [`Queue::stats`], a `GROUP BY` over the whole table:
 //! they are refreshed when the application calls [`Queue::record_metrics`],

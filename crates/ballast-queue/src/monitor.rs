@@ -61,7 +61,7 @@ impl QueueMonitorBuilder {
     /// the queue gauges (`ballast_queue_tasks`, `ballast_queue_lag_seconds`)
     /// and `ballast_queue_reachable` after each refresh.
     pub fn spawn(self, shutdown: CancellationToken) -> QueueMonitor {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Published {
             snapshot: watch::Sender::new(Arc::new(QueueSnapshot::default())),
             nudged: Notify::new(),
             reachable: ::metrics::gauge!(REACHABLE),
@@ -73,7 +73,8 @@ impl QueueMonitorBuilder {
     }
 }
 
-struct Shared {
+/// What the refresh loop publishes to every clone of the monitor.
+struct Published {
     snapshot: watch::Sender<Arc<QueueSnapshot>>,
     nudged: Notify,
     reachable: Gauge,
@@ -97,7 +98,7 @@ struct Shared {
 /// ```
 #[derive(Clone)]
 pub struct QueueMonitor {
-    shared: Arc<Shared>,
+    shared: Arc<Published>,
 }
 
 impl std::fmt::Debug for QueueMonitor {
@@ -137,7 +138,7 @@ impl QueueMonitor {
 
 async fn refresh_loop(
     queue: Queue,
-    shared: Arc<Shared>,
+    shared: Arc<Published>,
     every: Duration,
     timeout: Duration,
     shutdown: CancellationToken,

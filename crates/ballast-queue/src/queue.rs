@@ -24,7 +24,8 @@ use crate::store::postgres;
 use crate::store::sqlite;
 use crate::store::Store;
 use crate::task::NewTask;
-use crate::types::{Backend, EnqueueOutcome};
+use crate::types::EnqueueOutcome;
+use crate::Backend;
 
 /// How long a PostgreSQL connection may sit idle before it is pinged on its
 /// way out of the pool (see [`Queue::pg_pool_options`]).

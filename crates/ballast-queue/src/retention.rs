@@ -27,14 +27,11 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::limits::{RETAIN_COMPLETED, RETAIN_FAILED};
 use crate::metrics::PRUNED;
 use crate::types::TaskState;
 use crate::Queue;
 
-/// How long completed and cancelled tasks are kept by default: a week.
-pub const RETAIN_COMPLETED: Duration = Duration::from_secs(7 * 24 * 3600);
-/// How long failed tasks are kept by default: thirty days.
-pub const RETAIN_FAILED: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// What to delete, and how gently; see [`Retention::spawn`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,13 +7,7 @@
 use std::time::Duration;
 
 use crate::durable_backoff::DurableBackoff;
-use crate::task::DEFAULT_MAX_ATTEMPTS;
-use crate::worker::DEFAULT_POLL_INTERVAL;
-
-/// How long a task whose attempts keep being refused before anything is sent
-/// (a breaker open, a bulkhead full, a system not configured) may be
-/// postponed, when nothing tighter bounds it (24 h).
-pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+use crate::limits::{DEFAULT_MAX_AGE, DEFAULT_MAX_ATTEMPTS, DEFAULT_POLL_INTERVAL};
 
 /// The durable retry schedule of a queue.
 ///

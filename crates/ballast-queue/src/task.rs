@@ -7,14 +7,10 @@ use ballast::IdempotencyKey;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::limits::MAX_KIND_LEN;
 use crate::store::ValidTask;
 use crate::types::micros;
 
-/// Attempts a task gets unless told otherwise (R-RES-RE-5: "after 10 failures").
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
-
-/// The longest task kind, in bytes.
-pub const MAX_KIND_LEN: usize = 128;
 
 /// Checks a task kind: 1 to [`MAX_KIND_LEN`] characters from `A–Z a–z 0–9`
 /// and `. _ - : /`. A kind names a handler, a metric label and a column of
@@ -128,6 +124,7 @@ impl NewTask {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::DEFAULT_MAX_ATTEMPTS;
 
     #[test]
     fn kinds_are_short_identifiers() {

@@ -528,7 +528,8 @@ async fn handler_is_told_to_stop_when_its_lease_cannot_be_renewed(h: &Harness) {
 async fn claim_answered_after_its_lease_starts_no_handler(h: &Harness) {
     let handler = Scripted::default();
     let id = enqueue(&h.queue, "ok").await;
-    let lease = Duration::from_millis(500);
+    // The shortest lease a worker takes, so the wait past it stays short.
+    let lease = ballast_queue::MIN_LEASE;
     let lock = h.lock_writes().await;
     let w = start(worker(&h.queue, handler.clone()).lease(lease));
     h.wait_for_blocked_write().await;

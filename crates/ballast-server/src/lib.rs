@@ -314,4 +314,4 @@ fn raise_descriptor_limit() {
 /// The README's example, compiled and run as a doc test so it cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+mod readme {}

@@ -22,8 +22,8 @@ use crate::bulkhead::Refused;
 use crate::events::EventKind;
 use crate::nesting;
 use crate::outcome::{Rejection, StopReason, TimeoutKind};
+use crate::policy_state::PolicyState;
 use crate::rate_limit::Grant;
-use crate::shared::Shared;
 use crate::timeout::{deadline_after, Attempt, AttemptDeadline, Strategy};
 use crate::{Class, Classify, Context, Failure, IdempotencyKey, OpKind, Rule};
 
@@ -122,7 +122,7 @@ enum Step<T, E> {
 
 /// What every attempt of one call shares.
 struct Call<'a, F, J> {
-    inner: &'a Shared,
+    inner: &'a PolicyState,
     kind: OpKind,
     key: Option<&'a IdempotencyKey>,
     cancel: Option<&'a CancellationToken>,
@@ -164,7 +164,7 @@ impl<T> Judge<T> for AllGood {
 }
 
 pub(crate) fn run<'a, T, E, F, Fut, J>(
-    inner: &'a Shared,
+    inner: &'a PolicyState,
     kind: OpKind,
     key: Option<&'a IdempotencyKey>,
     cancel: Option<&'a CancellationToken>,

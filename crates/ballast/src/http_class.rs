@@ -1,16 +1,8 @@
-//! Which HTTP outcomes are worth another attempt (R-RES-RE-X2), for reqwest.
-//! Available with the crate's `reqwest` feature: the one classification `ballast-http` uses for its
-//! systems, and what [`Classify`] says of a bare
-//! `reqwest::Error` — so a policy can wrap plain reqwest calls without a newtype:
-//!
-//! ```no_run
-//! # async fn f(policy: ballast::Policy) -> Result<(), ballast::Failure<reqwest::Error>> {
-//! let client = reqwest::Client::new();
-//! let body = policy
-//!     .read(|_| async { client.get("https://crm.example/orders/7").send().await?.error_for_status()?.text().await })
-//!     .await?;
-//! # let _ = body; Ok(()) }
-//! ```
+//! Which HTTP outcomes are worth another attempt (R-RES-RE-X2): the one
+//! classification `ballast-http` uses for its systems and `ballast lint`
+//! checks `retry_on` against. With the crate's `reqwest` feature, also what
+//! [`ballast::Classify`](crate::Classify) says of a bare `reqwest::Error` — so a policy can wrap plain
+//! reqwest calls without a newtype (see its example).
 //!
 //! | outcome | class by default | switch |
 //! |---|---|---|
@@ -22,11 +14,13 @@
 //! | 408, 429 | permanent | [`RetryOn::status_408`], [`RetryOn::status_429`] |
 //! | every other 4xx, TLS and protocol errors, anything else | permanent, never retried | — |
 
-use crate::{Class, Classification, Classify};
+use crate::Class;
+#[cfg(feature = "reqwest")]
+use crate::{Classification, Classify};
+#[cfg(feature = "reqwest")]
 use std::error::Error as StdError;
+#[cfg(feature = "reqwest")]
 use std::io;
-
-use reqwest::StatusCode;
 
 /// The outcome classes an HTTP system treats as transient.
 ///
@@ -205,8 +199,8 @@ impl RetryOn {
 
     /// The class of an error status. `keyed_write` is true only for a keyed
     /// write to a system that deduplicates by its key.
-    pub fn status_class(&self, status: StatusCode, keyed_write: bool) -> Class {
-        let transient = match status.as_u16() {
+    pub fn status_class(&self, status: impl Into<u16>, keyed_write: bool) -> Class {
+        let transient = match status.into() {
             500..=599 => self.server_errors,
             408 => self.status_408,
             429 => self.status_429,
@@ -269,6 +263,8 @@ impl TransportKind {
     /// Finds the kind by walking an error's source chain, where reqwest,
     /// hyper and the OS leave the facts (`std::io::Error` kinds, hyper's
     /// incomplete-message flag).
+    #[cfg(feature = "reqwest")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
     pub fn of(error: &(dyn StdError + 'static)) -> Self {
         let connect = error.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_connect);
         let mut timed_out = false;
@@ -307,6 +303,8 @@ impl TransportKind {
     }
 }
 
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 impl RetryOn {
     /// The class of a reqwest error under these switches: an error made by
     /// `error_for_status` by its status (as for a write without a key: no
@@ -316,13 +314,24 @@ impl RetryOn {
             Some(status) => self.status_class(status, false),
             None => self.transport_class(TransportKind::of(error)),
         };
-        let throttled = error.status().is_some_and(|s| s == StatusCode::TOO_MANY_REQUESTS);
+        let throttled = error.status().is_some_and(|s| s == reqwest::StatusCode::TOO_MANY_REQUESTS);
         Classification { class, retry_after: None, throttled }
     }
 }
 
 /// The default [`RetryOn`]: 5xx, timeouts, refused and reset connections are
 /// transient; every 4xx and anything else is permanent (R-RES-RE-X2).
+///
+/// ```no_run
+/// # async fn f(policy: ballast::Policy) -> Result<(), ballast::Failure<reqwest::Error>> {
+/// let client = reqwest::Client::new();
+/// let body = policy
+///     .read(|_| async { client.get("https://crm.example/orders/7").send().await?.error_for_status()?.text().await })
+///     .await?;
+/// # let _ = body; Ok(()) }
+/// ```
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 impl Classify for reqwest::Error {
     fn classify(&self) -> Classification {
         RetryOn::default().classify_reqwest(self)
@@ -331,8 +340,6 @@ impl Classify for reqwest::Error {
 
 #[cfg(test)]
 mod tests {
-    use std::io;
-
     use super::*;
 
     #[test]
@@ -342,7 +349,7 @@ mod tests {
         let t = Class::Transient;
         let p = Class::Permanent;
         for (status, keyed, on, want) in [
-            (500, false, default, t),
+            (500_u16, false, default, t),
             (503, true, default, t),
             (400, false, all, p),
             (404, true, all, p),
@@ -357,7 +364,6 @@ mod tests {
             (409, true, all, t),
             (503, false, RetryOn::none(), p),
         ] {
-            let status = StatusCode::from_u16(status).unwrap();
             assert_eq!(on.status_class(status, keyed), want, "{status} keyed={keyed} {on:?}");
         }
     }
@@ -375,6 +381,7 @@ mod tests {
         assert_eq!(err.name, "404");
     }
 
+    #[cfg(feature = "reqwest")]
     #[test]
     fn io_kinds_in_the_source_chain_decide_the_transport_kind() {
         #[derive(Debug, thiserror::Error)]

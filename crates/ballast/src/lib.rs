@@ -57,19 +57,17 @@ mod classify;
 mod events;
 mod fallback;
 pub mod guide;
-#[cfg(feature = "reqwest")]
-#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod http_class;
 mod key;
 mod nesting;
 mod op;
 mod outcome;
 mod policy;
+mod policy_state;
 pub mod rate_limit;
 mod redact;
 mod retry;
 mod rules;
-mod shared;
 mod stripe;
 mod timeline;
 mod timeout;
@@ -96,4 +94,4 @@ pub use timeout::{Strategy, Timeout};
 /// The README's example, compiled and run as a doc test so it cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+mod readme {}

@@ -14,10 +14,10 @@ use crate::budget::RetryBudget;
 use crate::bulkhead::{Bulkhead, BulkheadState};
 use crate::call;
 use crate::events::{Emitter, Listener};
+use crate::policy_state::PolicyState;
 use crate::rate_limit::{RateLimit, RateLimiter};
 use crate::retry::Retry;
 use crate::rules::{BuildError, Rule, Severity, Violation};
-use crate::shared::Shared;
 use crate::timeline::Timeline;
 use crate::timeout::Timeout;
 use crate::{Classify, Context, Failure, IdempotencyKey, Judge, OpKind, Operation};
@@ -169,7 +169,7 @@ impl PolicyBuilder {
         let worst_case = self.worst_case();
         let events = Emitter::new(self.name.clone(), self.listeners);
         Ok(Policy {
-            shared: Arc::new(Shared {
+            shared: Arc::new(PolicyState {
                 breaker: self.breaker.map(|b| CircuitBreaker::new(b, events.clone(), seed ^ 0xB4EA_CE55)),
                 bulkhead: self.bulkhead.map(BulkheadState::new),
                 rate_limit: self.rate_limit.map(|l| RateLimiter::new(l, events.clone())),
@@ -227,7 +227,7 @@ impl PolicyBuilder {
 /// ```
 #[derive(Clone)]
 pub struct Policy {
-    shared: Arc<Shared>,
+    shared: Arc<PolicyState>,
 }
 
 impl std::fmt::Debug for Policy {

@@ -9,7 +9,7 @@
 //! `ballast_bench::contention`); the median round of each is printed, with
 //! its speed-up over the same sharing on one thread.
 
-use ballast_bench::contention::{median, per_sec, policies, run, runtime, Sharing, Stack};
+use ballast_bench::contention::{median, per_sec, policies, run, runtime, ContendedPolicy, Sharing};
 use clap::Parser;
 
 /// Calls per second of one shared policy vs a policy per thread.
@@ -28,10 +28,11 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let configs: Vec<(Stack, Sharing)> = [Stack::Guide, Stack::GuideRateLimited]
-        .into_iter()
-        .flat_map(|stack| [Sharing::Shared, Sharing::PerTask].map(|sharing| (stack, sharing)))
-        .collect();
+    let configs: Vec<(ContendedPolicy, Sharing)> =
+        [ContendedPolicy::Guide, ContendedPolicy::GuideRateLimited]
+            .into_iter()
+            .flat_map(|stack| [Sharing::Shared, Sharing::PerTask].map(|sharing| (stack, sharing)))
+            .collect();
     let runtimes: Vec<_> = args.threads.iter().map(|&t| runtime(t)).collect();
     let mut samples = vec![vec![Vec::new(); configs.len()]; args.threads.len()];
     // Warm-up: every runtime's workers started, every code path hot.

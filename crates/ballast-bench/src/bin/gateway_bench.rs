@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ballast_bench::gateway_bench::{self, run, NginxUse, Options, Tracing};
+use ballast_bench::gateway_bench::{self, run, GatewayBenchOptions, NginxUse, Tracing};
 use clap::Parser;
 
 /// The overhead of one hop through ballast's gateway, beside nginx.
@@ -80,7 +80,7 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let seconds = |s: f64| Duration::try_from_secs_f64(s).map_err(|e| anyhow::anyhow!("{s} s: {e}"));
-    let opts = Options {
+    let opts = GatewayBenchOptions {
         connections: args.connections,
         warm_up: seconds(args.warm_up)?,
         measure: seconds(args.seconds)?,

@@ -11,7 +11,7 @@
 //! PostgreSQL runs in a fresh schema of `--url` (default: `$BALLAST_TEST_PG`),
 //! dropped afterwards; SQLite in a temporary file.
 
-use ballast_bench::queue_bench::{child, run, BenchBackend, Measurement, Options};
+use ballast_bench::queue_bench::{child, run, BenchBackend, Measurement, QueueBenchOptions};
 use clap::Parser;
 
 /// Durable queue throughput and latency.
@@ -76,7 +76,7 @@ async fn main() -> anyhow::Result<()> {
     if args.defaults {
         child_args.push("--defaults".to_owned());
     }
-    let opts = Options {
+    let opts = QueueBenchOptions {
         backend: args.backend,
         tasks: args.tasks,
         batch: args.batch,

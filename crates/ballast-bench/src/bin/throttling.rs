@@ -8,10 +8,10 @@
 //! ```
 
 use ballast::RateLimit;
-use ballast_bench::throttling::{run, Scenario};
+use ballast_bench::throttling::{run, ThrottlingRun};
 
 fn main() {
-    let scenario = Scenario::default();
+    let scenario = ThrottlingRun::default();
     let rows: [(&str, Option<RateLimit>); 4] = [
         ("no rate limit", None),
         ("fixed, 100/s (a guess above the partner's limit)", Some(RateLimit::per_second(100).burst(10))),

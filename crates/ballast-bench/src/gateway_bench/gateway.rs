@@ -47,18 +47,18 @@ strategy = "aggressive"
 "#;
 
 /// A running gateway; stopped when dropped.
-pub struct Gateway {
+pub struct BenchGateway {
     runtime: Option<tokio::runtime::Runtime>,
     stop: CancellationToken,
     addr: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
-impl Gateway {
+impl BenchGateway {
     /// Starts `ballast serve` with a SQLite queue in a temp dir, its admin
     /// listener and gateway on free loopback ports, and the one system, on
     /// `threads` worker threads (`None`: one per core).
-    pub fn start(upstream: SocketAddr, threads: Option<usize>) -> anyhow::Result<Gateway> {
+    pub fn start(upstream: SocketAddr, threads: Option<usize>) -> anyhow::Result<BenchGateway> {
         let dir = tempfile::tempdir().context("a temp dir for the gateway's queue")?;
         let text = format!(
             "[queue]\nurl = \"sqlite://{}\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n\n[gateway]\nlisten = \"127.0.0.1:0\"\n{}",
@@ -75,7 +75,7 @@ impl Gateway {
         let addr = server.gateway_addr().context("the configuration has a [gateway]")?;
         let stop = CancellationToken::new();
         runtime.spawn(server.run(stop.clone()));
-        Ok(Gateway { runtime: Some(runtime), stop, addr, _dir: dir })
+        Ok(BenchGateway { runtime: Some(runtime), stop, addr, _dir: dir })
     }
 
     /// Where the gateway listens.
@@ -84,7 +84,7 @@ impl Gateway {
     }
 }
 
-impl Drop for Gateway {
+impl Drop for BenchGateway {
     fn drop(&mut self) {
         self.stop.cancel();
         if let Some(runtime) = self.runtime.take() {

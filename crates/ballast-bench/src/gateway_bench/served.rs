@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use ballast_config::{Root, Sampler, TraceExport};
 
-use super::gateway::Gateway;
+use super::gateway::BenchGateway;
 
 /// Whether the gateway exports traces, and which share of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -143,7 +143,7 @@ pub fn serve_child(upstream: SocketAddr, tracing: Tracing, collector: &str) -> a
     // The recorder first, as `ballast serve` does: the exporter's counters are taken at init.
     super::gateway::prometheus();
     let telemetry = ballast_server::telemetry::init(export(tracing, collector).as_ref())?;
-    let gateway = Gateway::start(upstream, None)?;
+    let gateway = BenchGateway::start(upstream, None)?;
     println!("{}", gateway.addr());
     let mut rest = String::new();
     while std::io::stdin().read_line(&mut rest)? > 0 {}

@@ -20,16 +20,16 @@ use tokio_util::sync::CancellationToken;
 pub const BODY: &[u8] = br#"{"id":7,"state":"paid","amount":1000,"currency":"RUB","ok":true}"#;
 
 /// A running upstream; stopped when dropped.
-pub struct Upstream {
+pub struct BenchUpstream {
     addr: SocketAddr,
     served: Arc<AtomicU64>,
     stop: CancellationToken,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Upstream {
+impl BenchUpstream {
     /// Listens on a free loopback port and answers from a thread of its own.
-    pub fn start() -> anyhow::Result<Upstream> {
+    pub fn start() -> anyhow::Result<BenchUpstream> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding the upstream")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -46,7 +46,7 @@ impl Upstream {
                 }
             });
         })?;
-        Ok(Upstream { addr, served, stop, thread: Some(thread) })
+        Ok(BenchUpstream { addr, served, stop, thread: Some(thread) })
     }
 
     /// Where it listens.
@@ -60,7 +60,7 @@ impl Upstream {
     }
 }
 
-impl Drop for Upstream {
+impl Drop for BenchUpstream {
     fn drop(&mut self) {
         self.stop.cancel();
         if let Some(thread) = self.thread.take() {

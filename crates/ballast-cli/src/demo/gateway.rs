@@ -123,16 +123,16 @@ impl State {
 }
 
 /// A running gateway; stops accepting connections when dropped.
-pub struct Gateway {
+pub struct FlakyGateway {
     addr: SocketAddr,
     state: Arc<State>,
     stop: CancellationToken,
 }
 
-impl Gateway {
+impl FlakyGateway {
     /// Starts a gateway for the run named `run` (requests of other runs are
     /// refused) whose faults follow `plan`; the outage clock starts now.
-    pub async fn start(run: &str, plan: FaultPlan) -> std::io::Result<Gateway> {
+    pub async fn start(run: &str, plan: FaultPlan) -> std::io::Result<FlakyGateway> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(State {
@@ -143,7 +143,7 @@ impl Gateway {
         });
         let stop = CancellationToken::new();
         tokio::spawn(accept(listener, Arc::clone(&state), stop.clone()));
-        Ok(Gateway { addr, state, stop })
+        Ok(FlakyGateway { addr, state, stop })
     }
 
     /// The base URL clients call.
@@ -157,7 +157,7 @@ impl Gateway {
     }
 }
 
-impl Drop for Gateway {
+impl Drop for FlakyGateway {
     fn drop(&mut self) {
         self.stop.cancel();
     }

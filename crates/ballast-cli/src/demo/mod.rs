@@ -24,7 +24,7 @@ use ballast::IdempotencyKey;
 use ballast_queue::Queue;
 
 use faults::FaultPlan;
-use gateway::Gateway;
+use gateway::FlakyGateway;
 use guarded::{Guarded, Timings};
 use naive::Naive;
 use report::{Column, Report};
@@ -32,7 +32,7 @@ use workload::Workload;
 
 /// Arguments of `ballast demo`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub struct DemoArgs {
     /// Orders per client [default: 300, or 120 with --quick].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     orders: Option<u32>,
@@ -82,7 +82,7 @@ impl Pace {
 const IN_FLIGHT: usize = 16;
 
 /// Runs `ballast demo`.
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -91,7 +91,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn demo(args: &Args) -> anyhow::Result<()> {
+async fn demo(args: &DemoArgs) -> anyhow::Result<()> {
     let pace = if args.quick { Pace::QUICK } else { Pace::FULL };
     let timings = Timings::DEMO;
     let workload = Workload {
@@ -130,7 +130,7 @@ async fn demo(args: &Args) -> anyhow::Result<()> {
 }
 
 fn header(
-    args: &Args,
+    args: &DemoArgs,
     workload: &Workload,
     plan: &FaultPlan,
     pace: &Pace,
@@ -179,7 +179,7 @@ async fn run_naive(
     pace: &Pace,
     timings: &Timings,
 ) -> anyhow::Result<Column> {
-    let gateway = Gateway::start(&workload.run, plan).await.context("cannot start the gateway")?;
+    let gateway = FlakyGateway::start(&workload.run, plan).await.context("cannot start the gateway")?;
     let started = Instant::now();
     let client = Arc::new(Naive::new(gateway.url(), workload.clone(), timings.attempt, pace.naive_delay)?);
     let bar = progress::client_bar("naive", workload.orders);
@@ -203,7 +203,7 @@ async fn run_ballast(
     queue: Queue,
     seed: u64,
 ) -> anyhow::Result<Column> {
-    let gateway = Gateway::start(&workload.run, plan).await.context("cannot start the gateway")?;
+    let gateway = FlakyGateway::start(&workload.run, plan).await.context("cannot start the gateway")?;
     let started = Instant::now();
     let client = Arc::new(Guarded::start(&gateway.url(), queue, workload.clone(), timings, seed)?);
     let bar = progress::client_bar("ballast", workload.orders);

@@ -14,7 +14,8 @@ use super::sqlite;
 use super::{ClaimRequest, Exchange, Lease, Store, ValidTask};
 use crate::error::Result;
 use crate::outcome::Outcome;
-use crate::types::{Backend, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
+use crate::types::{EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
+use crate::Backend;
 
 /// The backend a [`Queue`](crate::Queue) was connected to.
 #[derive(Debug, Clone)]

@@ -34,13 +34,8 @@ use completer::{Batch, Completer, Report, Settling};
 use executor::{Attempts, Executor, Finished};
 use producer::Producer;
 
-/// Polling interval when nothing wakes the worker earlier (R-RES-RE-5).
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+use crate::limits::{DEFAULT_BATCH, DEFAULT_CONCURRENCY, DEFAULT_LEASE, MIN_LEASE};
 
-/// How long a claim holds a task without a heartbeat unless
-/// [`WorkerBuilder::lease`] says otherwise: a task whose worker died is
-/// claimable again this long after its last heartbeat.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// How long finished tasks may wait for the handlers still running, so that
 /// one round trip completes a whole batch and claims the next (a completed
@@ -52,11 +47,6 @@ const LINGER: Duration = Duration::from_millis(2);
 /// worker is not held to one commit at a time.
 const MAX_PIPELINE: usize = 4;
 
-/// Handlers running at once when not configured.
-pub const DEFAULT_CONCURRENCY: usize = 200;
-
-/// Tasks claimed per round trip at most when not configured.
-pub const DEFAULT_BATCH: usize = 50;
 
 /// Runs handlers for the tasks of the kinds it was given.
 ///
@@ -244,10 +234,10 @@ impl WorkerBuilder {
         if self.concurrency == 0 || self.batch == 0 {
             return Err(Error::Config("concurrency and batch must be at least 1".into()));
         }
-        if self.lease < Duration::from_millis(30) || self.poll_interval.is_zero() {
-            return Err(Error::Config(
-                "lease must be at least 30 ms (30 s is typical) and poll_interval above zero".into(),
-            ));
+        if self.lease < MIN_LEASE || self.poll_interval.is_zero() {
+            return Err(Error::Config(format!(
+                "lease must be at least {MIN_LEASE:?} ({DEFAULT_LEASE:?} is typical) and poll_interval above zero"
+            )));
         }
         let owner = self.owner.unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());

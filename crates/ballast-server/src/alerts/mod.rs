@@ -35,7 +35,7 @@ mod format;
 
 use ballast::{Policy, Timeout};
 use ballast_config::{AlertFormat, WebhookSettings};
-use ballast_http::{Delivery, DeliveryHandler, HttpError, HttpSystem, Request, Systems};
+use ballast_http::{Delivery, DeliveryHandler, HttpSystem, Request, SystemBuildError, Systems};
 use ballast_queue::{Alert, FailedTask, LogAlert, NewTask};
 
 pub use format::{body, summary, ALERTNAME};
@@ -71,9 +71,9 @@ pub enum AlertsError {
 }
 
 /// Why a webhook URL was refused, without quoting the URL.
-fn url_refused(error: &HttpError) -> String {
+fn url_refused(error: &SystemBuildError) -> String {
     match error {
-        HttpError::InvalidBaseUrl { reason, .. } => {
+        SystemBuildError::InvalidBaseUrl { reason, .. } => {
             format!("{reason}; use an absolute http:// or https:// URL without query or fragment")
         }
         other => other.to_string(),

@@ -313,8 +313,10 @@ impl Window {
     }
 }
 
+/// The current state's episode: when it began, when it turns half-open,
+/// the delays left before reopening, and the probes of its half-open spell.
 #[derive(Debug)]
-struct Shared {
+struct Episode {
     since: Instant,
     half_open_at: Instant,
     reopen_delays: Option<Delays>,
@@ -329,7 +331,7 @@ pub struct CircuitBreaker {
     cfg: Breaker,
     state: AtomicU8,
     window: Window,
-    shared: Mutex<Shared>,
+    episode: Mutex<Episode>,
     events: Emitter,
     seed: u64,
 }
@@ -392,7 +394,7 @@ impl CircuitBreaker {
             cfg,
             state: AtomicU8::new(BreakerState::Closed.as_u8()),
             window,
-            shared: Mutex::new(Shared {
+            episode: Mutex::new(Episode {
                 since: now,
                 half_open_at: now,
                 reopen_delays: None,
@@ -580,7 +582,7 @@ impl CircuitBreaker {
         }
     }
 
-    fn open(&self, s: &mut Shared, now: Instant) -> EventKind {
+    fn open(&self, s: &mut Episode, now: Instant) -> EventKind {
         let wait = match self.cfg.half_open_after {
             HalfOpenAfter::Fixed(d) => d,
             HalfOpenAfter::Backoff(b) => {
@@ -596,7 +598,7 @@ impl CircuitBreaker {
         EventKind::BreakerOpened { half_open_in: wait }
     }
 
-    fn close(&self, s: &mut Shared, now: Instant) -> Option<EventKind> {
+    fn close(&self, s: &mut Episode, now: Instant) -> Option<EventKind> {
         self.window.reset();
         s.since = now;
         s.reopen_delays = None;
@@ -607,7 +609,7 @@ impl CircuitBreaker {
     }
 
     /// The wait a failing probe would cause: what a rejected caller can expect.
-    fn peek_reopen_delay(&self, s: &Shared) -> Duration {
+    fn peek_reopen_delay(&self, s: &Episode) -> Duration {
         match self.cfg.half_open_after {
             HalfOpenAfter::Fixed(d) => d,
             HalfOpenAfter::Backoff(b) => {
@@ -616,8 +618,8 @@ impl CircuitBreaker {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
-        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Episode> {
+        self.episode.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn config(&self) -> &Breaker {

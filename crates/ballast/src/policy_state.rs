@@ -15,7 +15,8 @@ use crate::retry::Retry;
 use crate::rules::{Rule, Violation};
 use crate::timeout::Timeout;
 
-pub(crate) struct Shared {
+/// The state of one policy that all its clones share.
+pub(crate) struct PolicyState {
     pub(crate) retry: Retry,
     pub(crate) breaker: Option<CircuitBreaker>,
     pub(crate) bulkhead: Option<BulkheadState>,
@@ -33,7 +34,7 @@ pub(crate) struct Shared {
     pub(crate) nested_warned: AtomicBool,
 }
 
-impl Shared {
+impl PolicyState {
     /// Logs, once per policy, that a retrying call ran inside another
     /// policy's attempt; the event says it every time.
     pub(crate) fn warn_nested(&self, rule: Rule) {
