@@ -19,115 +19,47 @@ use ballast::IdempotencyKey;
 use ballast_http::{Delivery, Request};
 use ballast_queue::{ListFilter, Queue, TaskState};
 use ballast_server::alerts::ALERT_KIND;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use ballast_test_support::{Reply, Upstream};
 
 const FAILING: usize = 30;
 
-/// What the webhook received.
+/// What the webhook took: accepted alerts (key → the failed task's id from
+/// the body) and posts whose key was already accepted (deduplicated,
+/// answered 200).
 #[derive(Default)]
 struct Inbox {
-    /// Posts read, in order.
-    posts: usize,
-    /// Accepted alerts: key → the failed task's id from the body.
     accepted: HashMap<String, i64>,
-    /// Posts whose key was already accepted (deduplicated, answered 200).
     repeats: usize,
 }
 
-/// One request's head and body, read from `socket`.
-async fn read_request(socket: &mut TcpStream) -> Option<(HashMap<String, String>, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        let n = socket.read(&mut chunk).await.ok().filter(|&n| n > 0)?;
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
+/// The flaky webhook that deduplicates by key; of every six posts, one is
+/// refused with 503, one is answered 503 after longer than the webhook's
+/// attempt timeout, and one is taken but its answer lost.
+async fn webhook(inbox: Arc<Mutex<Inbox>>) -> Upstream {
+    Upstream::start(move |seen, n| {
+        match n % 6 {
+            1 => return Reply::status(503),
+            // Longer than the webhook's attempt timeout.
+            5 => return Reply::status(503).after(Duration::from_secs(5)),
+            _ => {}
         }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let headers: HashMap<String, String> = head
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
-    while buf.len() < head_end + length {
-        let n = socket.read(&mut chunk).await.ok().filter(|&n| n > 0)?;
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    Some((headers, buf[head_end..head_end + length].to_vec()))
-}
-
-async fn reply(socket: &mut TcpStream, status: u16) {
-    let out = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-    let _ = socket.write_all(out.as_bytes()).await;
-    let _ = socket.shutdown().await;
-}
-
-/// The flaky webhook that deduplicates by key; one post in six fails in each
-/// of three ways.
-async fn webhook(inbox: Arc<Mutex<Inbox>>) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let inbox = Arc::clone(&inbox);
-            tokio::spawn(async move {
-                let Some((headers, body)) = read_request(&mut socket).await else { return };
-                let key = headers.get("idempotency-key").cloned().unwrap_or_default();
-                let alert: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                let task = alert["task"]["id"].as_i64().unwrap_or(-1);
-                let n = {
-                    let mut inbox = inbox.lock().unwrap();
-                    inbox.posts += 1;
-                    inbox.posts
-                };
-                match n % 6 {
-                    1 => return reply(&mut socket, 503).await,
-                    5 => {
-                        // Longer than the webhook's attempt timeout.
-                        tokio::time::sleep(Duration::from_secs(5)).await;
-                        return reply(&mut socket, 503).await;
-                    }
-                    _ => {}
-                }
-                {
-                    let mut inbox = inbox.lock().unwrap();
-                    match inbox.accepted.entry(key) {
-                        Entry::Occupied(_) => inbox.repeats += 1,
-                        Entry::Vacant(new) => {
-                            new.insert(task);
-                        }
-                    }
-                }
-                if n % 6 == 3 {
-                    // Taken, but the answer never arrives.
-                    return;
-                }
-                reply(&mut socket, 200).await;
-            });
+        let alert: serde_json::Value = serde_json::from_slice(&seen.body).unwrap_or_default();
+        let task = alert["task"]["id"].as_i64().unwrap_or(-1);
+        let mut inbox = inbox.lock().unwrap();
+        match inbox.accepted.entry(seen.key().unwrap_or_default().to_owned()) {
+            Entry::Occupied(_) => inbox.repeats += 1,
+            Entry::Vacant(new) => {
+                new.insert(task);
+            }
         }
-    });
-    format!("http://{addr}/hook")
-}
-
-/// An upstream that refuses every charge: each delivery fails for good at once.
-async fn refusing_upstream() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                if read_request(&mut socket).await.is_some() {
-                    reply(&mut socket, 422).await;
-                }
-            });
+        if n % 6 == 3 {
+            // Taken, but the answer never arrives.
+            Reply::Lost
+        } else {
+            Reply::status(200)
         }
-    });
-    format!("http://{addr}")
+    })
+    .await
 }
 
 fn serve(dir: &Path, hook: &str, run: usize) -> Child {
@@ -156,9 +88,12 @@ async fn every_failure_is_alerted_exactly_once_across_crashes() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("queue.db");
     let url = format!("sqlite://{}", db.display());
-    let upstream = refusing_upstream().await;
+    // Refuses every charge: each delivery fails for good at once.
+    let refusing = Upstream::start(|_, _| Reply::status(422)).await;
+    let upstream = refusing.url("");
     let inbox = Arc::new(Mutex::new(Inbox::default()));
-    let hook = webhook(Arc::clone(&inbox)).await;
+    let receiver = webhook(Arc::clone(&inbox)).await;
+    let hook = receiver.url("/hook");
     std::fs::write(
         dir.path().join("ballast.toml"),
         format!(
@@ -227,5 +162,6 @@ key_ttl = "7d"
     assert_eq!(alerted.len(), FAILING, "one accepted alert per failure: {alerted:?}");
     assert_eq!(alerted.iter().copied().collect::<BTreeSet<_>>(), failing, "each failure alerted once");
     assert!(inbox.repeats > 0, "some alert was posted again after its answer was lost");
-    assert!(inbox.posts > FAILING, "the webhook was flaky: {} posts", inbox.posts);
+    let posts = receiver.count();
+    assert!(posts > FAILING, "the webhook was flaky: {posts} posts");
 }

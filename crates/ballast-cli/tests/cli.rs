@@ -414,9 +414,7 @@ mod serve {
     use super::*;
 
     use std::collections::HashMap;
-    use std::future::Future;
     use std::io::{BufRead, BufReader};
-    use std::net::SocketAddr;
     use std::process::{Child, Stdio};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
@@ -425,72 +423,41 @@ mod serve {
     use ballast::IdempotencyKey;
     use ballast_http::{Delivery, Request};
     use ballast_queue::Queue;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
+    use ballast_test_support::{eventually, Reply, Upstream};
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
 
-    /// A payment gateway: 503 while down, otherwise 201.
-    #[derive(Default)]
+    /// A payment gateway: 503 while down, otherwise 201. Each answer closes
+    /// its connection, so every delivery needs a connection of its own.
     struct Gateway {
-        up: AtomicBool,
-        /// The key of every request, in order.
-        keys: Mutex<Vec<String>>,
+        up: Arc<AtomicBool>,
         /// Requests answered 201, per key: more than one would be a
         /// duplicate delivery after success.
-        applied: Mutex<HashMap<String, u32>>,
+        applied: Arc<Mutex<HashMap<String, u32>>>,
+        upstream: Upstream,
     }
 
     impl Gateway {
-        async fn start(self: &Arc<Self>) -> SocketAddr {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            let gateway = Arc::clone(self);
-            tokio::spawn(async move {
-                while let Ok((socket, _)) = listener.accept().await {
-                    tokio::spawn(Arc::clone(&gateway).answer(socket));
-                }
-            });
-            addr
-        }
-
-        async fn answer(self: Arc<Self>, mut socket: TcpStream) {
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            let head_end = loop {
-                match socket.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                    break i + 4;
-                }
-            };
-            let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-            let header = |name: &str| {
-                head.lines()
-                    .find_map(|l| l.strip_prefix(name).map(|v| v.trim_start_matches(':').trim().to_owned()))
-            };
-            let length: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
-            while buf.len() < head_end + length {
-                match socket.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-            }
-            let key = header("idempotency-key").unwrap_or_default();
-            self.keys.lock().unwrap().push(key.clone());
-            let status = if self.up.load(Ordering::SeqCst) {
-                *self.applied.lock().unwrap().entry(key).or_default() += 1;
-                "201 Created"
-            } else {
-                "503 Service Unavailable"
-            };
-            let reply = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-            let _ = socket.write_all(reply.as_bytes()).await;
-            let _ = socket.shutdown().await;
+        async fn start() -> Gateway {
+            let up = Arc::new(AtomicBool::new(true));
+            let applied: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+            let (is_up, effects) = (Arc::clone(&up), Arc::clone(&applied));
+            let upstream = Upstream::start(move |seen, _| {
+                let status = if is_up.load(Ordering::SeqCst) {
+                    *effects.lock().unwrap().entry(seen.key().unwrap_or_default().to_owned()).or_default() +=
+                        1;
+                    201
+                } else {
+                    503
+                };
+                Reply::status(status).header("connection", "close")
+            })
+            .await;
+            Gateway { up, applied, upstream }
         }
 
         fn requests_with(&self, key: &IdempotencyKey) -> usize {
-            self.keys.lock().unwrap().iter().filter(|k| k.as_str() == key.as_str()).count()
+            self.upstream.count_with("idempotency-key", key.as_str())
         }
 
         fn applied(&self, key: &IdempotencyKey) -> u32 {
@@ -508,14 +475,6 @@ mod serve {
         }
     }
 
-    async fn eventually<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !check().await {
-            assert!(Instant::now() < deadline, "timed out waiting until {what}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     async fn get(url: &str) -> (u16, String) {
         let response = reqwest::get(url).await.unwrap();
         (response.status().as_u16(), response.text().await.unwrap())
@@ -526,7 +485,7 @@ mod serve {
     /// for the gateway's address.
     struct Setup {
         dir: tempfile::TempDir,
-        gateway: Arc<Gateway>,
+        gateway: Gateway,
         db: std::path::PathBuf,
         config: std::path::PathBuf,
     }
@@ -534,13 +493,11 @@ mod serve {
     impl Setup {
         async fn new(systems: &str) -> Setup {
             let dir = tempfile::tempdir().unwrap();
-            let gateway = Arc::new(Gateway::default());
-            gateway.up.store(true, Ordering::SeqCst);
-            let gateway_addr = gateway.start().await;
+            let gateway = Gateway::start().await;
             let db = dir.path().join("tasks.db");
             let config = dir.path().join("ballast.toml");
             let queue = format!("[queue]\nurl = \"sqlite://{}\"\npoll_interval = \"100ms\"\n", db.display());
-            let systems = systems.replace("{gateway}", &gateway_addr.to_string());
+            let systems = systems.replace("{gateway}", &gateway.upstream.addr.to_string());
             std::fs::write(&config, queue + &systems).unwrap();
             Setup { dir, gateway, db, config }
         }
@@ -658,7 +615,7 @@ half_open_after = "1s"
         assert_eq!(sample(&metrics, r#"ballast_breaker_state{system="pay"}"#), 0.0);
         for key in [&a, &b, &c] {
             assert!(
-                gateway.keys.lock().unwrap().iter().all(|k| !k.is_empty()),
+                gateway.upstream.requests().iter().all(|r| r.key().is_some_and(|k| !k.is_empty())),
                 "every request carries a key"
             );
             assert_eq!(gateway.applied(key), 1);

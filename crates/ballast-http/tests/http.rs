@@ -18,7 +18,8 @@ use tokio::net::TcpListener;
 
 mod support;
 
-use support::{ms, Action, Server};
+use ballast_test_support::{Reply, Upstream};
+use support::ms;
 
 fn policy(name: &str) -> PolicyBuilder {
     Policy::builder(name)
@@ -27,8 +28,8 @@ fn policy(name: &str) -> PolicyBuilder {
         .seed(7)
 }
 
-fn system(name: &str, server: &Server, policy: PolicyBuilder) -> ballast_http::HttpSystemBuilder {
-    HttpSystem::builder(name, &server.url()).policy(|_| policy)
+fn system(name: &str, server: &Upstream, policy: PolicyBuilder) -> ballast_http::HttpSystemBuilder {
+    HttpSystem::builder(name, &server.url("/api/")).policy(|_| policy)
 }
 
 fn stop<T: std::fmt::Debug>(result: Result<T, Failure<HttpError>>) -> (StopReason, u32, Failure<HttpError>) {
@@ -43,15 +44,15 @@ async fn keyed_write_to_a_deduping_system_is_retried_and_takes_effect_once() {
     // recognised by its key and answered from the stored result.
     let applied: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let effects = applied.clone();
-    let server = Server::start(move |seen, n| {
-        let key = seen.key.clone().unwrap_or_default();
+    let server = Upstream::start(move |seen, n| {
+        let key = seen.key().unwrap_or_default().to_owned();
         let mut applied = effects.lock().unwrap();
         let first = !applied.contains_key(&key);
         *applied.entry(key).or_default() += u32::from(first);
         match n {
-            1 => Action::Reply(500, "applied, answer lost"),
-            2 => Action::Reset,
-            _ => Action::Reply(201, r#"{"payment":"p-1"}"#),
+            1 => Reply::body(500, "applied, answer lost"),
+            2 => Reply::Reset,
+            _ => Reply::body(201, r#"{"payment":"p-1"}"#),
         }
     })
     .await;
@@ -66,14 +67,14 @@ async fn keyed_write_to_a_deduping_system_is_retried_and_takes_effect_once() {
     let requests = server.requests();
     assert!(requests.len() <= 3, "sent {} times", requests.len());
     assert_eq!(requests.len(), 3);
-    assert!(requests.iter().all(|r| r.method == "POST" && r.path == "/api/payments"));
-    assert!(requests.iter().all(|r| r.key.as_deref() == Some(key.as_str())), "the same key every attempt");
+    assert!(requests.iter().all(|r| r.method == "POST" && r.target == "/api/payments"));
+    assert!(requests.iter().all(|r| r.key() == Some(key.as_str())), "the same key every attempt");
     assert_eq!(applied.lock().unwrap()[key.as_str()], 1, "the payment took effect once");
 }
 
 #[tokio::test]
 async fn keyed_write_to_a_system_that_does_not_dedupe_sends_the_key_once() {
-    let server = Server::start(|_, _| Action::Reply(503, "busy")).await;
+    let server = Upstream::start(|_, _| Reply::body(503, "busy")).await;
     let crm = system("crm", &server, policy("crm")).build().unwrap();
     let key = IdempotencyKey::v5("lead-7", "create");
 
@@ -82,24 +83,24 @@ async fn keyed_write_to_a_system_that_does_not_dedupe_sends_the_key_once() {
     assert_eq!((reason, attempts), (StopReason::NotDeduplicated, 1));
     assert_eq!(reason.rule().map(ballast::Rule::id), Some("R-RES-RE-1"));
     assert_eq!(failure.error().and_then(HttpError::status), Some(http::StatusCode::SERVICE_UNAVAILABLE));
-    assert_eq!(server.requests()[0].key.as_deref(), Some(key.as_str()), "the key is still sent");
-    assert_eq!(server.sent(), 1);
+    assert_eq!(server.requests()[0].key(), Some(key.as_str()), "the key is still sent");
+    assert_eq!(server.count(), 1);
 }
 
 #[tokio::test]
 async fn write_once_is_sent_exactly_once_on_503_and_on_reset() {
     let server =
-        Server::start(
-            |seen, _| if seen.path.ends_with("busy") { Action::Reply(503, "") } else { Action::Reset },
+        Upstream::start(
+            |seen, _| if seen.target.ends_with("busy") { Reply::status(503) } else { Reply::Reset },
         )
         .await;
     let sms = system("sms", &server, policy("sms")).build().unwrap();
 
     let (reason, attempts, _) = stop(sms.write_once(Request::post("busy")).await);
-    assert_eq!((reason, attempts, server.sent()), (StopReason::NotRetryable, 1, 1));
+    assert_eq!((reason, attempts, server.count()), (StopReason::NotRetryable, 1, 1));
 
     let (reason, attempts, failure) = stop(sms.write_once(Request::post("reset").body("hi")).await);
-    assert_eq!((reason, attempts, server.sent()), (StopReason::NotRetryable, 1, 2));
+    assert_eq!((reason, attempts, server.count()), (StopReason::NotRetryable, 1, 2));
     match failure.error() {
         Some(HttpError::Transport { kind, class, .. }) => {
             assert!(matches!(kind, TransportKind::Reset | TransportKind::Incomplete), "{kind:?}");
@@ -110,79 +111,78 @@ async fn write_once_is_sent_exactly_once_on_503_and_on_reset() {
 
     let streamed = StreamingRequest::new(http::Method::POST, "busy", bytes::Bytes::from_static(b"chunk"));
     let (reason, attempts, _) = stop(sms.write_once(streamed).await);
-    assert_eq!((reason, attempts, server.sent()), (StopReason::NotRetryable, 1, 3));
-    assert!(server.requests().iter().all(|r| r.key.is_none()));
+    assert_eq!((reason, attempts, server.count()), (StopReason::NotRetryable, 1, 3));
+    assert!(server.requests().iter().all(|r| r.key().is_none()));
 }
 
 #[tokio::test]
 async fn a_4xx_is_sent_once_and_its_response_kept() {
-    let server = Server::start(|_, _| Action::Reply(422, r#"{"error":"card_declined"}"#)).await;
+    let server = Upstream::start(|_, _| Reply::body(422, r#"{"error":"card_declined"}"#)).await;
     let sber = system("sber", &server, policy("sber")).dedupes_by_key(true).build().unwrap();
 
     let (reason, attempts, failure) = stop(sber.read(Request::get("orders/1")).await);
-    assert_eq!((reason, attempts, server.sent()), (StopReason::Permanent, 1, 1));
+    assert_eq!((reason, attempts, server.count()), (StopReason::Permanent, 1, 1));
     let response = failure.error().and_then(HttpError::response).unwrap();
     assert_eq!(response.json::<serde_json::Value>().unwrap()["error"], "card_declined");
     assert!(failure.to_string().contains("R-RES-RE-X2"), "{failure}");
 
     let key = IdempotencyKey::v5("order-1", "pay");
     let (reason, _, _) = stop(sber.write(&key, Request::post("payments")).await);
-    assert_eq!((reason, server.sent()), (StopReason::Permanent, 2));
+    assert_eq!((reason, server.count()), (StopReason::Permanent, 2));
 }
 
 #[tokio::test]
 async fn reads_are_retried_after_timeouts_and_writes_are_refused_by_read() {
-    let server = Server::start(|_, n| match n {
-        1 => Action::Late(ms(1000), Box::new(Action::Reply(200, "late"))),
-        _ => Action::Reply(200, "fresh"),
+    let server = Upstream::start(|_, n| match n {
+        1 => Reply::body(200, "late").after(ms(1000)),
+        _ => Reply::body(200, "fresh"),
     })
     .await;
     let stock = system("stock", &server, policy("stock")).read_timeout(ms(100)).build().unwrap();
 
     let response = stock.read(Request::get("items").query(&[("sku", "a b")])).await.unwrap();
     assert_eq!(response.text(), "fresh");
-    assert_eq!(server.sent(), 2);
-    assert_eq!(server.requests()[1].path, "/api/items?sku=a+b");
+    assert_eq!(server.count(), 2);
+    assert_eq!(server.requests()[1].target, "/api/items?sku=a+b");
 
     let (reason, attempts, failure) = stop(stock.read(Request::post("items")).await);
-    assert_eq!((reason, attempts, server.sent()), (StopReason::Permanent, 0, 2));
+    assert_eq!((reason, attempts, server.count()), (StopReason::Permanent, 0, 2));
     assert!(failure.to_string().contains("R-RES-RE-1"), "{failure}");
     assert!(stock.read(Request::post_query("items/search")).await.is_ok());
 }
 
 #[tokio::test]
 async fn the_policys_attempt_timeout_ends_a_write_once_that_drips() {
-    let server = Server::start(|_, _| Action::Drip(ms(40))).await;
+    let server = Upstream::start(|_, _| Reply::body(200, ".".repeat(50)).dripped(ms(40))).await;
     let slow = system("slow", &server, policy("slow").timeout(Timeout::aggressive(ms(150)))).build().unwrap();
 
     let (reason, attempts, failure) = stop(slow.write_once(Request::post("jobs")).await);
-    assert_eq!((reason, attempts, server.sent()), (StopReason::NotRetryable, 1, 1));
+    assert_eq!((reason, attempts, server.count()), (StopReason::NotRetryable, 1, 1));
     assert!(matches!(failure, Failure::Timeout { .. }), "{failure:?}");
 }
 
 #[tokio::test]
 async fn a_429_is_retried_after_retry_after_only_when_opted_in() {
-    let retry_after =
-        |secs: &str| Action::ReplyWith(429, vec![("retry-after", secs.to_owned())], "slow down");
+    let retry_after = |secs: &str| Reply::body(429, "slow down").header("retry-after", secs);
     let server =
-        Server::start(move |seen, _| retry_after(if seen.path.ends_with("/far") { "120" } else { "1" }))
+        Upstream::start(move |seen, _| retry_after(if seen.target.ends_with("/far") { "120" } else { "1" }))
             .await;
     let permanent = system("a", &server, policy("a")).build().unwrap();
     let (reason, _, _) = stop(permanent.read(Request::get("limited")).await);
-    assert_eq!((reason, server.sent()), (StopReason::Permanent, 1));
+    assert_eq!((reason, server.count()), (StopReason::Permanent, 1));
 
     // Two attempts of up to 600 ms: a window wide enough for a 1 s Retry-After.
     let two = policy("b").retry(Retry::attempts(2).without_budget()).timeout(Timeout::aggressive(ms(600)));
     let opted = system("b", &server, two).retry_on(RetryOn::default().with_429(true)).build().unwrap();
     let started = tokio::time::Instant::now();
     let (reason, attempts, _) = stop(opted.read(Request::get("limited")).await);
-    assert_eq!((reason, attempts, server.sent()), (StopReason::Exhausted, 2, 3));
+    assert_eq!((reason, attempts, server.count()), (StopReason::Exhausted, 2, 3));
     assert!(started.elapsed() >= Duration::from_secs(1), "Retry-After: 1 honoured before the retry");
 
     // A wait beyond the policy's window is not waited out (R-RES-RE-4).
-    let before = server.sent();
+    let before = server.count();
     let (reason, _, _) = stop(opted.read(Request::get("far")).await);
-    assert_eq!((reason, server.sent() - before), (StopReason::DeadlineWouldOverrun, 1));
+    assert_eq!((reason, server.count() - before), (StopReason::DeadlineWouldOverrun, 1));
 }
 
 #[tokio::test]
@@ -190,8 +190,8 @@ async fn the_breaker_opens_under_an_outage_and_only_the_probe_reaches_the_server
     let healthy = Arc::new(Mutex::new(false));
     let up = healthy.clone();
     let server =
-        Server::start(
-            move |_, _| if *up.lock().unwrap() { Action::Reply(200, "ok") } else { Action::Reply(503, "") },
+        Upstream::start(
+            move |_, _| if *up.lock().unwrap() { Reply::body(200, "ok") } else { Reply::status(503) },
         )
         .await;
     let breaker = Breaker::consecutive(3).half_open_after(ms(300));
@@ -201,14 +201,14 @@ async fn the_breaker_opens_under_an_outage_and_only_the_probe_reaches_the_server
     assert!(health.ready());
 
     let (reason, attempts, _) = stop(sber.read(Request::get("orders")).await);
-    assert_eq!((reason, attempts, server.sent()), (StopReason::Exhausted, 3, 3));
+    assert_eq!((reason, attempts, server.count()), (StopReason::Exhausted, 3, 3));
     assert_eq!(sber.breaker_state(), Some(BreakerState::Open));
     for _ in 0..5 {
         let (reason, attempts, failure) = stop(sber.read(Request::get("orders")).await);
         assert_eq!((reason, attempts), (StopReason::Rejected, 0));
         assert!(failure.is_unavailable());
     }
-    assert_eq!(server.sent(), 3, "an open breaker keeps calls off the server");
+    assert_eq!(server.count(), 3, "an open breaker keeps calls off the server");
     assert!(!health.ready());
     let report = serde_json::to_value(health.report()).unwrap();
     assert_eq!(report["ready"], false);
@@ -222,7 +222,7 @@ async fn the_breaker_opens_under_an_outage_and_only_the_probe_reaches_the_server
     tokio::time::sleep(ms(350)).await;
     assert!(health.ready(), "the probe time has come: ready, so traffic can bring the probe");
     assert_eq!(sber.read(Request::get("orders")).await.unwrap().text(), "ok");
-    assert_eq!(server.sent(), 4, "the probe reached the server");
+    assert_eq!(server.count(), 4, "the probe reached the server");
     assert_eq!(sber.breaker_state(), Some(BreakerState::Closed));
     assert!(health.ready() && health.live());
 }
@@ -261,23 +261,23 @@ async fn credentials_and_query_values_stay_out_of_error_messages() {
 
 #[tokio::test]
 async fn builder_settings_that_cannot_work_are_refused() {
-    let server = Server::start(|_, _| Action::Reply(200, "")).await;
+    let server = Upstream::start(|_, _| Reply::status(200)).await;
     let named = |n: &str| Policy::builder(n);
     let err = |b: ballast_http::HttpSystemBuilder| b.build().unwrap_err().to_string();
 
-    assert!(
-        err(HttpSystem::builder("a", &server.url()).policy(|_| named("b"))).contains("the system is \"a\"")
-    );
+    assert!(err(HttpSystem::builder("a", &server.url("/api/")).policy(|_| named("b")))
+        .contains("the system is \"a\""));
     assert!(err(HttpSystem::builder("a", "ftp://x/")).contains("http"));
     assert!(err(HttpSystem::builder("a", "not a url")).contains("invalid base URL"));
-    assert!(err(HttpSystem::builder("a", &server.url()).connect_timeout(Duration::from_secs(9)))
+    assert!(err(HttpSystem::builder("a", &server.url("/api/")).connect_timeout(Duration::from_secs(9)))
         .contains("connect timeout"));
-    assert!(err(HttpSystem::builder("a", &server.url()).idempotency_header("bad header")).contains("header"));
-    let sys = HttpSystem::builder("a", &server.url()).build().unwrap();
+    assert!(err(HttpSystem::builder("a", &server.url("/api/")).idempotency_header("bad header"))
+        .contains("header"));
+    let sys = HttpSystem::builder("a", &server.url("/api/")).build().unwrap();
     assert!(!sys.dedupes_by_key() && !sys.is_critical() && sys.breaker_state().is_none());
     assert_eq!(sys.retry_on(), RetryOn::default());
     let (_, attempts, failure) = stop(sys.read(Request::get("x").header("bad header", "v")).await);
-    assert_eq!((attempts, server.sent()), (0, 0));
+    assert_eq!((attempts, server.count()), (0, 0));
     assert!(failure.to_string().contains("not sent"));
 }
 
@@ -344,11 +344,11 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 #[tokio::test]
 async fn prometheus_text_counts_a_scripted_scenario() {
-    let server = Server::start(|seen, n| match seen.path.as_str() {
-        "/api/flaky" if n == 2 => Action::Reply(500, ""),
-        "/api/missing" => Action::Reply(404, ""),
-        "/api/sms" => Action::Reply(503, ""),
-        _ => Action::Reply(200, "ok"),
+    let server = Upstream::start(|seen, n| match seen.target.as_str() {
+        "/api/flaky" if n == 2 => Reply::status(500),
+        "/api/missing" => Reply::status(404),
+        "/api/sms" => Reply::status(503),
+        _ => Reply::body(200, "ok"),
     })
     .await;
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
@@ -356,7 +356,7 @@ async fn prometheus_text_counts_a_scripted_scenario() {
     let system = metrics::with_local_recorder(&recorder, || {
         ballast_http::metrics::describe();
         let policy = policy("m").listener(SystemMetrics::register("m"));
-        HttpSystem::builder("m", &server.url()).policy(|_| policy).build().unwrap()
+        HttpSystem::builder("m", &server.url("/api/")).policy(|_| policy).build().unwrap()
     });
 
     system.read(Request::get("fine")).await.unwrap(); // n = 1: ok
@@ -440,16 +440,16 @@ mod delivery {
 
     /// A gateway that deduplicates by key: answers 503 while down, then
     /// applies each key's effect once and answers 201.
-    async fn gateway(up: Arc<Mutex<bool>>, applied: Arc<Mutex<HashMap<String, u32>>>) -> Server {
-        Server::start(move |seen, _| {
+    async fn gateway(up: Arc<Mutex<bool>>, applied: Arc<Mutex<HashMap<String, u32>>>) -> Upstream {
+        Upstream::start(move |seen, _| {
             if !*up.lock().unwrap() {
-                return Action::Reply(503, "down");
+                return Reply::body(503, "down");
             }
-            if seen.path.ends_with("/refused") {
-                return Action::Reply(422, r#"{"error":"amount"}"#);
+            if seen.target.ends_with("/refused") {
+                return Reply::body(422, r#"{"error":"amount"}"#);
             }
-            *applied.lock().unwrap().entry(seen.key.clone().unwrap_or_default()).or_default() += 1;
-            Action::Reply(201, r#"{"payment":"p-1"}"#)
+            *applied.lock().unwrap().entry(seen.key().unwrap_or_default().to_owned()).or_default() += 1;
+            Reply::body(201, r#"{"payment":"p-1"}"#)
         })
         .await
     }
@@ -468,7 +468,7 @@ mod delivery {
         else {
             panic!("a write that ran out of attempts on 503s is deferred");
         };
-        assert_eq!(server.sent(), 3, "three attempts in memory, then the hand-over");
+        assert_eq!(server.count(), 3, "three attempts in memory, then the hand-over");
         let Ok(Handover::Deferred { task_id: again, .. }) = sber.write_or_defer(&key, &queue, pay()).await
         else {
             panic!("deferred again");
@@ -494,10 +494,10 @@ mod delivery {
         assert_eq!(done[0].state, TaskState::Completed);
         let requests = server.requests();
         assert_eq!(requests.len(), 7, "3 + 3 attempts in memory, 1 delivery");
-        assert!(requests.iter().all(|r| r.key.as_deref() == Some(key.as_str())), "the same key every time");
+        assert!(requests.iter().all(|r| r.key() == Some(key.as_str())), "the same key every time");
         let delivered = requests.last().unwrap();
-        assert_eq!((delivered.method.as_str(), delivered.path.as_str()), ("POST", "/api/payments?v=2"));
-        assert_eq!(delivered.body, r#"{"amount":100}"#);
+        assert_eq!((delivered.method.as_str(), delivered.target.as_str()), ("POST", "/api/payments?v=2"));
+        assert_eq!(delivered.text(), r#"{"amount":100}"#);
         assert_eq!(applied.lock().unwrap()[key.as_str()], 1, "the payment took effect once");
     }
 
@@ -514,7 +514,7 @@ mod delivery {
         let handover = sber.write_or_defer(&key, &queue, Request::post("payments")).await;
 
         let Ok(Handover::Deferred { task_id: deferred, .. }) = handover else { panic!("deferred") };
-        assert_eq!(server.sent(), 1, "the breaker opened after the first failure");
+        assert_eq!(server.count(), 1, "the breaker opened after the first failure");
         let task = queue.get(deferred).await.unwrap().unwrap();
         let wait = task.run_at.duration_since(std::time::SystemTime::now()).unwrap();
         assert!(wait > Duration::from_secs(50), "due at the breaker's next probe, not at once: {wait:?}");
@@ -536,7 +536,7 @@ mod delivery {
         };
         assert_eq!(answer.status(), http::StatusCode::SERVICE_UNAVAILABLE);
         assert!(answer.verdict().is_some_and(|v| v.is_transient()));
-        assert_eq!(server.sent(), 1);
+        assert_eq!(server.count(), 1);
 
         *up.lock().unwrap() = true;
         let sber = system("sber", &server, policy("sber")).dedupes_by_key(true).build().unwrap();
@@ -546,7 +546,7 @@ mod delivery {
         };
         assert_eq!(answer.status(), http::StatusCode::UNPROCESSABLE_ENTITY);
         assert!(answer.verdict().is_some_and(|v| !v.is_transient()), "a contract error: {answer:?}");
-        assert_eq!(server.sent(), 2);
+        assert_eq!(server.count(), 2);
         assert!(tasks(&queue).await.is_empty());
     }
 
@@ -576,7 +576,7 @@ mod delivery {
             errors[1]
         );
         assert!(errors[2].contains("`..` segment") && errors[2].contains("not sent"), "{}", errors[2]);
-        assert_eq!(server.sent(), 1, "only the refused delivery reached the server");
+        assert_eq!(server.count(), 1, "only the refused delivery reached the server");
     }
 
     /// A delivery whose system is not configured (a reload removed it) is
@@ -636,12 +636,12 @@ mod delivery {
         assert_eq!((task.state, task.attempt), (TaskState::Pending, 0), "{task:#?}");
         assert!(task.errors.len() >= 5, "refused 5 times, more than its 2 attempts: {task:#?}");
         assert!(task.errors.iter().all(|e| e.error.contains("isolated")), "{task:#?}");
-        assert_eq!(server.sent(), 0, "nothing reached the system");
+        assert_eq!(server.count(), 0, "nothing reached the system");
 
         sber.policy().breaker().unwrap().reset();
         let done = work_off(&queue, DeliveryHandler::new([sber])).await;
         assert_eq!((done[0].state, done[0].attempt), (TaskState::Completed, 1), "{:#?}", done[0]);
-        assert_eq!((server.sent(), applied.lock().unwrap()[key.as_str()]), (1, 1));
+        assert_eq!((server.count(), applied.lock().unwrap()[key.as_str()]), (1, 1));
     }
 
     /// A delivery is never sent once its key may have expired (the system's
@@ -672,7 +672,7 @@ mod delivery {
         let errors: Vec<_> = done.iter().map(|t| t.last_error.clone().unwrap_or_default()).collect();
         assert!(errors[0].contains("may have expired") && errors[0].contains("R-RES-RE-1"), "{}", errors[0]);
         assert!(errors[1].contains("max_age"), "{}", errors[1]);
-        assert_eq!(server.sent(), 0, "neither was sent");
+        assert_eq!(server.count(), 0, "neither was sent");
     }
 
     fn now_millis() -> u64 {
@@ -686,8 +686,7 @@ mod delivery {
 async fn an_own_client_keeps_its_default_headers_on_every_attempt() {
     use reqwest::header::{HeaderMap, HeaderValue};
     let server =
-        Server::start(|_, n| if n % 2 == 1 { Action::Reply(503, "") } else { Action::Reply(200, "ok") })
-            .await;
+        Upstream::start(|_, n| if n % 2 == 1 { Reply::status(503) } else { Reply::body(200, "ok") }).await;
     let mut headers = HeaderMap::new();
     headers.insert("x-team", HeaderValue::from_static("billing"));
     let client = reqwest::Client::builder()
@@ -697,7 +696,7 @@ async fn an_own_client_keeps_its_default_headers_on_every_attempt() {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let crm = HttpSystem::builder("crm", &server.url())
+    let crm = HttpSystem::builder("crm", &server.url("/api/"))
         .client(client)
         .policy(|_| policy("crm"))
         .dedupes_by_key(true)
@@ -712,15 +711,17 @@ async fn an_own_client_keeps_its_default_headers_on_every_attempt() {
     let seen = server.requests();
     assert_eq!(seen.len(), 4);
     for s in &seen {
-        assert_eq!(s.headers.get("x-team").map(String::as_str), Some("billing"), "{s:?}");
-        assert_eq!(s.headers.get("user-agent").map(String::as_str), Some("billing/1.4"), "{s:?}");
+        assert_eq!(s.header("x-team"), Some("billing"), "{s:?}");
+        assert_eq!(s.header("user-agent"), Some("billing/1.4"), "{s:?}");
     }
-    assert_eq!(seen[2].key.as_deref(), Some(key.as_str()));
-    assert_eq!(seen[3].key.as_deref(), Some(key.as_str()));
+    assert_eq!(seen[2].key(), Some(key.as_str()));
+    assert_eq!(seen[3].key(), Some(key.as_str()));
 
     for refused in [
-        HttpSystem::builder("crm", &server.url()).client(reqwest::Client::new()).connect_timeout(ms(100)),
-        HttpSystem::builder("crm", &server.url()).client(reqwest::Client::new()).read_timeout(ms(100)),
+        HttpSystem::builder("crm", &server.url("/api/"))
+            .client(reqwest::Client::new())
+            .connect_timeout(ms(100)),
+        HttpSystem::builder("crm", &server.url("/api/")).client(reqwest::Client::new()).read_timeout(ms(100)),
     ] {
         let err = refused.build().unwrap_err().to_string();
         assert!(err.contains("client of your own") && err.contains("timeout"), "{err}");
@@ -729,16 +730,16 @@ async fn an_own_client_keeps_its_default_headers_on_every_attempt() {
 
 #[tokio::test]
 async fn a_path_is_appended_to_the_base_path_with_or_without_slashes() {
-    let server = Server::start(|_, _| Action::Reply(200, "")).await;
+    let server = Upstream::start(|_, _| Reply::status(200)).await;
     for base in ["api/v2", "api/v2/"] {
         let sys = HttpSystem::builder("crm", &format!("http://{}/{base}", server.addr)).build().unwrap();
         for path in ["orders/7", "/orders/7"] {
             sys.read(Request::get(path).query(&[("expand", "items")])).await.unwrap();
         }
     }
-    let sys = HttpSystem::builder("crm", &server.url()).build().unwrap();
+    let sys = HttpSystem::builder("crm", &server.url("/api/")).build().unwrap();
     sys.read(Request::get("odd?name")).await.unwrap();
-    let paths: Vec<String> = server.requests().into_iter().map(|s| s.path).collect();
+    let paths: Vec<String> = server.requests().into_iter().map(|s| s.target).collect();
     assert_eq!(paths[..4], ["/api/v2/orders/7?expand=items"; 4]);
     assert_eq!(paths[4], "/api/odd%3Fname", "a ? in the path is part of the path");
 }
@@ -750,8 +751,8 @@ async fn a_body_that_is_not_the_json_expected_fails_the_call_in_its_own_error_ty
         #[allow(dead_code)]
         id: u64,
     }
-    let server = Server::start(|_, _| Action::Reply(200, "<html>maintenance</html>")).await;
-    let crm = HttpSystem::builder("crm", &server.url()).build().unwrap();
+    let server = Upstream::start(|_, _| Reply::body(200, "<html>maintenance</html>")).await;
+    let crm = HttpSystem::builder("crm", &server.url("/api/")).build().unwrap();
     let order = async { crm.read(Request::get("orders/7")).await?.json::<Order>() }.await;
     let failure = order.unwrap_err();
     assert_eq!((failure.stop_reason(), failure.attempts()), (StopReason::Permanent, 1));
@@ -766,8 +767,8 @@ async fn a_failure_reads_as_one_sentence() {
         HttpSystem::builder("down", &format!("http://{closed}/")).policy(|_| policy("down")).build().unwrap();
     let failure = down.read(Request::get("x")).await.unwrap_err().to_string();
     assert_eq!(failure.matches("transient").count(), 1, "{failure}");
-    let server = Server::start(|_, _| Action::Reply(404, "")).await;
-    let crm = HttpSystem::builder("crm", &server.url()).build().unwrap();
+    let server = Upstream::start(|_, _| Reply::status(404)).await;
+    let crm = HttpSystem::builder("crm", &server.url("/api/")).build().unwrap();
     let failure = crm.read(Request::get("x")).await.unwrap_err().to_string();
     assert_eq!(failure.matches("R-RES-RE-X2").count(), 1, "{failure}");
 }

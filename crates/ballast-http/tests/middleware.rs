@@ -12,9 +12,10 @@ use std::sync::Arc;
 use ballast::{Backoff, Breaker, Failure, IdempotencyKey, Policy, Retry, Timeout};
 use ballast_http::middleware::AttemptError;
 use ballast_http::{CallFailed, PolicyMiddleware};
+use ballast_test_support::{Reply, Upstream};
 use http::Extensions;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
-use support::{ms, Action, Server};
+use support::ms;
 
 fn policy(name: &str) -> Policy {
     Policy::builder(name)
@@ -30,8 +31,8 @@ fn client(middleware: PolicyMiddleware) -> ClientWithMiddleware {
 }
 
 /// 503 to every request.
-async fn down() -> Server {
-    Server::start(|_, _| Action::Reply(503, "down")).await
+async fn down() -> Upstream {
+    Upstream::start(|_, _| Reply::body(503, "down")).await
 }
 
 /// Counts the requests that pass it.
@@ -70,16 +71,17 @@ impl Middleware for Tagging {
 #[tokio::test]
 async fn reads_are_retried_and_the_last_answer_is_returned() {
     let server = down().await;
-    let response = client(PolicyMiddleware::new(policy("crm"))).get(server.url()).send().await.unwrap();
-    assert_eq!((response.status().as_u16(), server.sent()), (503, 3));
+    let response =
+        client(PolicyMiddleware::new(policy("crm"))).get(server.url("/api/")).send().await.unwrap();
+    assert_eq!((response.status().as_u16(), server.count()), (503, 3));
 }
 
 #[tokio::test]
 async fn a_post_without_a_key_is_sent_exactly_once() {
     let server = down().await;
     let middleware = PolicyMiddleware::new(policy("crm")).dedupes_by_key(true);
-    let response = client(middleware).post(server.url()).body("pay 100").send().await.unwrap();
-    assert_eq!((response.status().as_u16(), server.sent()), (503, 1));
+    let response = client(middleware).post(server.url("/api/")).body("pay 100").send().await.unwrap();
+    assert_eq!((response.status().as_u16(), server.count()), (503, 1));
 }
 
 #[tokio::test]
@@ -89,39 +91,39 @@ async fn a_keyed_post_is_retried_with_its_key_only_when_the_system_dedupes() {
         let server = down().await;
         let middleware = PolicyMiddleware::new(policy("pay")).dedupes_by_key(dedupes);
         let response = client(middleware)
-            .post(server.url())
+            .post(server.url("/api/"))
             .header("Idempotency-Key", key.as_str())
             .body("pay 100")
             .send()
             .await
             .unwrap();
-        assert_eq!((response.status().as_u16(), server.sent()), (503, sent), "dedupes {dedupes}");
-        assert!(server.requests().iter().all(|s| s.key.as_deref() == Some(key.as_str())));
+        assert_eq!((response.status().as_u16(), server.count()), (503, sent), "dedupes {dedupes}");
+        assert!(server.requests().iter().all(|s| s.key() == Some(key.as_str())));
     }
     let server = down().await;
     let bad = client(PolicyMiddleware::new(policy("pay")))
-        .post(server.url())
+        .post(server.url("/api/"))
         .header("Idempotency-Key", "two words")
         .send()
         .await
         .unwrap_err();
     assert!(bad.to_string().contains("not a valid idempotency key"), "{bad}");
-    assert_eq!(server.sent(), 0, "a bad key sends nothing");
+    assert_eq!(server.count(), 0, "a bad key sends nothing");
 }
 
 #[tokio::test]
 async fn a_body_that_cannot_be_cloned_gets_one_attempt_and_the_failure_says_so() {
-    let server = Server::start(|_, _| Action::Reset).await;
+    let server = Upstream::start(|_, _| Reply::Reset).await;
     let key = IdempotencyKey::v5("upload-1", "put");
     let stream = futures_stream(b"chunk".to_vec());
     let failed = client(PolicyMiddleware::new(policy("files")).dedupes_by_key(true))
-        .put(server.url())
+        .put(server.url("/api/"))
         .header("Idempotency-Key", key.as_str())
         .body(reqwest::Body::wrap_stream(stream))
         .send()
         .await
         .unwrap_err();
-    assert_eq!(server.sent(), 1);
+    assert_eq!(server.count(), 1);
     assert!(failed.to_string().contains("sent once: its body is a stream"), "{failed}");
 }
 
@@ -141,12 +143,12 @@ async fn middlewares_before_it_see_the_call_and_after_it_every_attempt() {
         .with(Tagging)
         .with(after.clone())
         .build();
-    let response = client.get(server.url()).send().await.unwrap();
+    let response = client.get(server.url("/api/")).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 503);
     assert_eq!((before.0.load(Ordering::SeqCst), after.0.load(Ordering::SeqCst)), (1, 3));
     let seen = server.requests();
     assert_eq!(seen.len(), 3);
-    assert!(seen.iter().all(|s| s.headers.get("x-trace").map(String::as_str) == Some("on")), "{seen:?}");
+    assert!(seen.iter().all(|s| s.header("x-trace") == Some("on")), "{seen:?}");
 }
 
 #[tokio::test]
@@ -158,9 +160,9 @@ async fn an_open_breaker_fails_fast_without_sending() {
         .build()
         .unwrap();
     let client = client(PolicyMiddleware::new(policy));
-    assert_eq!(client.get(server.url()).send().await.unwrap().status().as_u16(), 503);
-    let refused = client.get(server.url()).send().await.unwrap_err();
-    assert_eq!(server.sent(), 1, "the open breaker sent nothing");
+    assert_eq!(client.get(server.url("/api/")).send().await.unwrap().status().as_u16(), 503);
+    let refused = client.get(server.url("/api/")).send().await.unwrap_err();
+    assert_eq!(server.count(), 1, "the open breaker sent nothing");
     let reqwest_middleware::Error::Middleware(error) = refused else { panic!("{refused:?}") };
     let failed = error.downcast_ref::<CallFailed>().expect("a CallFailed");
     assert!(matches!(failed.failure, Failure::Rejected { .. }), "{failed}");

@@ -10,10 +10,11 @@ use std::time::Duration;
 use ballast::{Backoff, IdempotencyKey, Policy, Retry, Timeout};
 use ballast_http::{DeliveryHandler, HttpSystem, Request, DELIVERY_KIND};
 use ballast_queue::{Handover, Queue, TaskState, Worker};
+use ballast_test_support::{Reply, Upstream};
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-use support::{ms, Action, Server};
+use support::ms;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -35,17 +36,18 @@ async fn a_deferred_write_s_delivery_continues_the_trace_that_deferred_it() {
     let up = Arc::new(Mutex::new(false));
     let server = {
         let up = Arc::clone(&up);
-        Server::start(
-            move |_, _| if *up.lock().unwrap() { Action::Reply(201, "") } else { Action::Reply(503, "") },
-        )
-        .await
+        Upstream::start(move |_, _| if *up.lock().unwrap() { Reply::status(201) } else { Reply::status(503) })
+            .await
     };
     let policy = Policy::builder("sber")
         .retry(Retry::attempts(2).backoff(Backoff::exponential(ms(100)).max_delay(ms(200))).without_budget())
         .timeout(Timeout::aggressive(Duration::from_secs(2)))
         .seed(7);
-    let sber =
-        HttpSystem::builder("sber", &server.url()).policy(|_| policy).dedupes_by_key(true).build().unwrap();
+    let sber = HttpSystem::builder("sber", &server.url("/api/"))
+        .policy(|_| policy)
+        .dedupes_by_key(true)
+        .build()
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let queue = Queue::connect(&format!("sqlite://{}", dir.path().join("tasks.db").display())).await.unwrap();
     queue.migrate().await.unwrap();
@@ -75,7 +77,7 @@ async fn a_deferred_write_s_delivery_continues_the_trace_that_deferred_it() {
     running.await.unwrap();
 
     let received: Vec<String> =
-        server.requests().iter().map(|r| r.headers.get("traceparent").cloned().unwrap_or_default()).collect();
+        server.requests().iter().map(|r| r.header("traceparent").unwrap_or_default().to_owned()).collect();
     assert_eq!(received.len(), 3, "2 attempts in memory, 1 delivery: {received:?}");
     for traceparent in &received {
         assert_eq!(trace_of(traceparent), trace_id, "every attempt, the delivery's included: {received:?}");

@@ -1,13 +1,11 @@
 //! What a call puts in spans and metrics: the OpenTelemetry HTTP client
 //! attributes and ballast's own, and never a secret of its URL or its key.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 
 use ballast::{IdempotencyKey, Retry};
 use ballast_http::{metrics::SystemMetrics, HttpSystem, Request};
-use support::{Action, Server};
+use ballast_test_support::{Reply, Upstream};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -56,7 +54,7 @@ async fn spans_follow_the_conventions_and_keep_secrets_out() {
     let _metrics = metrics::set_default_local_recorder(&recorder);
 
     let server =
-        Server::start(|_, n| if n == 1 { Action::Reply(503, "") } else { Action::Reply(200, "ok") }).await;
+        Upstream::start(|_, n| if n == 1 { Reply::status(503) } else { Reply::body(200, "ok") }).await;
     let base = format!("http://user:p4ssw0rd@{}/api/", server.addr);
     let pay = HttpSystem::builder("pay", &base)
         .policy(|p| p.retry(Retry::attempts(3)).listener(SystemMetrics::register("pay")))

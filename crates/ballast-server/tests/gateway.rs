@@ -7,8 +7,9 @@ mod support;
 use std::time::Duration;
 
 use ballast::IdempotencyKey;
+use ballast_test_support::{eventually, Reply, Upstream};
 use serde_json::Value;
-use support::{client, eventually, serve, Reply, Upstream};
+use support::{client, serve};
 
 const SYSTEMS: &str = r#"
 [gateway]
@@ -51,8 +52,8 @@ async fn problem(response: reqwest::Response) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_is_retried_and_the_upstream_answer_comes_back_unchanged() {
     let upstream = Upstream::start(|_, n| match n {
-        1 => Reply::With(503, vec![], "busy"),
-        _ => Reply::With(200, vec![("x-up", "1")], "hello"),
+        1 => Reply::body(503, "busy"),
+        _ => Reply::body(200, "hello").header("x-up", "1"),
     })
     .await;
     let served = serve(&upstream, SYSTEMS).await;
@@ -73,16 +74,15 @@ async fn a_read_is_retried_and_the_upstream_answer_comes_back_unchanged() {
     assert_eq!(seen.len(), 2);
     for s in &seen {
         assert_eq!((s.method.as_str(), s.target.as_str()), ("GET", "/v1/orders/7?expand=items&x=%20y"));
-        assert_eq!(s.headers.get("x-request-id").map(String::as_str), Some("r-1"));
+        assert_eq!(s.header("x-request-id"), Some("r-1"));
         assert!(!s.headers.contains_key("x-hop"), "hop-by-hop headers stay behind: {s:?}");
-        assert_eq!(s.headers.get("host"), Some(&upstream.addr.to_string()));
+        assert_eq!(s.header("host"), Some(upstream.addr.to_string().as_str()));
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_4xx_is_the_upstreams_answer_and_is_not_retried() {
-    let upstream =
-        Upstream::start(|_, _| Reply::With(404, vec![("x-reason", "gone")], "no such order")).await;
+    let upstream = Upstream::start(|_, _| Reply::body(404, "no such order").header("x-reason", "gone")).await;
     let served = serve(&upstream, SYSTEMS).await;
     let response = client().get(format!("{}/call/pay/orders/8", served.gateway)).send().await.unwrap();
     assert_eq!((response.status().as_u16(), attempts(&response)), (404, Some(1)));
@@ -93,7 +93,7 @@ async fn a_4xx_is_the_upstreams_answer_and_is_not_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unkeyed_post_reaches_the_upstream_once_when_its_answer_is_lost() {
-    let upstream = Upstream::start(|_, _| Reply::Drop).await;
+    let upstream = Upstream::start(|_, _| Reply::Lost).await;
     let served = serve(&upstream, SYSTEMS).await;
     let response = client()
         .post(format!("{}/call/pay/payments", served.gateway))
@@ -108,12 +108,12 @@ async fn an_unkeyed_post_reaches_the_upstream_once_when_its_answer_is_lost() {
     assert_eq!(problem["ballast"]["rule"], "R-RES-RE-X1");
     let seen = upstream.requests();
     assert_eq!(seen.len(), 1, "sent exactly once");
-    assert_eq!((seen[0].method.as_str(), seen[0].body.as_slice()), ("POST", &br#"{"amount":100}"#[..]));
+    assert_eq!((seen[0].method.as_str(), &seen[0].body[..]), ("POST", &br#"{"amount":100}"#[..]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_post_is_retried_with_its_key_under_the_systems_header() {
-    let upstream = Upstream::start(|_, _| Reply::With(503, vec![], "down")).await;
+    let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
     let served = serve(&upstream, SYSTEMS).await;
     let key = IdempotencyKey::v5("order-1", "pay");
     let response = client()
@@ -127,7 +127,7 @@ async fn a_keyed_post_is_retried_with_its_key_under_the_systems_header() {
     let seen = upstream.requests();
     assert_eq!(seen.len(), 3, "max_attempts");
     for s in &seen {
-        assert_eq!(s.headers.get("x-idem-key").map(String::as_str), Some(key.as_str()));
+        assert_eq!(s.header("x-idem-key"), Some(key.as_str()));
         assert!(!s.headers.contains_key("idempotency-key"), "{s:?}");
     }
 
@@ -141,12 +141,12 @@ async fn a_keyed_post_is_retried_with_its_key_under_the_systems_header() {
     assert_eq!((once.status().as_u16(), attempts(&once)), (503, Some(1)));
     let seen = upstream.requests();
     assert_eq!(seen.len(), 4);
-    assert_eq!(seen[3].headers.get("idempotency-key").map(String::as_str), Some(key.as_str()));
+    assert_eq!(seen[3].key(), Some(key.as_str()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_keys_unknown_systems_and_large_bodies_are_refused_unsent() {
-    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "")).await;
+    let upstream = Upstream::start(|_, _| Reply::status(200)).await;
     let served = serve(&upstream, SYSTEMS).await;
     let gateway = &served.gateway;
 
@@ -174,7 +174,7 @@ async fn bad_keys_unknown_systems_and_large_bodies_are_refused_unsent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
-    let upstream = Upstream::start(|_, _| Reply::With(503, vec![], "down")).await;
+    let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
     let served = serve(&upstream, SYSTEMS).await;
     let key = IdempotencyKey::v5("order-2", "pay");
 
@@ -210,7 +210,7 @@ async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
     assert_eq!(task["system"], "pay");
     assert!(["pending", "running"].contains(&task["state"].as_str().unwrap()), "{task}");
 
-    upstream.rescript(|_, _| Reply::With(201, vec![], "paid"));
+    upstream.rescript(|_, _| Reply::body(201, "paid"));
     eventually("the deferred write is delivered", || async {
         let task: Value = client().get(&task_url).send().await.unwrap().json().await.unwrap();
         task["state"] == "completed"
@@ -220,7 +220,7 @@ async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
     assert_eq!(task["result"]["status"], 201, "the upstream's final answer is kept: {task}");
     let seen = upstream.requests();
     assert!(seen.len() >= 4, "3 in memory, then the worker's: {}", seen.len());
-    assert!(seen.iter().all(|s| s.headers.get("x-idem-key").map(String::as_str) == Some(key.as_str())));
+    assert!(seen.iter().all(|s| s.header("x-idem-key") == Some(key.as_str())));
 
     let missing = client().get(format!("{}/tasks/999999", served.gateway)).send().await.unwrap();
     assert_eq!(missing.status().as_u16(), 404);
@@ -228,7 +228,7 @@ async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_breaker_answers_503_with_retry_after_and_sends_nothing() {
-    let upstream = Upstream::start(|_, _| Reply::With(503, vec![], "down")).await;
+    let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
     let systems = r#"
 [gateway]
 listen = "127.0.0.1:0"
@@ -257,7 +257,7 @@ half_open_after = "60s"
 /// caller asked is deferred instead, due when a permit frees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_permit_answers_503_rate_limited_or_defers() {
-    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "ok")).await;
+    let upstream = Upstream::start(|_, _| Reply::body(200, "ok")).await;
     let systems = r#"
 [gateway]
 listen = "127.0.0.1:0"
@@ -309,9 +309,9 @@ rate = "1/m"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_declare_what_each_endpoint_is() {
     let upstream = Upstream::start(|seen, n| match (seen.method.as_str(), n) {
-        ("POST", 1) => Reply::With(503, vec![], "busy"),
-        ("POST", _) => Reply::With(200, vec![], "[]"),
-        _ => Reply::With(503, vec![], "busy"),
+        ("POST", 1) => Reply::body(503, "busy"),
+        ("POST", _) => Reply::body(200, "[]"),
+        _ => Reply::body(503, "busy"),
     })
     .await;
     let systems = r#"
@@ -366,7 +366,7 @@ max_delay = "200ms"
     assert_eq!(patch.headers()["ballast-route"], "PATCH /payments/{id}");
 
     let methods: Vec<(String, String)> =
-        upstream.requests().iter().map(|s| (s.method.clone(), s.target.clone())).collect();
+        upstream.requests().iter().map(|s| (s.method.to_string(), s.target.clone())).collect();
     assert_eq!(
         methods,
         [
@@ -391,7 +391,7 @@ max_delay = "200ms"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_only_requests_that_bring_it_pass_and_it_goes_no_further() {
     std::env::set_var("BALLAST_GATEWAY_TEST_TOKEN", "s3cret-gateway-token");
-    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "ok")).await;
+    let upstream = Upstream::start(|_, _| Reply::body(200, "ok")).await;
     let systems = r#"
 [gateway]
 listen = "127.0.0.1:0"
@@ -416,7 +416,7 @@ base_url = "http://{upstream}/"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beyond_loopback_a_gateway_without_a_usable_token_does_not_start() {
-    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "")).await;
+    let upstream = Upstream::start(|_, _| Reply::status(200)).await;
     for (gateway, says) in [
         ("listen = \"0.0.0.0:0\"", "without a token"),
         ("listen = \"0.0.0.0:0\"\ntoken_env = \"BALLAST_GATEWAY_TEST_UNSET\"", "not set"),
@@ -437,9 +437,9 @@ async fn beyond_loopback_a_gateway_without_a_usable_token_does_not_start() {
 async fn a_reload_keeps_unchanged_systems_running_and_refuses_a_bad_file() {
     let upstream = Upstream::start(|seen, _| {
         if seen.target.starts_with("/slow") {
-            Reply::Late(Duration::from_millis(600), Box::new(Reply::With(200, vec![], "slow")))
+            Reply::body(200, "slow").after(Duration::from_millis(600))
         } else {
-            Reply::With(503, vec![], "down")
+            Reply::body(503, "down")
         }
     })
     .await;
@@ -487,7 +487,7 @@ base_url = "http://{upstream}/"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deferrable_write_goes_on_when_its_caller_hangs_up() {
-    let upstream = Upstream::start(|_, _| Reply::With(503, vec![], "down")).await;
+    let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
     let served = serve(&upstream, SYSTEMS).await;
     let key = IdempotencyKey::v5("order-3", "pay");
     let impatient = reqwest::Client::builder().timeout(Duration::from_millis(50)).build().unwrap();
@@ -508,7 +508,7 @@ async fn a_deferrable_write_goes_on_when_its_caller_hangs_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateways_own_answers_say_so_and_say_whether_anything_was_sent() {
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "")).await;
+    let upstream = Upstream::start(|_, _| Reply::status(200)).await;
     let systems =
         format!("[gateway]\nlisten = \"127.0.0.1:0\"\n\n[systems.gone]\nbase_url = \"http://{closed}/\"\n");
     let served = serve(&upstream, &systems).await;
@@ -524,7 +524,7 @@ async fn the_gateways_own_answers_say_so_and_say_whether_anything_was_sent() {
 /// delivery, later, carries the caller's trace id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deferred_write_keeps_its_caller_s_trace() {
-    let upstream = Upstream::start(|_, _| Reply::With(503, vec![], "down")).await;
+    let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
     let served = serve(&upstream, SYSTEMS).await;
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let deferred = client()
@@ -538,9 +538,9 @@ async fn a_deferred_write_keeps_its_caller_s_trace() {
         .unwrap();
     assert_eq!(deferred.status().as_u16(), 202);
     let before = upstream.requests().len();
-    upstream.rescript(|_, _| Reply::With(201, vec![], "paid"));
+    upstream.rescript(|_, _| Reply::body(201, "paid"));
     eventually("the deferred write is delivered", || async { upstream.requests().len() > before }).await;
     let delivered = upstream.requests().pop().unwrap();
-    let parent = delivered.headers.get("traceparent").cloned().unwrap_or_default();
+    let parent = delivered.header("traceparent").unwrap_or_default().to_owned();
     assert!(parent.contains(trace), "the delivery continues the caller's trace: {parent:?}");
 }

@@ -11,8 +11,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use ballast::IdempotencyKey;
+use ballast_test_support::{Reply, Upstream};
 use serde_json::Value;
-use support::{client, serve, Reply, Upstream};
+use support::{client, serve};
 
 const PROMTOOL_ENV: &str = "BALLAST_TEST_PROMTOOL";
 const RULES: &str = "ballast-rules.yml";
@@ -197,7 +198,7 @@ rate = "1000/s"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_recorded_name_and_every_series_the_monitoring_reads_is_served() {
-    let upstream = Upstream::start(|_, _| Reply::With(503, vec![], "down")).await;
+    let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
     let server = serve(&upstream, SERVED).await;
 
     // A write the system refuses, deferred to the queue: the queue gauges
@@ -211,7 +212,7 @@ async fn every_recorded_name_and_every_series_the_monitoring_reads_is_served() {
         .await
         .unwrap();
     assert_eq!(deferred.status().as_u16(), 202);
-    upstream.rescript(|_, _| Reply::With(200, vec![], "ok"));
+    upstream.rescript(|_, _| Reply::body(200, "ok"));
     let order = client().get(format!("{}/call/pay/orders/1", server.gateway)).send().await.unwrap();
     assert_eq!(order.status().as_u16(), 200);
 

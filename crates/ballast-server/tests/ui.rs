@@ -6,7 +6,8 @@ mod support;
 
 use ballast::{Classification, Classify};
 use ballast_queue::{Handler, NewTask, Queue, TaskContext, TaskState, Worker};
-use support::{client, eventually, serve, serve_with, Reply, Upstream};
+use ballast_test_support::{eventually, Reply, Upstream};
+use support::{client, serve, serve_with};
 use tokio_util::sync::CancellationToken;
 
 const SYSTEMS: &str = r#"
@@ -71,7 +72,7 @@ fn csrf(page: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_sees_a_failed_task_and_retries_it() {
-    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "")).await;
+    let upstream = Upstream::start(|_, _| Reply::status(200)).await;
     let served = serve(&upstream, SYSTEMS).await;
     let queue =
         Queue::connect(&format!("sqlite://{}", served.dir.path().join("queue.db").display())).await.unwrap();
@@ -136,7 +137,7 @@ async fn an_operator_sees_a_failed_task_and_retries_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_the_dashboard_asks_for_it_and_scrapers_need_none() {
     std::env::set_var("BALLAST_UI_TEST_TOKEN", "operator-s3cret-2026");
-    let upstream = Upstream::start(|_, _| Reply::With(200, vec![], "")).await;
+    let upstream = Upstream::start(|_, _| Reply::status(200)).await;
     let served = serve_with(&upstream, "token_env = \"BALLAST_UI_TEST_TOKEN\"", SYSTEMS).await;
 
     let refused = client().get(format!("{}/ui/", served.admin)).send().await.unwrap();

@@ -2,10 +2,11 @@
 //!
 //! A local HTTP/1.1 upstream on hyper whose every answer a test scripts —
 //! an answer, a lost answer (the request read and applied, the connection
-//! closed without a reply), a reset, a slow answer — and that keeps a ledger
-//! of every request it read, so a test can count what reached the external
-//! system and what took effect (tower-test and linkerd's `app/test` play this
-//! part for their projects); and an OTLP/HTTP trace receiver ([`otlp`]).
+//! closed without a reply), a reset, a late answer, an answer that drips in
+//! a byte at a time — and that keeps a ledger of every request it read, so a
+//! test can count what reached the external system and what took effect
+//! (tower-test and linkerd's `app/test` play this part for their projects);
+//! and an OTLP/HTTP trace receiver ([`otlp`]).
 //!
 //! ```
 //! use ballast_test_support::{Reply, Upstream};
@@ -18,10 +19,15 @@
 //! # }
 //! ```
 
+mod drip;
 pub mod otlp;
+mod reply;
+mod seen;
 mod upstream;
 
-pub use upstream::{Reply, Seen, Upstream};
+pub use reply::Reply;
+pub use seen::Seen;
+pub use upstream::Upstream;
 
 /// Polls `check` until it holds, for up to 20 s, with real time: for
 /// processes and sockets, whose pace no paused clock sets.

@@ -5,90 +5,22 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http::{HeaderName, HeaderValue, StatusCode};
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-/// One request as the upstream read it, body and all.
-#[derive(Debug, Clone)]
-pub struct Seen {
-    /// The method.
-    pub method: Method,
-    /// Path and query, as sent.
-    pub target: String,
-    /// The headers, repeated ones kept.
-    pub headers: HeaderMap,
-    /// The body.
-    pub body: Bytes,
-    /// When it had been read.
-    pub at: Instant,
-}
-
-impl Seen {
-    /// A header's value as text (the first, if repeated).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name)?.to_str().ok()
-    }
-
-    /// The body as text.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// What the upstream does with one request.
-#[derive(Debug, Clone)]
-pub enum Reply {
-    /// An answer.
-    With {
-        /// Its status.
-        status: u16,
-        /// Its headers besides `content-length`.
-        headers: Vec<(String, String)>,
-        /// Its body.
-        body: String,
-    },
-    /// The answer is lost: the connection closes without one, after the
-    /// request was read (and, for the test's ledger, applied).
-    Lost,
-    /// The connection is reset (TCP RST) after the request was read.
-    Reset,
-    /// Waits, then does the rest.
-    Late(Duration, Box<Reply>),
-}
-
-impl Reply {
-    /// An answer with `status` and an empty body.
-    pub fn status(status: u16) -> Reply {
-        Reply::With { status, headers: Vec::new(), body: String::new() }
-    }
-
-    /// An answer with `status` and `body`.
-    pub fn body(status: u16, body: impl Into<String>) -> Reply {
-        Reply::With { status, headers: Vec::new(), body: body.into() }
-    }
-
-    /// This answer with a header added.
-    pub fn header(mut self, name: &str, value: &str) -> Reply {
-        if let Reply::With { headers, .. } = &mut self {
-            headers.push((name.to_owned(), value.to_owned()));
-        }
-        self
-    }
-
-    /// This reply after `wait`.
-    pub fn after(self, wait: Duration) -> Reply {
-        Reply::Late(wait, Box::new(self))
-    }
-}
+use crate::drip::Drip;
+use crate::{Reply, Seen};
 
 type Script = dyn Fn(&Seen, usize) -> Reply + Send + Sync;
 
 /// The upstream: its script gets each request and its number (from 1).
-/// Stops when dropped.
+/// Connections are kept alive as hyper keeps them (an answer with
+/// `connection: close` closes its connection after it). Stops accepting
+/// when dropped.
 pub struct Upstream {
     /// Where it listens.
     pub addr: SocketAddr,
@@ -186,25 +118,43 @@ async fn serve(stream: tokio::net::TcpStream, log: Arc<Mutex<Vec<Seen>>>, script
             };
             let script = Arc::clone(&script.lock().unwrap_or_else(PoisonError::into_inner));
             let mut reply = script(&seen, number);
-            while let Reply::Late(wait, then) = reply {
-                tokio::time::sleep(wait).await;
-                reply = *then;
-            }
-            match reply {
-                Reply::With { status, headers, body } => Ok(answer(status, &headers, body)),
-                Reply::Reset => {
-                    let _ = socket2::SockRef::from(&*dup).set_linger(Some(Duration::ZERO));
-                    Err(NoAnswer)
+            let mut drip = None;
+            loop {
+                match reply {
+                    Reply::Late(wait, then) => {
+                        tokio::time::sleep(wait).await;
+                        reply = *then;
+                    }
+                    Reply::Drip(every, then) => {
+                        drip = Some(every);
+                        reply = *then;
+                    }
+                    Reply::With { status, headers, body } => return Ok(answer(status, &headers, body, drip)),
+                    Reply::Reset => {
+                        let _ = socket2::SockRef::from(&*dup).set_linger(Some(Duration::ZERO));
+                        return Err(NoAnswer);
+                    }
+                    Reply::Lost => return Err(NoAnswer),
                 }
-                Reply::Lost | Reply::Late(..) => Err(NoAnswer),
             }
         }
     });
     let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
 }
 
-fn answer(status: u16, headers: &[(String, String)], body: String) -> http::Response<Full<Bytes>> {
-    let mut response = http::Response::new(Full::new(Bytes::from(body)));
+type Answer = Either<Full<Bytes>, Drip>;
+
+fn answer(
+    status: u16,
+    headers: &[(String, String)],
+    body: String,
+    drip: Option<Duration>,
+) -> http::Response<Answer> {
+    let body = match drip {
+        Some(every) => Either::Right(Drip::new(Bytes::from(body), every)),
+        None => Either::Left(Full::new(Bytes::from(body))),
+    };
+    let mut response = http::Response::new(body);
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (name, value) in headers {
         if let (Ok(name), Ok(value)) =

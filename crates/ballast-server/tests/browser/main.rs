@@ -20,9 +20,10 @@ use std::time::Duration;
 
 use ballast::{BreakerState, Classification, Classify};
 use ballast_queue::{Handler, NewTask, Queue, TaskContext, TaskState, Worker};
+use ballast_test_support::{eventually, Reply, Seen, Upstream};
 use chromium::{until, Browser, Scripts};
 use fantoccini::Locator;
-use support::{client, eventually, serve_with, Reply, Served, Upstream};
+use support::{client, serve_with, Served};
 use tokio_util::sync::CancellationToken;
 
 const SCREENSHOT_ENV: &str = "BALLAST_UPDATE_SCREENSHOT";
@@ -145,11 +146,11 @@ async fn traffic(served: &Served) {
     .await;
 }
 
-fn upstream_script(seen: &support::Seen, _: usize) -> Reply {
+fn upstream_script(seen: &Seen, _: usize) -> Reply {
     if seen.target.starts_with("/messages") {
-        Reply::With(503, vec![], "sms gateway down")
+        Reply::body(503, "sms gateway down")
     } else {
-        Reply::With(200, vec![("content-type", "application/json")], "{}")
+        Reply::body(200, "{}").header("content-type", "application/json")
     }
 }
 
