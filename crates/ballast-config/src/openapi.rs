@@ -23,7 +23,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use ballast::{Rule, Severity};
-use ballast_http::routes::{Route, RouteKind};
+use ballast_http::routes::{self, Route, RouteKind};
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 
 use crate::finding::Finding;
@@ -59,7 +59,7 @@ impl ApiOperation {
     }
 
     fn is_safe(&self) -> bool {
-        matches!(self.method.as_str(), "GET" | "HEAD" | "OPTIONS")
+        http::Method::from_bytes(self.method.as_bytes()).is_ok_and(|m| routes::is_safe(&m))
     }
 }
 
@@ -141,7 +141,7 @@ pub fn parse(file: &str, text: &str, key_header: &str) -> Result<Document, OpenA
             let mut header_params = shared.clone();
             header_params.extend(params(root, get(op, "parameters")));
             let takes_key = header_params.iter().any(|name| name.eq_ignore_ascii_case(key_header));
-            let safe = matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS");
+            let safe = http::Method::from_bytes(method.as_bytes()).is_ok_and(|m| routes::is_safe(&m));
             let declared =
                 get(op, "x-ballast-kind").and_then(text_of).and_then(|k| k.parse::<RouteKind>().ok());
             let idempotent = get(op, "x-idempotent")
@@ -246,62 +246,62 @@ impl Document {
         key_header: &str,
     ) -> Vec<Finding> {
         let mut out = Vec::new();
-        let finding = |severity, rule, file: &str, location, message, help: &str| Finding {
-            rule,
-            severity,
-            file: file.to_owned(),
-            location,
+        // A sample path per operation, `{param}` segments filled in: what a
+        // route template is matched against.
+        let samples: Vec<String> = self.operations.iter().map(|op| sample(&op.path)).collect();
+        let serves = |route: &Route, i: usize| {
+            route.method().as_str() == self.operations[i].method && route.matches(&samples[i])
+        };
+        // Findings about the document are R-RES-RE-1 warnings at the operation's line.
+        let at_operation = |op: &ApiOperation, message: String, help: String| Finding {
+            rule: Some(Rule::Re1),
+            severity: Severity::Warning,
+            file: self.file.clone(),
+            location: Some(op.location),
             span: None,
             message,
-            help: help.to_owned(),
+            help,
         };
         for (route, at) in routes {
-            let matched: Vec<&ApiOperation> = self
-                .operations
-                .iter()
-                .filter(|op| op.method == route.method().as_str() && route.matches(&sample(&op.path)))
+            let matched: Vec<&ApiOperation> = (0..self.operations.len())
+                .filter(|&i| serves(route, i))
+                .map(|i| &self.operations[i])
                 .collect();
             if matched.is_empty() {
-                out.push(finding(
-                    Severity::Warning,
-                    None,
-                    config_file,
-                    *at,
-                    format!("route {} matches no operation of {}", route.name(), self.file),
-                    "fix the method or the template, or remove the route: the document has no such endpoint",
-                ));
+                out.push(Finding {
+                    rule: None,
+                    severity: Severity::Warning,
+                    file: config_file.to_owned(),
+                    location: *at,
+                    span: None,
+                    message: format!("route {} matches no operation of {}", route.name(), self.file),
+                    help: "fix the method or the template, or remove the route: the document has no such endpoint"
+                        .to_owned(),
+                });
             }
             if route.kind() == RouteKind::KeyedWrite {
                 for op in matched.iter().filter(|op| !op.takes_key) {
-                    out.push(finding(
-                        Severity::Warning,
-                        Some(Rule::Re1),
-                        &self.file,
-                        Some(op.location),
+                    out.push(at_operation(
+                        op,
                         format!(
                             "route {} requires a key, but {} takes no `{key_header}` header in the document",
                             route.name(),
                             op.name()
                         ),
-                        "check that the system deduplicates this endpoint by key (R-RES-RE-1); if it does, add the header parameter to the document",
+                        "check that the system deduplicates this endpoint by key (R-RES-RE-1); if it does, add the header parameter to the document".to_owned(),
                     ));
                 }
             }
         }
-        for op in self.operations.iter().filter(|op| !op.is_safe()) {
-            let declared =
-                routes.iter().any(|(r, _)| r.method().as_str() == op.method && r.matches(&sample(&op.path)));
-            if !declared {
-                out.push(finding(
-                    Severity::Warning,
-                    Some(Rule::Re1),
-                    &self.file,
-                    Some(op.location),
+        for (i, op) in self.operations.iter().enumerate().filter(|(_, op)| !op.is_safe()) {
+            if !routes.iter().any(|(route, _)| serves(route, i)) {
+                out.push(at_operation(
+                    op,
                     format!(
                         "the write {} is not declared in the config's routes: it is a keyed write when a caller sends a key, else written once",
                         op.name()
                     ),
-                    &format!("declare it: \"{}\" = \"{}\" (`ballast openapi import` prints every route)", op.name(), op.kind),
+                    format!("declare it: \"{}\" = \"{}\" (`ballast openapi import` prints every route)", op.name(), op.kind),
                 ));
             }
         }

@@ -135,7 +135,7 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Key
             }
             route = route.timeout(limit);
         }
-        let safe = matches!(route.method().as_str(), "GET" | "HEAD" | "OPTIONS");
+        let safe = ballast_http::routes::is_safe(route.method());
         if kind == RouteKind::Read && !safe {
             problems.push(KeyFinding::at(
                 Some(Rule::Re1),

@@ -98,8 +98,5 @@ attempt = "1s"
     let config = Config::parse("t.toml", text).unwrap();
     let system = config.http_system("reports").unwrap();
     let route = system.route(&http::Method::GET, "reports/2026/q4").unwrap();
-    assert_eq!(
-        (route.name(), route.attempt_timeout()),
-        ("GET /reports/*".to_owned(), Some(Duration::from_millis(500)))
-    );
+    assert_eq!((route.name(), route.attempt_timeout()), ("GET /reports/*", Some(Duration::from_millis(500))));
 }

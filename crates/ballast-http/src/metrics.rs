@@ -119,7 +119,7 @@ impl RouteCounters {
                 .iter()
                 .map(|route| {
                     ROUTE_OUTCOMES.map(|outcome| {
-                        metrics::counter!("ballast_route_calls_total", "system" => system.to_owned(), "route" => route.name(), "outcome" => outcome)
+                        metrics::counter!("ballast_route_calls_total", "system" => system.to_owned(), "route" => route.name().to_owned(), "outcome" => outcome)
                     })
                 })
                 .collect(),

@@ -48,7 +48,7 @@ use reqwest_middleware::{Middleware, Next};
 
 use crate::classify::TransportKind;
 use crate::error::transport_message;
-use crate::request::is_safe;
+use crate::routes::is_safe;
 use crate::system::verdict;
 use crate::system_policy::SystemPolicy;
 use crate::RetryOn;

@@ -255,13 +255,8 @@ impl Request {
     /// Whether this request has no side effect: GET, HEAD, OPTIONS, or a
     /// [`post_query`](Request::post_query).
     pub fn is_read(&self) -> bool {
-        is_safe(&self.head.method) || (self.query_endpoint && self.head.method == Method::POST)
+        crate::routes::is_safe(&self.head.method) || (self.query_endpoint && self.head.method == Method::POST)
     }
-}
-
-/// Whether a method is safe (RFC 9110 §9.2.1) and so may be retried as a read.
-pub(crate) fn is_safe(method: &Method) -> bool {
-    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
 /// A request whose body is a stream: it cannot be resent, so it is accepted

@@ -28,6 +28,18 @@ use std::time::Duration;
 
 use http::Method;
 
+/// Whether a call with `method` and no route is a read: GET, HEAD and
+/// OPTIONS (the safe methods a client may repeat, R-RES-RE-1 a). The one
+/// reading of it for the client, the gateway and the checker.
+///
+/// ```
+/// assert!(ballast_http::routes::is_safe(&http::Method::HEAD));
+/// assert!(!ballast_http::routes::is_safe(&http::Method::POST));
+/// ```
+pub fn is_safe(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
 /// What a call to a route is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RouteKind {
@@ -117,6 +129,9 @@ impl Segment {
 pub struct Route {
     method: Method,
     template: String,
+    /// `METHOD /template`, made once: answers, metrics and spans show it on
+    /// every call.
+    name: String,
     segments: Vec<Segment>,
     kind: RouteKind,
     timeout: Option<Duration>,
@@ -130,7 +145,8 @@ impl Route {
             .map_err(|_| RouteError::Method(method.to_owned()))?;
         let segments = parse(template)?;
         let template = format!("/{}", template.trim().trim_start_matches('/'));
-        Ok(Route { method, template, segments, kind, timeout: None })
+        let name = format!("{method} {template}");
+        Ok(Route { method, template, name, segments, kind, timeout: None })
     }
 
     /// An attempt timeout of the route's own, shorter than the system's (an
@@ -152,8 +168,8 @@ impl Route {
     }
 
     /// `POST /payments/{id}`.
-    pub fn name(&self) -> String {
-        format!("{} {}", self.method, self.template)
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// What a call to it is.
@@ -188,8 +204,11 @@ impl Route {
     }
 
     /// Literal beats `{param}` beats `*`, position by position; then longer.
-    fn specificity(&self) -> (Vec<u8>, usize) {
-        (self.segments.iter().map(Segment::weight).collect(), self.segments.len())
+    /// Whether this route is more specific than `other`: segment by segment
+    /// from the left, a literal over a `{param}` over the `*`; where one is a
+    /// prefix of the other, the longer.
+    fn more_specific_than(&self, other: &Route) -> bool {
+        self.segments.iter().map(Segment::weight).gt(other.segments.iter().map(Segment::weight))
     }
 }
 
@@ -245,7 +264,7 @@ impl Routes {
     /// Adds a route built with [`Route::new`].
     pub fn with(mut self, route: Route) -> Result<Routes, RouteError> {
         if self.0.iter().any(|r| r.method == route.method && r.segments == route.segments) {
-            return Err(RouteError::Duplicate(route.name()));
+            return Err(RouteError::Duplicate(route.name().to_owned()));
         }
         self.0.push(route);
         Ok(self)
@@ -254,15 +273,15 @@ impl Routes {
     /// The most specific route `method path` matches (literal segments beat
     /// `{param}`, which beats `*`; the first declared of equals), if any.
     pub fn find(&self, method: &Method, path: &str) -> Option<&Route> {
-        self.position(method, path).map(|i| &self.0[i])
+        self.position(method, path).map(|(_, route)| route)
     }
 
-    /// [`find`](Self::find)'s route as its place in the order declared.
-    pub fn position(&self, method: &Method, path: &str) -> Option<usize> {
-        let mut best: Option<usize> = None;
+    /// [`find`](Self::find)'s route with its place in the order declared.
+    pub fn position(&self, method: &Method, path: &str) -> Option<(usize, &Route)> {
+        let mut best: Option<(usize, &Route)> = None;
         for (i, route) in self.0.iter().enumerate().filter(|(_, r)| r.method == *method && r.matches(path)) {
-            if best.is_none_or(|b| route.specificity() > self.0[b].specificity()) {
-                best = Some(i);
+            if best.is_none_or(|(_, b)| route.more_specific_than(b)) {
+                best = Some((i, route));
             }
         }
         best
@@ -297,13 +316,13 @@ mod tests {
     fn the_most_specific_route_wins() {
         let routes = routes();
         let found = |method: Method, path: &str| routes.find(&method, path).map(Route::name);
-        assert_eq!(found(Method::POST, "orders/search").as_deref(), Some("POST /orders/search"));
-        assert_eq!(found(Method::POST, "/orders/7?x=1").as_deref(), Some("POST /orders/{id}"));
-        assert_eq!(found(Method::POST, "orders/7/items").as_deref(), Some("POST /orders/*"));
-        assert_eq!(found(Method::POST, "orders").as_deref(), Some("POST /orders/*"), "* takes an empty rest");
-        assert_eq!(found(Method::GET, "orders/7").as_deref(), Some("GET /orders/{id}"));
-        assert_eq!(found(Method::GET, "orders//").as_deref(), None, "an empty parameter does not match");
-        assert_eq!(found(Method::GET, "").as_deref(), Some("GET /"));
+        assert_eq!(found(Method::POST, "orders/search"), Some("POST /orders/search"));
+        assert_eq!(found(Method::POST, "/orders/7?x=1"), Some("POST /orders/{id}"));
+        assert_eq!(found(Method::POST, "orders/7/items"), Some("POST /orders/*"));
+        assert_eq!(found(Method::POST, "orders"), Some("POST /orders/*"), "* takes an empty rest");
+        assert_eq!(found(Method::GET, "orders/7"), Some("GET /orders/{id}"));
+        assert_eq!(found(Method::GET, "orders//"), None, "an empty parameter does not match");
+        assert_eq!(found(Method::GET, ""), Some("GET /"));
         assert_eq!(found(Method::PUT, "orders/7"), None, "another method: unrouted");
     }
 

@@ -698,8 +698,8 @@ impl HttpSystem {
         request: Request,
         judged: bool,
     ) -> Result<Response, Failure<HttpError>> {
-        let index = self.inner.routes.position(&request.head.method, &request.head.path);
-        let route = index.and_then(|i| self.inner.routes.iter().nth(i));
+        let found = self.inner.routes.position(&request.head.method, &request.head.path);
+        let (index, route) = (found.map(|(i, _)| i), found.map(|(_, route)| route));
         let operation = match declared(operation, route, &request.head, request.is_read()) {
             Ok(operation) => operation,
             Err(e) => {
@@ -939,7 +939,7 @@ fn declared<'a>(
         (Operation::Read, None) => Err(not_a_read()),
         (Operation::Write(_) | Operation::WriteOnce, Some(RouteKind::WriteOnce)) => Ok(Operation::WriteOnce),
         (Operation::WriteOnce, Some(RouteKind::KeyedWrite)) => {
-            Err(HttpError::KeyRequired { route: route.map(Route::name).unwrap_or_default() })
+            Err(HttpError::KeyRequired { route: route.map(Route::name).unwrap_or_default().to_owned() })
         }
         (operation, _) => Ok(operation),
     }

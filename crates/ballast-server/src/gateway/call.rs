@@ -25,7 +25,7 @@
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderValue};
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ballast::{Failure, IdempotencyKey, Operation, Rejection, Rule, StopReason};
 use ballast_http::routes::RouteKind;
@@ -80,7 +80,7 @@ async fn handle(
         (Some(Ok(Err(e))), None) => return bad_key(&e.to_string()),
         (Some(Err(_)), None) => return bad_key("not visible ASCII"),
     };
-    let route = system.route(&parts.method, &path).map(|r| (r.kind(), r.name()));
+    let route = system.route(&parts.method, &path).map(|r| (r.kind(), r.name().to_owned()));
     let mut response = routed(gateway, system, parts, body, path, key, route.clone()).await;
     if let Some(name) = route.and_then(|(_, name)| HeaderValue::from_str(&name).ok()) {
         response.headers_mut().insert(ROUTE, name);
@@ -107,7 +107,7 @@ async fn routed(
     let deferrable = writes && key.is_some() && wants_async(&parts.headers) && system.dedupes_by_key();
     let safe = match kind {
         Some(kind) => kind == RouteKind::Read,
-        None => matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS),
+        None => ballast_http::routes::is_safe(&parts.method),
     };
     let query = parts.uri.query().unwrap_or_default().to_owned();
     let headers = forwarded(parts.headers, gateway.has_token(), gateway.trusts_forwarded());

@@ -279,6 +279,11 @@ impl RateLimiter {
             return;
         }
         let rate = rate.min(MAX_RATE);
+        // Systems send their policy on every answer: the published ceiling
+        // answers "unchanged" without the lock (checked again under it).
+        if f64::from_bits(self.ceiling.load(Ordering::Relaxed)) == rate {
+            return;
+        }
         {
             let mut aimd = adaptive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if aimd.ceiling == rate {
