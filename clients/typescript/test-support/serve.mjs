@@ -1,9 +1,10 @@
-// What the packages' suites share: a real `ballast serve` (the binary
-// BALLAST_BIN names), a local upstream that fails on cue, and patient waits.
+// What the packages' suites and the example's end-to-end test share: a real
+// `ballast serve` (the binary BALLAST_BIN names) on a test's fixture config,
+// a local upstream that fails on cue, and patient waits.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -74,14 +75,16 @@ export async function startUpstream() {
 }
 
 /**
- * `ballast serve` from BALLAST_BIN on `systems` (TOML, appended to the file)
- * with a SQLite queue in a temp dir polled every 100 ms, both listeners on
- * free loopback ports, and the gateway asking for {@link TOKEN}. Resolves
- * once both addresses are printed. The process is killed by `stop()` or, at
- * the latest, when this process exits; then the temp dir is removed, and
- * its stderr printed if a test failed.
+ * `ballast serve` from BALLAST_BIN on the config in `file` (a path or file
+ * URL: the test's fixture), in which `{dir}` stands for a fresh temp dir (the
+ * SQLite queue goes there) and any other `{name}` for `values[name]`. The
+ * fixture's `[gateway] token_env` is to be `BALLAST_TEST_GATEWAY_TOKEN`, which
+ * is given {@link TOKEN}. Resolves once both listeners' addresses are printed.
+ * The process is killed by `stop()` or, at the latest, when this process
+ * exits; then the temp dir is removed, and its stderr printed if a test
+ * failed.
  */
-export async function startBallast(systems) {
+export async function startBallast(file, values = {}) {
   const bin = process.env.BALLAST_BIN;
   if (!bin) {
     throw new Error(
@@ -90,22 +93,7 @@ export async function startBallast(systems) {
   }
   const dir = mkdtempSync(join(tmpdir(), 'ballast-ts-'));
   const config = join(dir, 'ballast.toml');
-  writeFileSync(
-    config,
-    `[queue]
-url = "sqlite://${join(dir, 'queue.db')}"
-poll_interval = "100ms"
-
-[serve]
-listen = "127.0.0.1:0"
-stats_interval = "1s"
-
-[gateway]
-listen = "127.0.0.1:0"
-token_env = "BALLAST_TEST_GATEWAY_TOKEN"
-
-${systems}`,
-  );
+  writeFileSync(config, fillIn(readFileSync(file, 'utf8'), { ...values, dir }, file));
   const child = spawn(bin, ['serve', '--config', config], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, BALLAST_TEST_GATEWAY_TOKEN: TOKEN },
@@ -150,6 +138,14 @@ ${systems}`,
       }
     },
   };
+}
+
+/** `text` with each `{name}` in it replaced by `values[name]`; `file` is named if one has no value. */
+function fillIn(text, values, file) {
+  return text.replace(/\{(\w+)\}/g, (_, name) => {
+    if (!Object.hasOwn(values, name)) throw new Error(`${file}: no value for {${name}}`);
+    return String(values[name]);
+  });
 }
 
 /**

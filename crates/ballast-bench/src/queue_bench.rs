@@ -34,6 +34,7 @@
 //!   (claim `batch` ids `FOR UPDATE SKIP LOCKED` and mark them running; commit;
 //!   mark them completed) on a table of its own, `bench_raw_tasks`.
 
+use std::convert::Infallible;
 use std::process::Stdio;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
@@ -41,7 +42,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
-use ballast::{Classification, Classify};
 use ballast_queue::{Handler, NewTask, Queue, RunSummary, TaskContext, Worker};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
@@ -172,21 +172,6 @@ impl Measurement {
     }
 }
 
-#[derive(Debug)]
-struct Never;
-
-impl std::fmt::Display for Never {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("never")
-    }
-}
-
-impl Classify for Never {
-    fn classify(&self) -> Classification {
-        Classification::permanent()
-    }
-}
-
 /// When each task's handler started, by its payload index, and how many did.
 #[derive(Default)]
 struct Started {
@@ -202,9 +187,9 @@ struct Noop {
 
 impl Handler for Noop {
     type Payload = usize;
-    type Error = Never;
+    type Error = Infallible;
 
-    async fn handle(&self, _task: TaskContext, index: usize) -> Result<(), Never> {
+    async fn handle(&self, _task: TaskContext, index: usize) -> Result<(), Infallible> {
         if let Some(slot) = self.started.at.get(index) {
             slot.store(now_micros(), Ordering::Relaxed);
         }
@@ -529,9 +514,9 @@ struct Signal(tokio::sync::mpsc::UnboundedSender<Instant>);
 
 impl Handler for Signal {
     type Payload = usize;
-    type Error = Never;
+    type Error = Infallible;
 
-    async fn handle(&self, _task: TaskContext, _: usize) -> Result<(), Never> {
+    async fn handle(&self, _task: TaskContext, _: usize) -> Result<(), Infallible> {
         let _ = self.0.send(Instant::now());
         Ok(())
     }
@@ -771,11 +756,7 @@ async fn raw_loop(db: &Db, opts: &QueueBenchOptions) -> anyhow::Result<f64> {
                     anyhow::Ok(done)
                 });
             }
-            let start = Instant::now();
-            let done: usize = futures_util::future::try_join_all(loops).await?.into_iter().sum();
-            let rate = done as f64 / start.elapsed().as_secs_f64();
-            anyhow::ensure!(done == n, "raw loop completed {done} of {n}");
-            Ok(rate)
+            drain_rate(loops, n).await
         }
         Db::Sqlite { options, .. } => {
             db.exec(
@@ -835,13 +816,21 @@ async fn raw_loop(db: &Db, opts: &QueueBenchOptions) -> anyhow::Result<f64> {
                     anyhow::Ok(done)
                 });
             }
-            let start = Instant::now();
-            let done: usize = futures_util::future::try_join_all(loops).await?.into_iter().sum();
-            let rate = done as f64 / start.elapsed().as_secs_f64();
-            anyhow::ensure!(done == n, "raw loop completed {done} of {n}");
-            Ok(rate)
+            drain_rate(loops, n).await
         }
     }
+}
+
+/// Runs the raw loops together: tasks per second, once all `n` are done.
+async fn drain_rate(
+    loops: Vec<impl std::future::Future<Output = anyhow::Result<usize>>>,
+    n: usize,
+) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    let done: usize = futures_util::future::try_join_all(loops).await?.into_iter().sum();
+    let rate = done as f64 / start.elapsed().as_secs_f64();
+    anyhow::ensure!(done == n, "raw loop completed {done} of {n}");
+    Ok(rate)
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use ballast_config::{report, Config};
 
 /// Arguments of `ballast explain`.
 #[derive(Debug, clap::Args)]
@@ -20,12 +19,9 @@ pub struct ExplainArgs {
 }
 
 pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
-    let config = match Config::load(&args.file) {
+    let config = match crate::load_config(&args.file) {
         Ok(config) => config,
-        Err(e) => {
-            eprint!("{}", report::human(&e.findings(), e.input()));
-            return Ok(ExitCode::from(crate::EXIT_UNUSABLE));
-        }
+        Err(code) => return Ok(code),
     };
     let explanation = config.explain(args.system.as_deref()).context("cannot explain")?;
     std::io::stdout().write_all(explanation.to_string().as_bytes())?;

@@ -54,6 +54,15 @@ enum Command {
 /// A file could not be read or parsed, or the arguments name nothing that exists.
 const EXIT_UNUSABLE: u8 = 2;
 
+/// The configuration at `path`, or — when it cannot be read or parsed — its
+/// findings printed and the exit code that says so.
+fn load_config(path: &std::path::Path) -> Result<ballast_config::Config, ExitCode> {
+    ballast_config::Config::load(path).map_err(|e| {
+        eprint!("{}", ballast_config::report::human(&e.findings(), e.input()));
+        ExitCode::from(EXIT_UNUSABLE)
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

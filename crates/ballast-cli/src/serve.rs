@@ -27,12 +27,9 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = match Config::load(&args.config) {
+    let config = match crate::load_config(&args.config) {
         Ok(config) => config,
-        Err(e) => {
-            eprint!("{}", report::human(&e.findings(), e.input()));
-            return Ok(ExitCode::from(crate::EXIT_UNUSABLE));
-        }
+        Err(code) => return Ok(code),
     };
     let findings = config.lint();
     if !findings.is_empty() {

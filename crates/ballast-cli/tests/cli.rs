@@ -102,37 +102,24 @@ fn explain_one_system() {
 mod queue {
     use super::*;
 
-    use ballast::{Classification, Classify, IdempotencyKey};
+    use ballast::{Classified, IdempotencyKey};
     use ballast_queue::{Handler, ListFilter, NewTask, Queue, TaskContext, TaskState, Worker};
     use serde_json::Value;
     use tokio_util::sync::CancellationToken;
-
-    #[derive(Debug)]
-    struct Declined;
-
-    impl std::fmt::Display for Declined {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("the gateway declined the card: insufficient funds, the payment will not go through")
-        }
-    }
-
-    impl Classify for Declined {
-        fn classify(&self) -> Classification {
-            Classification::permanent()
-        }
-    }
 
     /// Succeeds for "ok", fails permanently for anything else.
     struct Sms;
 
     impl Handler for Sms {
         type Payload = String;
-        type Error = Declined;
-        async fn handle(&self, _: TaskContext, text: String) -> Result<(), Declined> {
+        type Error = Classified;
+        async fn handle(&self, _: TaskContext, text: String) -> Result<(), Classified> {
             if text == "ok" {
                 Ok(())
             } else {
-                Err(Declined)
+                Err(Classified::permanent(
+                    "the gateway declined the card: insufficient funds, the payment will not go through",
+                ))
             }
         }
     }

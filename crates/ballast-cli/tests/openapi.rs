@@ -55,27 +55,7 @@ fn import_prints_every_operation_as_a_route_with_its_reason_and_line() {
 
 #[test]
 fn lint_holds_the_routes_to_the_document() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("ballast.toml");
-    std::fs::write(
-        &config,
-        r#"[systems.pay]
-base_url = "http://127.0.0.1:1/v2/"
-dedupes_by_key = true
-key_ttl = "24h"
-
-[systems.pay.timeout]
-attempt = "1s"
-
-[systems.pay.routes]
-"POST /payments" = "keyed_write"
-"POST /payments/search" = "read"
-"PATCH /payments/{id}" = "keyed_write"
-"DELETE /payments/{id}" = "write_once"
-"#,
-    )
-    .unwrap();
-    let config = config.to_str().unwrap();
+    let config = "tests/fixtures/openapi/routes.toml";
     let (code, out, err) =
         ballast(&["lint", config, "--openapi", &format!("pay={PAYMENTS}"), "--format", "json"]);
     assert_eq!(code, 0, "warnings and notes only: {out}{err}");

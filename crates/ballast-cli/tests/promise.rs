@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ballast_test_support::{eventually, Reply, Upstream};
+use ballast_test_support::{eventually, send, Reply, Upstream};
 use serde_json::Value;
 use support::{ballast, client, queued, Served};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,18 +25,7 @@ fn problem_reason(body: &Value) -> &str {
 async fn the_tasks_serve_makes_have_the_durable_settings_lint_checked() {
     let upstream = Upstream::start(|_, _| Reply::status(503)).await;
     let alerts = Upstream::start(|_, _| Reply::status(200)).await;
-    let rest = r#"
-[[alerts.webhook]]
-url_env = "PROMISE_ALERT_URL"
-format = "json"
-
-[systems.pay]
-base_url = "http://{up}/api/"
-dedupes_by_key = true
-key_ttl = "1h"
-retry = "none"
-breaker = "none"
-"#;
+    let rest = include_str!("configs/durable_settings.toml");
     let served = Served::start_with(
         &upstream,
         "max_attempts = 3\n",
@@ -95,20 +84,7 @@ async fn a_409_while_the_original_is_in_flight_is_tried_again_not_failed() {
         }
     })
     .await;
-    let rest = r#"
-[systems.pay]
-base_url = "http://{up}/"
-dedupes_by_key = true
-key_ttl = "1h"
-
-[systems.pay.retry]
-max_attempts = 2
-first_delay = "100ms"
-max_delay = "200ms"
-
-[systems.pay.timeout]
-attempt = "500ms"
-"#;
+    let rest = include_str!("configs/in_flight.toml");
     let served = Served::start(&upstream, "", rest);
 
     let response = served.defer("pay/payments", "order-2-pay").await;
@@ -241,13 +217,7 @@ async fn two_keys_a_loop_and_a_taken_port_are_refused_clearly() {
     );
     let url = format!("{}/call/pay/payments", served.gateway);
 
-    let two = client()
-        .post(&url)
-        .header("idempotency-key", "a")
-        .header("idempotency-key", "b")
-        .send()
-        .await
-        .unwrap();
+    let two = send(client().post(&url), &[("idempotency-key", "a"), ("idempotency-key", "b")]).await;
     assert_eq!(two.status().as_u16(), 400);
     assert_eq!(problem_reason(&two.json().await.unwrap()), "bad_key");
     assert_eq!(upstream.count(), 0);
@@ -255,13 +225,7 @@ async fn two_keys_a_loop_and_a_taken_port_are_refused_clearly() {
     let once = client().post(&url).header("idempotency-key", "k-1").send().await.unwrap();
     assert_eq!(once.status().as_u16(), 201);
     assert_eq!(upstream.requests()[0].header("via"), Some("1.1 ballast"));
-    let looped = client()
-        .post(&url)
-        .header("idempotency-key", "k-2")
-        .header("via", "1.1 ballast")
-        .send()
-        .await
-        .unwrap();
+    let looped = send(client().post(&url), &[("idempotency-key", "k-2"), ("via", "1.1 ballast")]).await;
     assert_eq!(looped.status().as_u16(), 508);
     assert_eq!(problem_reason(&looped.json().await.unwrap()), "loop_detected");
     assert_eq!(upstream.count(), 1, "the looped request was not sent");

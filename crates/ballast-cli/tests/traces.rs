@@ -8,7 +8,7 @@ mod support;
 use std::collections::HashMap;
 
 use ballast_test_support::otlp::{tree, Collector, Exported, SpanKind};
-use ballast_test_support::{eventually, Reply, Upstream};
+use ballast_test_support::{eventually, send, Reply, Upstream};
 use support::{client, Served};
 
 const TOKEN: &str = "gateway-token-0123456789";
@@ -22,25 +22,7 @@ const KEY: &str = "order-77-pay";
 /// A system behind a password in its URL and a partner key from the
 /// environment, retried 3 times fast; the gateway behind a token; the file's
 /// collector and name overridden by the variables.
-const FILE: &str = r#"token_env = "TRACES_GATEWAY_TOKEN"
-
-[telemetry]
-endpoint = "http://127.0.0.1:9/"
-service_name = "from-the-file"
-
-[systems.pay]
-base_url = "http://shop:{password}@{up}/api/"
-dedupes_by_key = true
-key_ttl = "1h"
-
-[systems.pay.retry]
-max_attempts = 3
-first_delay = "100ms"
-max_delay = "200ms"
-
-[systems.pay.headers]
-X-Partner-Key = { env = "TRACES_PARTNER_KEY" }
-"#;
+const FILE: &str = include_str!("configs/traces.toml");
 
 fn env<'a>(collector: &str, extra: &[(&'a str, &str)]) -> Vec<(&'a str, String)> {
     let mut vars = vec![
@@ -115,27 +97,26 @@ async fn one_trace_runs_from_the_caller_through_every_attempt_to_the_delivery() 
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let (read_parent, write_parent) = ("00f067aa0ba902b7", "00f067aa0ba902b8");
 
-    let read = client()
-        .get(format!("{}/call/pay/orders/77?card={CARD}", served.gateway))
-        .bearer_auth(TOKEN)
-        .header("traceparent", traceparent(trace, read_parent, true))
-        .header("x-api-key", CALLER_SECRET)
-        .send()
-        .await
-        .unwrap();
+    let read = send(
+        client().get(format!("{}/call/pay/orders/77?card={CARD}", served.gateway)).bearer_auth(TOKEN),
+        &[("traceparent", &traceparent(trace, read_parent, true)), ("x-api-key", CALLER_SECRET)],
+    )
+    .await;
     assert_eq!((read.status().as_u16(), read.headers()["ballast-attempts"].to_str().unwrap()), (200, "3"));
 
-    let deferred = client()
-        .post(format!("{}/call/pay/payments", served.gateway))
-        .bearer_auth(TOKEN)
-        .header("traceparent", traceparent(trace, write_parent, true))
-        .header("idempotency-key", KEY)
-        .header("prefer", "respond-async")
-        .header("x-api-key", CALLER_SECRET)
-        .body(format!(r#"{{"card":"{CARD}"}}"#))
-        .send()
-        .await
-        .unwrap();
+    let deferred = send(
+        client()
+            .post(format!("{}/call/pay/payments", served.gateway))
+            .bearer_auth(TOKEN)
+            .body(format!(r#"{{"card":"{CARD}"}}"#)),
+        &[
+            ("traceparent", &traceparent(trace, write_parent, true)),
+            ("idempotency-key", KEY),
+            ("prefer", "respond-async"),
+            ("x-api-key", CALLER_SECRET),
+        ],
+    )
+    .await;
     assert_eq!(deferred.status().as_u16(), 202, "deferred during the outage");
     let location = deferred.headers()["location"].to_str().unwrap().to_owned();
     let task_url = format!("{}{location}", served.gateway);
@@ -301,12 +282,9 @@ async fn a_collector_that_hangs_or_is_gone_costs_spans_not_calls() {
         let served = serve(&upstream, &vars);
         let before = upstream.count();
         for n in 0..60 {
-            let response = client()
-                .get(format!("{}/call/pay/orders/{n}", served.gateway))
-                .bearer_auth(TOKEN)
-                .send()
-                .await
-                .unwrap();
+            let response =
+                send(client().get(format!("{}/call/pay/orders/{n}", served.gateway)).bearer_auth(TOKEN), &[])
+                    .await;
             assert_eq!(response.status().as_u16(), 200, "call {n} with the collector at {endpoint}");
         }
         assert_eq!(upstream.count() - before, 60);

@@ -27,6 +27,14 @@ fn findings(fixture: &str) -> Vec<(String, String, usize, usize)> {
         .collect()
 }
 
+/// The first error located at `line`.
+fn error_at(findings: &[ballast_config::Finding], line: usize) -> &ballast_config::Finding {
+    findings
+        .iter()
+        .find(|f| f.location.map(|l| l.line) == Some(line) && f.is_error())
+        .unwrap_or_else(|| panic!("no error at line {line}: {findings:#?}"))
+}
+
 fn expect(fixture: &str, rule: &str, severity: &str, line: usize, column: usize) {
     let got = findings(fixture);
     let want = (rule.to_owned(), severity.to_owned(), line, column);
@@ -570,15 +578,7 @@ X-Plain = "written in the file"
 X-Nothing = {}
 "#;
     let checked = Config::check("t.toml", text).unwrap();
-    let at = |line: usize| {
-        let found: Vec<_> = checked
-            .findings
-            .iter()
-            .filter(|f| f.location.map(|l| l.line) == Some(line) && f.is_error())
-            .collect();
-        assert!(!found.is_empty(), "no error at line {line}: {:#?}", checked.findings);
-        found[0].message.clone()
-    };
+    let at = |line: usize| error_at(&checked.findings, line).message.clone();
     assert!(at(4).contains("seal_key_env"));
     assert!(at(5).contains("X Card"));
     assert!(at(8).contains("body_read_timeout"));
@@ -620,13 +620,8 @@ x-tenant = {}
 "#;
     let checked = Config::check("t.toml", text).unwrap();
     let at = |line: usize| {
-        let found: Vec<_> = checked
-            .findings
-            .iter()
-            .filter(|f| f.location.map(|l| l.line) == Some(line) && f.is_error())
-            .collect();
-        assert!(!found.is_empty(), "no error at line {line}: {:#?}", checked.findings);
-        (found[0].message.clone(), found[0].help.clone())
+        let found = error_at(&checked.findings, line);
+        (found.message.clone(), found.help.clone())
     };
     assert!(at(3).0.contains("scheme must be http or https"), "{:?}", at(3));
     assert!(at(4).0.contains("credentials belong in a header"), "{:?}", at(4));
@@ -709,18 +704,7 @@ fn a_rate_limit_is_built_checked_and_explained() {
 
 #[test]
 fn routes_are_checked_built_and_explained() {
-    let text = r#"[systems.pay]
-base_url = "http://127.0.0.1:1/v2/"
-key_ttl = "24h"
-
-[systems.pay.timeout]
-attempt = "1s"
-
-[systems.pay.routes]
-"POST /payments" = "keyed_write"
-"POST /orders/search" = "read"
-"GET /reports/*" = { kind = "read", timeout = "500ms" }
-"#;
+    let text = include_str!("fixtures/routes.toml");
     let config = Config::parse("t.toml", text).unwrap();
     let findings = config.lint();
     assert!(findings.iter().all(|f| !f.is_error()), "{findings:?}");

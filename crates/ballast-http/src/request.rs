@@ -103,6 +103,30 @@ pub(crate) fn has_dot_segment(path: &str) -> bool {
     false
 }
 
+/// `header` and `query`, the same on both request types: they write to the
+/// [`Head`] each one has.
+macro_rules! head_builders {
+    () => {
+        /// Adds a header. An invalid name or value fails the call, unsent.
+        pub fn header<K, V>(mut self, name: K, value: V) -> Self
+        where
+            K: TryInto<HeaderName>,
+            K::Error: std::fmt::Display,
+            V: TryInto<HeaderValue>,
+            V::Error: std::fmt::Display,
+        {
+            self.head.header(name, value);
+            self
+        }
+
+        /// Adds query parameters.
+        pub fn query(mut self, pairs: &[(&str, &str)]) -> Self {
+            self.head.query(pairs);
+            self
+        }
+    };
+}
+
 /// A request with a buffered body, so every attempt sends the same bytes.
 ///
 /// `path` is relative to the system's base URL, and stays under it: a path
@@ -173,23 +197,7 @@ impl Request {
         Self::new(Method::DELETE, path)
     }
 
-    /// Adds a header. An invalid name or value fails the call, unsent.
-    pub fn header<K, V>(mut self, name: K, value: V) -> Self
-    where
-        K: TryInto<HeaderName>,
-        K::Error: std::fmt::Display,
-        V: TryInto<HeaderValue>,
-        V::Error: std::fmt::Display,
-    {
-        self.head.header(name, value);
-        self
-    }
-
-    /// Adds query parameters.
-    pub fn query(mut self, pairs: &[(&str, &str)]) -> Self {
-        self.head.query(pairs);
-        self
-    }
+    head_builders!();
 
     /// Sends `query`, an already percent-encoded query string, exactly as
     /// given (parameters added with [`query`](Request::query) follow it): for
@@ -275,23 +283,7 @@ impl StreamingRequest {
         Self { head: Head::new(method, path), body: body.into() }
     }
 
-    /// Adds a header. An invalid name or value fails the call, unsent.
-    pub fn header<K, V>(mut self, name: K, value: V) -> Self
-    where
-        K: TryInto<HeaderName>,
-        K::Error: std::fmt::Display,
-        V: TryInto<HeaderValue>,
-        V::Error: std::fmt::Display,
-    {
-        self.head.header(name, value);
-        self
-    }
-
-    /// Adds query parameters.
-    pub fn query(mut self, pairs: &[(&str, &str)]) -> Self {
-        self.head.query(pairs);
-        self
-    }
+    head_builders!();
 }
 
 /// What [`HttpSystem::write_once`](crate::HttpSystem::write_once) accepts: a

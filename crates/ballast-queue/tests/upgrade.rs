@@ -5,9 +5,10 @@
 
 mod support;
 
+use std::convert::Infallible;
 use std::time::Duration;
 
-use ballast::{Classification, Classify, IdempotencyKey};
+use ballast::IdempotencyKey;
 use ballast_queue::{Handler, ListFilter, NewTask, Queue, TaskContext, TaskState, Worker};
 use futures_util::future::{BoxFuture, FutureExt};
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -63,29 +64,14 @@ VALUES
  ('up', '{\"n\":8}', NULL, 'cancelled', 0, now() - interval '1 hour', NULL, NULL, NULL, NULL, '[]',
   now() - interval '1 hour', now() - interval '30 minutes', now() - interval '30 minutes')";
 
-#[derive(Debug)]
-struct Never;
-
-impl std::fmt::Display for Never {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("never")
-    }
-}
-
-impl Classify for Never {
-    fn classify(&self) -> Classification {
-        Classification::permanent()
-    }
-}
-
 #[derive(Clone)]
 struct Succeed;
 
 impl Handler for Succeed {
     type Payload = serde_json::Value;
-    type Error = Never;
+    type Error = Infallible;
 
-    async fn handle(&self, _task: TaskContext, _payload: serde_json::Value) -> Result<(), Never> {
+    async fn handle(&self, _task: TaskContext, _payload: serde_json::Value) -> Result<(), Infallible> {
         Ok(())
     }
 }

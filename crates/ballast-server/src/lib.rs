@@ -260,34 +260,20 @@ impl Server {
     /// deliveries and the listeners let their requests finish. On SIGHUP
     /// the configuration file is read again ([`reload`]).
     pub async fn run(self, shutdown: CancellationToken) -> Result<RunSummary, ServeError> {
-        let Server {
-            worker,
-            admin,
-            ui,
-            hosts,
-            listener,
-            limits,
-            gateway,
-            systems,
-            config,
-            queue,
-            prometheus,
-            background,
-            ..
-        } = self;
-        let _stop_background = background.drop_guard();
-        tokio::spawn(upkeep(prometheus, shutdown.clone()));
-        tokio::spawn(reload::on_sighup(config, systems, queue, shutdown.clone()));
-        tokio::spawn(ui.clone().sample_rates(shutdown.clone()));
-        let worker = tokio::spawn(worker.run(shutdown.clone()));
-        let gateway = gateway.map(|(gateway, listener, limits)| {
+        let _stop_background = self.background.drop_guard();
+        tokio::spawn(upkeep(self.prometheus, shutdown.clone()));
+        tokio::spawn(reload::on_sighup(self.config, self.systems, self.queue, shutdown.clone()));
+        tokio::spawn(self.ui.clone().sample_rates(shutdown.clone()));
+        let worker = tokio::spawn(self.worker.run(shutdown.clone()));
+        let gateway = self.gateway.map(|(gateway, listener, limits)| {
             tokio::spawn(listener::serve(listener, gateway.router(), limits, shutdown.clone()))
         });
-        let router = admin
+        let router = self
+            .admin
             .router()
-            .merge(ui.router())
-            .layer(axum::middleware::from_fn_with_state(hosts, origin::admit_host));
-        listener::serve(listener, router, limits, shutdown).await;
+            .merge(self.ui.router())
+            .layer(axum::middleware::from_fn_with_state(self.hosts, origin::admit_host));
+        listener::serve(self.listener, router, self.limits, shutdown).await;
         if let Some(gateway) = gateway {
             let _ = gateway.await;
         }

@@ -7,37 +7,11 @@ mod support;
 use std::time::Duration;
 
 use ballast::IdempotencyKey;
-use ballast_test_support::{eventually, Reply, Upstream};
+use ballast_test_support::{eventually, send, Reply, Upstream};
 use serde_json::Value;
 use support::{client, serve};
 
-const SYSTEMS: &str = r#"
-[gateway]
-listen = "127.0.0.1:0"
-max_body = "1KiB"
-
-[systems.pay]
-base_url = "http://{upstream}/v1/"
-dedupes_by_key = true
-key_ttl = "7d"
-idempotency_header = "X-Idem-Key"
-
-[systems.pay.retry]
-max_attempts = 3
-first_delay = "100ms"
-max_delay = "200ms"
-
-[systems.pay.timeout]
-attempt = "2s"
-
-[systems.crm]
-base_url = "http://{upstream}/crm"
-
-[systems.crm.retry]
-max_attempts = 3
-first_delay = "100ms"
-max_delay = "200ms"
-"#;
+const SYSTEMS: &str = include_str!("configs/gateway.toml");
 
 fn attempts(response: &reqwest::Response) -> Option<u32> {
     response.headers().get("ballast-attempts")?.to_str().ok()?.parse().ok()
@@ -58,14 +32,11 @@ async fn a_read_is_retried_and_the_upstream_answer_comes_back_unchanged() {
     .await;
     let served = serve(&upstream, SYSTEMS).await;
 
-    let response = client()
-        .get(format!("{}/call/pay/orders/7?expand=items&x=%20y", served.gateway))
-        .header("x-request-id", "r-1")
-        .header("connection", "x-hop")
-        .header("x-hop", "1")
-        .send()
-        .await
-        .unwrap();
+    let response = send(
+        client().get(format!("{}/call/pay/orders/7?expand=items&x=%20y", served.gateway)),
+        &[("x-request-id", "r-1"), ("connection", "x-hop"), ("x-hop", "1")],
+    )
+    .await;
 
     assert_eq!((response.status().as_u16(), attempts(&response)), (200, Some(2)));
     assert_eq!(response.headers()["x-up"], "1");
@@ -95,13 +66,11 @@ async fn a_4xx_is_the_upstreams_answer_and_is_not_retried() {
 async fn an_unkeyed_post_reaches_the_upstream_once_when_its_answer_is_lost() {
     let upstream = Upstream::start(|_, _| Reply::Lost).await;
     let served = serve(&upstream, SYSTEMS).await;
-    let response = client()
-        .post(format!("{}/call/pay/payments", served.gateway))
-        .header("content-type", "application/json")
-        .body(r#"{"amount":100}"#)
-        .send()
-        .await
-        .unwrap();
+    let response = send(
+        client().post(format!("{}/call/pay/payments", served.gateway)).body(r#"{"amount":100}"#),
+        &[("content-type", "application/json")],
+    )
+    .await;
     assert_eq!((response.status().as_u16(), attempts(&response)), (502, Some(1)));
     let problem = problem(response).await;
     assert_eq!(problem["ballast"]["reason"], "transport");
@@ -116,13 +85,11 @@ async fn a_keyed_post_is_retried_with_its_key_under_the_systems_header() {
     let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
     let served = serve(&upstream, SYSTEMS).await;
     let key = IdempotencyKey::v5("order-1", "pay");
-    let response = client()
-        .post(format!("{}/call/pay/payments", served.gateway))
-        .header("Idempotency-Key", key.as_str())
-        .body("100")
-        .send()
-        .await
-        .unwrap();
+    let response = send(
+        client().post(format!("{}/call/pay/payments", served.gateway)).body("100"),
+        &[("Idempotency-Key", key.as_str())],
+    )
+    .await;
     assert_eq!((response.status().as_u16(), attempts(&response)), (503, Some(3)));
     let seen = upstream.requests();
     assert_eq!(seen.len(), 3, "max_attempts");
@@ -132,12 +99,11 @@ async fn a_keyed_post_is_retried_with_its_key_under_the_systems_header() {
     }
 
     // crm does not deduplicate by key: the key goes along, the write goes once.
-    let once = client()
-        .post(format!("{}/call/crm/notes", served.gateway))
-        .header("Idempotency-Key", key.as_str())
-        .send()
-        .await
-        .unwrap();
+    let once = send(
+        client().post(format!("{}/call/crm/notes", served.gateway)),
+        &[("Idempotency-Key", key.as_str())],
+    )
+    .await;
     assert_eq!((once.status().as_u16(), attempts(&once)), (503, Some(1)));
     let seen = upstream.requests();
     assert_eq!(seen.len(), 4);
@@ -178,14 +144,11 @@ async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
     let served = serve(&upstream, SYSTEMS).await;
     let key = IdempotencyKey::v5("order-2", "pay");
 
-    let response = client()
-        .post(format!("{}/call/pay/payments", served.gateway))
-        .header("Idempotency-Key", key.as_str())
-        .header("Prefer", "respond-async")
-        .body("100")
-        .send()
-        .await
-        .unwrap();
+    let response = send(
+        client().post(format!("{}/call/pay/payments", served.gateway)).body("100"),
+        &[("Idempotency-Key", key.as_str()), ("Prefer", "respond-async")],
+    )
+    .await;
     assert_eq!((response.status().as_u16(), attempts(&response)), (202, Some(3)));
     assert_eq!(response.headers()["preference-applied"], "respond-async");
     let location = response.headers()["location"].to_str().unwrap().to_owned();
@@ -229,19 +192,7 @@ async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_breaker_answers_503_with_retry_after_and_sends_nothing() {
     let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
-    let systems = r#"
-[gateway]
-listen = "127.0.0.1:0"
-
-[systems.sms]
-base_url = "http://{upstream}/"
-
-[systems.sms.breaker]
-kind = "consecutive"
-threshold = 1
-half_open_after = "60s"
-"#;
-    let served = serve(&upstream, systems).await;
+    let served = serve(&upstream, include_str!("configs/open_breaker.toml")).await;
     let first = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
     assert_eq!(first.status().as_u16(), 503);
     let refused = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
@@ -258,20 +209,7 @@ half_open_after = "60s"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_permit_answers_503_rate_limited_or_defers() {
     let upstream = Upstream::start(|_, _| Reply::body(200, "ok")).await;
-    let systems = r#"
-[gateway]
-listen = "127.0.0.1:0"
-
-[systems.sms]
-base_url = "http://{upstream}/"
-dedupes_by_key = true
-key_ttl = "1d"
-retry = "none"
-
-[systems.sms.rate_limit]
-rate = "1/m"
-"#;
-    let served = serve(&upstream, systems).await;
+    let served = serve(&upstream, include_str!("configs/rate_limited.toml")).await;
     let first = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
     assert_eq!(first.status().as_u16(), 200, "the first permit");
     let refused = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
@@ -282,14 +220,11 @@ rate = "1/m"
     assert_eq!(body["ballast"]["reason"], "rate_limited", "{body}");
 
     let key = IdempotencyKey::v5("sms-3", "send");
-    let deferred = client()
-        .post(format!("{}/call/sms/messages", served.gateway))
-        .header("Idempotency-Key", key.as_str())
-        .header("Prefer", "respond-async")
-        .body("hi")
-        .send()
-        .await
-        .unwrap();
+    let deferred = send(
+        client().post(format!("{}/call/sms/messages", served.gateway)).body("hi"),
+        &[("Idempotency-Key", key.as_str()), ("Prefer", "respond-async")],
+    )
+    .await;
     assert_eq!((deferred.status().as_u16(), attempts(&deferred)), (202, Some(0)));
     let location = deferred.headers()["location"].to_str().unwrap().to_owned();
     let task: Value =
@@ -314,34 +249,9 @@ async fn routes_declare_what_each_endpoint_is() {
         _ => Reply::body(503, "busy"),
     })
     .await;
-    let systems = r#"
-[gateway]
-listen = "127.0.0.1:0"
-
-[systems.pay]
-base_url = "http://{upstream}/v2/"
-dedupes_by_key = true
-key_ttl = "24h"
-
-[systems.pay.retry]
-max_attempts = 3
-first_delay = "100ms"
-max_delay = "200ms"
-
-[systems.pay.routes]
-"POST /payments" = "keyed_write"
-"POST /payments/search" = "read"
-"GET /payments/{id}" = "read"
-"PATCH /payments/{id}" = "write_once"
-"POST /refunds" = "keyed_write"
-"#;
-    let served = serve(&upstream, systems).await;
-    let search = client()
-        .post(format!("{}/call/pay/payments/search", served.gateway))
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let served = serve(&upstream, include_str!("configs/routes.toml")).await;
+    let search =
+        send(client().post(format!("{}/call/pay/payments/search", served.gateway)).body("{}"), &[]).await;
     assert_eq!((search.status().as_u16(), attempts(&search)), (200, Some(2)), "retried as a read");
     assert_eq!(search.headers()["ballast-route"], "POST /payments/search");
 
@@ -355,13 +265,11 @@ max_delay = "200ms"
     assert_eq!(body["ballast"]["route"], "POST /payments");
     assert!(body["detail"].as_str().unwrap().contains("POST /payments is declared keyed_write"), "{body}");
 
-    let patch = client()
-        .patch(format!("{}/call/pay/payments/p-77", served.gateway))
-        .header("Idempotency-Key", IdempotencyKey::v5("p-77", "describe").as_str())
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let patch = send(
+        client().patch(format!("{}/call/pay/payments/p-77", served.gateway)).body("{}"),
+        &[("Idempotency-Key", IdempotencyKey::v5("p-77", "describe").as_str())],
+    )
+    .await;
     assert_eq!((patch.status().as_u16(), attempts(&patch)), (503, Some(1)), "sent once, key or not");
     assert_eq!(patch.headers()["ballast-route"], "PATCH /payments/{id}");
 
@@ -443,22 +351,7 @@ async fn a_reload_keeps_unchanged_systems_running_and_refuses_a_bad_file() {
         }
     })
     .await;
-    let systems = r#"
-[gateway]
-listen = "127.0.0.1:0"
-
-[systems.sms]
-base_url = "http://{upstream}/"
-
-[systems.sms.breaker]
-kind = "consecutive"
-threshold = 1
-half_open_after = "60s"
-
-[systems.crm]
-base_url = "http://{upstream}/"
-"#;
-    let served = serve(&upstream, systems).await;
+    let served = serve(&upstream, include_str!("configs/reload.toml")).await;
     let path = served.dir.path().join("ballast.toml");
     let config = ballast_config::Config::load(&path).unwrap();
     client().get(format!("{}/call/sms/x", served.gateway)).send().await.unwrap();
@@ -527,15 +420,15 @@ async fn a_deferred_write_keeps_its_caller_s_trace() {
     let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
     let served = serve(&upstream, SYSTEMS).await;
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let deferred = client()
-        .post(format!("{}/call/pay/payments", served.gateway))
-        .header("Idempotency-Key", IdempotencyKey::v5("order-8", "pay").as_str())
-        .header("Prefer", "respond-async")
-        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
-        .body("100")
-        .send()
-        .await
-        .unwrap();
+    let deferred = send(
+        client().post(format!("{}/call/pay/payments", served.gateway)).body("100"),
+        &[
+            ("Idempotency-Key", IdempotencyKey::v5("order-8", "pay").as_str()),
+            ("Prefer", "respond-async"),
+            ("traceparent", &format!("00-{trace}-00f067aa0ba902b7-01")),
+        ],
+    )
+    .await;
     assert_eq!(deferred.status().as_u16(), 202);
     let before = upstream.requests().len();
     upstream.rescript(|_, _| Reply::body(201, "paid"));

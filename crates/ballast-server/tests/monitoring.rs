@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use ballast::IdempotencyKey;
-use ballast_test_support::{Reply, Upstream};
+use ballast_test_support::{send, Reply, Upstream};
 use serde_json::Value;
 use support::{client, serve};
 
@@ -170,31 +170,7 @@ fn series_names(text: &str) -> BTreeSet<&str> {
 }
 
 /// The rest of a configuration whose `[serve]` table `support::serve` opens.
-const SERVED: &str = r#"stats_interval = "1s"
-
-[gateway]
-listen = "127.0.0.1:0"
-
-[systems.pay]
-base_url = "http://{upstream}/v1/"
-critical = true
-dedupes_by_key = true
-key_ttl = "7d"
-
-[systems.pay.retry]
-max_attempts = 2
-first_delay = "100ms"
-max_delay = "200ms"
-
-[systems.pay.bulkhead]
-limit = 4
-
-[systems.pay.rate_limit]
-rate = "1000/s"
-
-[systems.pay.routes]
-"GET /orders/{id}" = "read"
-"#;
+const SERVED: &str = include_str!("configs/monitoring.toml");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_recorded_name_and_every_series_the_monitoring_reads_is_served() {
@@ -204,13 +180,11 @@ async fn every_recorded_name_and_every_series_the_monitoring_reads_is_served() {
     // A write the system refuses, deferred to the queue: the queue gauges
     // get a kind. Then a read that succeeds.
     let key = IdempotencyKey::v5("order-1", "pay");
-    let deferred = client()
-        .post(format!("{}/call/pay/payments", server.gateway))
-        .header("Idempotency-Key", key.as_str())
-        .header("Prefer", "respond-async")
-        .send()
-        .await
-        .unwrap();
+    let deferred = send(
+        client().post(format!("{}/call/pay/payments", server.gateway)),
+        &[("Idempotency-Key", key.as_str()), ("Prefer", "respond-async")],
+    )
+    .await;
     assert_eq!(deferred.status().as_u16(), 202);
     upstream.rescript(|_, _| Reply::body(200, "ok"));
     let order = client().get(format!("{}/call/pay/orders/1", server.gateway)).send().await.unwrap();

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use ballast_test_support::{eventually, Reply, Upstream};
+use ballast_test_support::{eventually, send, Reply, Upstream};
 use serde_json::Value;
 use support::{client, serve_text, Served};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -124,14 +124,11 @@ async fn other_hosts_and_origins_are_refused() {
     let at = page.find("name=\"csrf\" value=\"").unwrap() + 19;
     let csrf = page[at..at + 32].to_owned();
     let cancel = format!("{}/ui/tasks/{}/cancel", served.admin, task.id);
-    let forged = client()
-        .post(&cancel)
-        .header("origin", "http://attacker.example")
-        .header("sec-fetch-site", "cross-site")
-        .form(&[("csrf", csrf.as_str())])
-        .send()
-        .await
-        .unwrap();
+    let forged = send(
+        client().post(&cancel).form(&[("csrf", csrf.as_str())]),
+        &[("origin", "http://attacker.example"), ("sec-fetch-site", "cross-site")],
+    )
+    .await;
     assert_eq!(forged.status().as_u16(), 403, "a valid CSRF token from another site is not enough");
     let state = served.queue.get(task.id).await.unwrap().unwrap().state;
     assert_eq!(state, ballast_queue::TaskState::Pending);
@@ -139,13 +136,11 @@ async fn other_hosts_and_origins_are_refused() {
     assert_ne!(own.send().await.unwrap().status().as_u16(), 403, "from its own page it acts");
     assert_eq!(served.queue.get(task.id).await.unwrap().unwrap().state, ballast_queue::TaskState::Cancelled);
 
-    let page_post = client()
-        .post(format!("{}/call/pay/payments", served.gateway))
-        .header("sec-fetch-site", "cross-site")
-        .header("origin", "https://attacker.example")
-        .send()
-        .await
-        .unwrap();
+    let page_post = send(
+        client().post(format!("{}/call/pay/payments", served.gateway)),
+        &[("sec-fetch-site", "cross-site"), ("origin", "https://attacker.example")],
+    )
+    .await;
     assert_eq!(page_post.status().as_u16(), 403);
     assert_eq!(page_post.json::<Value>().await.unwrap()["ballast"]["reason"], "cross_site");
     assert_eq!(upstream.count(), 0, "nothing was forwarded");
@@ -164,17 +159,17 @@ async fn secrets_are_sealed_at_rest_and_hidden_on_screen() {
     let text = config("seal_key_env = \"SECURITY_TEST_SEAL_KEY\"\n", "", "", &rest);
     let served = start(&upstream, &text).await;
 
-    let deferred = client()
-        .post(format!("{}/call/pay/payments", served.gateway))
-        .header("idempotency-key", "order-9-pay")
-        .header("prefer", "respond-async")
-        .header("authorization", "Bearer caller-secret-1")
-        .header("x-api-key", "api-secret-2")
-        .header("x-request-id", "r-9")
-        .body(r#"{"card":"4111111111111111"}"#)
-        .send()
-        .await
-        .unwrap();
+    let deferred = send(
+        client().post(format!("{}/call/pay/payments", served.gateway)).body(r#"{"card":"4111111111111111"}"#),
+        &[
+            ("idempotency-key", "order-9-pay"),
+            ("prefer", "respond-async"),
+            ("authorization", "Bearer caller-secret-1"),
+            ("x-api-key", "api-secret-2"),
+            ("x-request-id", "r-9"),
+        ],
+    )
+    .await;
     assert_eq!(deferred.status().as_u16(), 202);
     let first = &upstream.requests()[0];
     assert_eq!(first.header("x-partner-key"), Some("partner-secret-3"), "the system's credential is added");
@@ -226,14 +221,15 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 async fn without_a_seal_key_a_credential_is_never_stored() {
     let upstream = Upstream::start(|_, _| Reply::status(503)).await;
     let served = start(&upstream, &config("", "", "", PAY)).await;
-    let refused = client()
-        .post(format!("{}/call/pay/payments", served.gateway))
-        .header("idempotency-key", "order-10-pay")
-        .header("prefer", "respond-async")
-        .header("authorization", "Bearer caller-secret-4")
-        .send()
-        .await
-        .unwrap();
+    let refused = send(
+        client().post(format!("{}/call/pay/payments", served.gateway)),
+        &[
+            ("idempotency-key", "order-10-pay"),
+            ("prefer", "respond-async"),
+            ("authorization", "Bearer caller-secret-4"),
+        ],
+    )
+    .await;
     assert_eq!(refused.status().as_u16(), 400);
     let problem: Value = refused.json().await.unwrap();
     assert_eq!(problem["ballast"]["reason"], "seal_key_missing");
@@ -329,14 +325,11 @@ async fn forwarding_headers_are_dropped_unless_trusted() {
     for (trust, kept) in [("", false), ("trust_forwarded = true", true)] {
         let upstream = Upstream::start(|_, _| Reply::status(200)).await;
         let served = start(&upstream, &config("", "", trust, PAY)).await;
-        client()
-            .get(format!("{}/call/pay/orders/1", served.gateway))
-            .header("x-forwarded-for", "6.6.6.6")
-            .header("forwarded", "for=6.6.6.6")
-            .header("x-real-ip", "6.6.6.6")
-            .send()
-            .await
-            .unwrap();
+        send(
+            client().get(format!("{}/call/pay/orders/1", served.gateway)),
+            &[("x-forwarded-for", "6.6.6.6"), ("forwarded", "for=6.6.6.6"), ("x-real-ip", "6.6.6.6")],
+        )
+        .await;
         let seen = &upstream.requests()[0];
         for name in ["x-forwarded-for", "forwarded", "x-real-ip"] {
             assert_eq!(seen.header(name).is_some(), kept, "{name} with {trust:?}");

@@ -4,9 +4,9 @@
 
 mod support;
 
-use ballast::{Classification, Classify};
+use ballast::Classified;
 use ballast_queue::{Handler, NewTask, Queue, TaskContext, TaskState, Worker};
-use ballast_test_support::{eventually, Reply, Upstream};
+use ballast_test_support::{eventually, send, Reply, Upstream};
 use support::{client, serve, serve_with};
 use tokio_util::sync::CancellationToken;
 
@@ -25,29 +25,14 @@ limit = 8
 queue = 4
 "#;
 
-#[derive(Debug)]
-struct Declined;
-
-impl std::fmt::Display for Declined {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("card declined <script>alert(1)</script>")
-    }
-}
-
-impl Classify for Declined {
-    fn classify(&self) -> Classification {
-        Classification::permanent()
-    }
-}
-
 /// Fails every task permanently.
 struct Decline;
 
 impl Handler for Decline {
     type Payload = serde_json::Value;
-    type Error = Declined;
-    async fn handle(&self, _: TaskContext, _: serde_json::Value) -> Result<(), Declined> {
-        Err(Declined)
+    type Error = Classified;
+    async fn handle(&self, _: TaskContext, _: serde_json::Value) -> Result<(), Classified> {
+        Err(Classified::permanent("card declined <script>alert(1)</script>"))
     }
 }
 
@@ -91,14 +76,8 @@ async fn an_operator_sees_a_failed_task_and_retries_it() {
     })
     .await;
 
-    let list = client()
-        .get(format!("{}/ui/tasks?kind=charge", served.admin))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let list =
+        send(client().get(format!("{}/ui/tasks?kind=charge", served.admin)), &[]).await.text().await.unwrap();
     let (two, one) = (list.find("/ui/tasks/2").unwrap(), list.find("/ui/tasks/1").unwrap());
     assert!(two < one, "newest first");
 
@@ -145,12 +124,8 @@ async fn with_a_token_the_dashboard_asks_for_it_and_scrapers_need_none() {
         (refused.status().as_u16(), refused.headers()["location"].to_str().unwrap()),
         (303, "/ui/login")
     );
-    let bearer = client()
-        .get(format!("{}/ui/", served.admin))
-        .bearer_auth("operator-s3cret-2026")
-        .send()
-        .await
-        .unwrap();
+    let bearer =
+        send(client().get(format!("{}/ui/", served.admin)).bearer_auth("operator-s3cret-2026"), &[]).await;
     assert_eq!(bearer.status().as_u16(), 200);
     assert_eq!(
         client().get(format!("{}/metrics", served.admin)).send().await.unwrap().status().as_u16(),

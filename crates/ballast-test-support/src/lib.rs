@@ -29,6 +29,19 @@ pub use reply::Reply;
 pub use seen::Seen;
 pub use upstream::Upstream;
 
+/// Sends `request` with `headers` added in order (a name may come twice):
+/// the answer, whatever its status.
+///
+/// # Panics
+///
+/// When no answer comes (the connection fails).
+pub async fn send(mut request: reqwest::RequestBuilder, headers: &[(&str, &str)]) -> reqwest::Response {
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.expect("an answer")
+}
+
 /// Polls `check` until it holds, for up to 20 s, with real time: for
 /// processes and sockets, whose pace no paused clock sets.
 ///

@@ -111,6 +111,13 @@ impl Classify for io::Error {
     }
 }
 
+/// An operation or handler that cannot fail.
+impl Classify for std::convert::Infallible {
+    fn classify(&self) -> Classification {
+        match *self {}
+    }
+}
+
 impl<T: Classify + ?Sized> Classify for Box<T> {
     fn classify(&self) -> Classification {
         (**self).classify()

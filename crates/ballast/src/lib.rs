@@ -53,6 +53,7 @@ pub mod breaker;
 mod budget;
 mod bulkhead;
 mod call;
+mod classified;
 mod classify;
 mod events;
 mod fallback;
@@ -77,6 +78,7 @@ pub use breaker::{Breaker, BreakerSnapshot, BreakerState, CircuitBreaker, HalfOp
 pub use budget::{Budget, BudgetLevel};
 pub use bulkhead::Bulkhead;
 pub use call::Judge;
+pub use classified::Classified;
 pub use classify::{Class, Classification, Classify};
 pub use events::{Event, EventKind, Listener};
 pub use fallback::Fallback;

@@ -22,29 +22,7 @@ pub const SYSTEM: &str = "up";
 /// over 50 → bulkhead → aggressive timeout), the bulkhead 512 wide so that
 /// no run's connections fill it: a rejected call would be an error, not a
 /// faster hop.
-const SYSTEM_CONFIG: &str = r#"
-[systems.up]
-base_url = "http://{upstream}/"
-
-[systems.up.retry]
-max_attempts = 3
-backoff = "exponential"
-first_delay = "500ms"
-max_delay = "2s"
-
-[systems.up.breaker]
-kind = "count"
-threshold = 0.5
-size = 50
-
-[systems.up.bulkhead]
-limit = 512
-
-[systems.up.timeout]
-attempt = "1s"
-total = "4s"
-strategy = "aggressive"
-"#;
+const SYSTEM_CONFIG: &str = include_str!("system.toml");
 
 /// A running gateway; stopped when dropped.
 pub struct BenchGateway {

@@ -530,7 +530,7 @@ impl Run {
 mod tests {
     use std::io::Write;
 
-    use ballast::{Classification, Classify};
+    use ballast::{Classification, Classified};
     use tracing_subscriber::fmt::MakeWriter;
 
     use super::*;
@@ -538,30 +538,15 @@ mod tests {
     use crate::{NewTask, TaskContext};
     use producer::Cleared;
 
-    #[derive(Debug)]
-    struct Declined(Classification);
-
-    impl fmt::Display for Declined {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("declined")
-        }
-    }
-
-    impl Classify for Declined {
-        fn classify(&self) -> Classification {
-            self.0
-        }
-    }
-
     /// Fails every attempt, transiently or for good.
     struct Failing(Classification);
 
     impl Handler for Failing {
         type Payload = u64;
-        type Error = Declined;
+        type Error = Classified;
 
-        async fn handle(&self, _: TaskContext, _: u64) -> std::result::Result<(), Declined> {
-            Err(Declined(self.0))
+        async fn handle(&self, _: TaskContext, _: u64) -> std::result::Result<(), Classified> {
+            Err(Classified::new("declined", self.0))
         }
     }
 

@@ -18,7 +18,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use ballast::{BreakerState, Classification, Classify};
+use ballast::{BreakerState, Classified};
 use ballast_queue::{Handler, NewTask, Queue, TaskContext, TaskState, Worker};
 use ballast_test_support::{eventually, Reply, Seen, Upstream};
 use chromium::{until, Browser, Scripts};
@@ -28,66 +28,17 @@ use tokio_util::sync::CancellationToken;
 
 const SCREENSHOT_ENV: &str = "BALLAST_UPDATE_SCREENSHOT";
 
-const SYSTEMS: &str = r#"
-[gateway]
-listen = "127.0.0.1:0"
-
-[systems.pay]
-base_url = "http://{upstream}/"
-critical = true
-
-[systems.pay.breaker]
-kind = "consecutive"
-threshold = 5
-half_open_after = "30s"
-
-[systems.pay.bulkhead]
-limit = 8
-queue = 4
-
-[systems.sms]
-base_url = "http://{upstream}/"
-
-[systems.sms.retry]
-first_delay = "100ms"
-max_delay = "200ms"
-
-[systems.sms.breaker]
-kind = "consecutive"
-threshold = 3
-half_open_after = "60s"
-
-[systems.crm]
-base_url = "http://{upstream}/"
-
-[systems.crm.bulkhead]
-limit = 4
-"#;
-
-#[derive(Debug)]
-struct Declined;
-
-impl std::fmt::Display for Declined {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("402 Payment Required: card declined")
-    }
-}
-
-impl Classify for Declined {
-    fn classify(&self) -> Classification {
-        Classification::permanent()
-    }
-}
+const SYSTEMS: &str = include_str!("../configs/browser.toml");
 
 /// Declines every `charge` and delivers everything else.
 struct Outcome;
 
 impl Handler for Outcome {
     type Payload = serde_json::Value;
-    type Error = Declined;
-    async fn handle(&self, task: TaskContext, _: serde_json::Value) -> Result<(), Declined> {
+    type Error = Classified;
+    async fn handle(&self, task: TaskContext, _: serde_json::Value) -> Result<(), Classified> {
         if task.kind() == "charge" {
-            Err(Declined)
+            Err(Classified::permanent("402 Payment Required: card declined"))
         } else {
             Ok(())
         }

@@ -8,7 +8,7 @@
 import 'reflect-metadata';
 
 import assert from 'node:assert/strict';
-import { after, before, describe, test, type TestContext } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 
 import { ServiceUnavailableException } from '@nestjs/common';
 import { TerminusModule, type HealthCheckResult } from '@nestjs/terminus';
@@ -21,46 +21,19 @@ import { HealthController } from '../src/health.controller.js';
 import { PaymentPortError } from '../src/payment/payment-port.error.js';
 import { OrderId, PAYMENT_PORT, type PaymentPort } from '../src/payment/payment.port.js';
 import { SberModule } from '../src/sber/sber.module.js';
-import { TOKEN, startBallast, type Served } from './ballast-serve.js';
+import { PATIENCE_MS, TOKEN, eventually, startBallast, type Served } from 'ballast-ts-test-support';
 import { SberUpstream, type Fault, type Kind } from './sber-upstream.js';
-
-/** How long any wait in here may take before the test says what it waited for. */
-const PATIENCE_MS = 20_000;
 
 /** Orders paid while Sber merely misbehaves, and orders confirmed while it is down. */
 const FLAKY_ORDERS = 40;
 const OUTAGE_ORDERS = 10;
 
 /**
- * Sber's policy as the guide gives it, tightened so the test runs in
- * seconds: 3 attempts 100–200 ms apart, a breaker that only a real outage
- * opens (15 failures among the last 20 attempts) and probes after 1 s.
+ * `ballast serve`'s config, test/ballast.toml: Sber's policy as the guide
+ * gives it, tightened so the test runs in seconds. (This file runs as
+ * dist/test/e2e.test.js.)
  */
-const SBER = (port: number) => `
-[systems.sber]
-base_url = "http://127.0.0.1:${port}/"
-critical = true
-dedupes_by_key = true
-key_ttl = "24h"
-
-[systems.sber.retry]
-max_attempts = 3
-first_delay = "100ms"
-max_delay = "200ms"
-
-[systems.sber.breaker]
-kind = "count"
-threshold = 0.75
-size = 20
-min_calls = 20
-half_open_after = "1s"
-
-[systems.sber.bulkhead]
-limit = 8
-
-[systems.sber.timeout]
-attempt = "1s"
-`;
+const CONFIG = new URL('../../test/ballast.toml', import.meta.url);
 
 /** What order `n` of the flaky ones meets, per kind of request. */
 function faultsOf(n: number): Record<Kind, Fault[]> {
@@ -82,7 +55,7 @@ describe('the Sber adapter through ballast serve', { timeout: 4 * PATIENCE_MS },
 
   before(async () => {
     upstream = await SberUpstream.start();
-    served = await startBallast(SBER(upstream.port), PATIENCE_MS);
+    served = await startBallast(CONFIG, { upstream: upstream.port });
     app = await Test.createTestingModule({
       imports: [
         BallastModule.forRoot({ baseUrl: served.gateway, token: TOKEN, adminUrl: served.admin, global: true }),
@@ -101,135 +74,123 @@ describe('the Sber adapter through ballast serve', { timeout: 4 * PATIENCE_MS },
     await upstream?.stop();
   });
 
-  test('no double charge, receipts once, every confirmation delivered after the outage', (t) =>
-    withLog(t, async () => {
-      const started = Date.now();
-      const presses = new Map<string, number>();
-      /** The user presses "pay" until it works; told the system is unavailable, they wait as long as it says. */
-      const pay = async (id: string) => {
-        for (let press = 1; ; press++) {
-          presses.set(id, press);
-          try {
-            return await checkout.pay(new OrderId(id));
-          } catch (e) {
-            if (!(e instanceof PaymentPortError) || e.kind === 'rejected' || press === 5) throw e;
-            if (e.kind === 'system_unavailable') await sleep((e.retryAfter ?? 1) * 1000);
-          }
+  test('no double charge, receipts once, every confirmation delivered after the outage', async (t) => {
+    const started = Date.now();
+    const presses = new Map<string, number>();
+    /** The user presses "pay" until it works; told the system is unavailable, they wait as long as it says. */
+    const pay = async (id: string) => {
+      for (let press = 1; ; press++) {
+        presses.set(id, press);
+        try {
+          return await checkout.pay(new OrderId(id));
+        } catch (e) {
+          if (!(e instanceof PaymentPortError) || e.kind === 'rejected' || press === 5) throw e;
+          if (e.kind === 'system_unavailable') await sleep((e.retryAfter ?? 1) * 1000);
         }
-      };
-      const flaky = range(1, FLAKY_ORDERS).map((n) => `order-${n}`);
-      const down = range(FLAKY_ORDERS + 1, FLAKY_ORDERS + OUTAGE_ORDERS).map((n) => `order-${n}`);
-
-      // Sber misbehaves: answers lost after a charge, resets, 503s.
-      for (const [n, id] of flaky.entries()) {
-        for (const [kind, faults] of Object.entries(faultsOf(n + 1))) upstream.plan(kind as Kind, id, faults);
       }
-      await inBatches(flaky, 4, async (id) => {
-        await pay(id);
-        await checkout.confirm(new OrderId(id));
-      });
-      await inBatches(down, 4, pay);
+    };
+    const flaky = range(1, FLAKY_ORDERS).map((n) => `order-${n}`);
+    const down = range(FLAKY_ORDERS + 1, FLAKY_ORDERS + OUTAGE_ORDERS).map((n) => `order-${n}`);
 
-      // Sber goes down while the last orders are confirmed.
-      upstream.outage(true);
-      const outageStarted = Date.now();
-      const deferred = await inBatches(down, 5, async (id) => (await checkout.confirm(new OrderId(id))).confirmation);
-      for (const confirmation of deferred) assert.equal(confirmation?.state, 'deferred', JSON.stringify(confirmation));
-      const port = app.get<PaymentPort>(PAYMENT_PORT);
-      const unavailable = await eventually('findOrder fails fast with system unavailable', async () => {
-        const e = await port.findOrder(new OrderId('order-1')).then(
-          () => undefined,
-          (e: unknown) => e,
-        );
-        return e instanceof PaymentPortError && e.kind === 'system_unavailable' && e;
-      });
-      assert.ok(unavailable.retryAfter! >= 1, `Retry-After ${unavailable.retryAfter}`);
-      await eventually('readiness says not ready', async () =>
-        app
+    // Sber misbehaves: answers lost after a charge, resets, 503s.
+    for (const [n, id] of flaky.entries()) {
+      for (const [kind, faults] of Object.entries(faultsOf(n + 1))) upstream.plan(kind as Kind, id, faults);
+    }
+    await inBatches(flaky, 4, async (id) => {
+      await pay(id);
+      await checkout.confirm(new OrderId(id));
+    });
+    await inBatches(down, 4, pay);
+
+    // Sber goes down while the last orders are confirmed.
+    upstream.outage(true);
+    const outageStarted = Date.now();
+    const deferred = await inBatches(down, 5, async (id) => (await checkout.confirm(new OrderId(id))).confirmation);
+    for (const confirmation of deferred) assert.equal(confirmation?.state, 'deferred', JSON.stringify(confirmation));
+    const port = app.get<PaymentPort>(PAYMENT_PORT);
+    const unavailable = await eventually('findOrder fails fast with system unavailable', async () => {
+      const e = await port.findOrder(new OrderId('order-1')).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      return e instanceof PaymentPortError && e.kind === 'system_unavailable' && e;
+    });
+    assert.ok(unavailable.retryAfter! >= 1, `Retry-After ${unavailable.retryAfter}`);
+    await eventually('readiness says not ready', async () =>
+      app
+        .get(HealthController)
+        .ready()
+        .then(
+          () => false,
+          (e: unknown) => e instanceof ServiceUnavailableException,
+        ),
+    );
+    upstream.outage(false);
+    const outageMs = Date.now() - outageStarted;
+
+    // Back up: the gateway's queue delivers every deferred confirmation.
+    await eventually('every deferred confirmation is delivered', async () => {
+      const states = await Promise.all(down.map((id) => checkout.confirmationOf(new OrderId(id))));
+      assert.ok(!states.includes('failed'), states.join());
+      return states.every((s) => s === 'confirmed');
+    });
+    await eventually('readiness says ready', async () => (await app.get(HealthController).ready()).status === 'ok');
+
+    const orders = [...flaky, ...down];
+    const charges = orders.map((id) => upstream.charges.get(id) ?? 0);
+    const doubles = charges.filter((c) => c > 1).length;
+    assert.deepEqual(
+      charges,
+      orders.map(() => 1),
+      'every order charged exactly once',
+    );
+    assert.deepEqual(
+      orders.map((id) => upstream.confirmations.get(id) ?? 0),
+      orders.map(() => 1),
+      'confirmed exactly once',
+    );
+    assert.deepEqual(
+      orders.map((id) => upstream.receipts.get(id) ?? 0),
+      orders.map(() => 1),
+      'each receipt sent exactly once (R-RES-RE-X1)',
+    );
+    for (const id of orders) assert.equal(await checkout.confirmationOf(new OrderId(id)), 'confirmed', id);
+    const repressed = [...presses.values()].filter((p) => p > 1).length;
+    assert.ok(repressed >= FLAKY_ORDERS / 10, `${repressed} orders paid on a later press`);
+
+    const { lost, reset, outage } = upstream.injected;
+    t.diagnostic(
+      `e2e: ${orders.length} orders; faults injected: ${lost} answers lost after applying, ${reset} resets, ` +
+        `${upstream.injected['503']} 503s, a ${(outageMs / 1000).toFixed(1)} s outage (${outage} requests refused); ` +
+        `${charges.reduce((a, b) => a + b, 0)} charges applied, ${doubles} double charges; ` +
+        `${orders.length} receipts sent once each; ${repressed} orders paid on a second press; ` +
+        `${deferred.length} confirmations deferred, ${deferred.length} completed after the outage; ` +
+        `${((Date.now() - started) / 1000).toFixed(1)} s`,
+    );
+  });
+
+  test('the app as AppModule builds it, from the environment, reports ready', async () => {
+    process.env['BALLAST_GATEWAY_URL'] = served.gateway;
+    process.env['BALLAST_GATEWAY_TOKEN'] = TOKEN;
+    process.env['BALLAST_ADMIN_URL'] = served.admin;
+    const whole = await Test.createTestingModule({ imports: [AppModule] }).compile();
+    try {
+      const report = await eventually<HealthCheckResult>('AppModule reports ready', async () =>
+        whole
           .get(HealthController)
           .ready()
           .then(
+            (r) => r,
             () => false,
-            (e: unknown) => e instanceof ServiceUnavailableException,
           ),
       );
-      upstream.outage(false);
-      const outageMs = Date.now() - outageStarted;
-
-      // Back up: the gateway's queue delivers every deferred confirmation.
-      await eventually('every deferred confirmation is delivered', async () => {
-        const states = await Promise.all(down.map((id) => checkout.confirmationOf(new OrderId(id))));
-        assert.ok(!states.includes('failed'), states.join());
-        return states.every((s) => s === 'confirmed');
-      });
-      await eventually('readiness says ready', async () => (await app.get(HealthController).ready()).status === 'ok');
-
-      const orders = [...flaky, ...down];
-      const charges = orders.map((id) => upstream.charges.get(id) ?? 0);
-      const doubles = charges.filter((c) => c > 1).length;
-      assert.deepEqual(
-        charges,
-        orders.map(() => 1),
-        'every order charged exactly once',
-      );
-      assert.deepEqual(
-        orders.map((id) => upstream.confirmations.get(id) ?? 0),
-        orders.map(() => 1),
-        'confirmed exactly once',
-      );
-      assert.deepEqual(
-        orders.map((id) => upstream.receipts.get(id) ?? 0),
-        orders.map(() => 1),
-        'each receipt sent exactly once (R-RES-RE-X1)',
-      );
-      for (const id of orders) assert.equal(await checkout.confirmationOf(new OrderId(id)), 'confirmed', id);
-      const repressed = [...presses.values()].filter((p) => p > 1).length;
-      assert.ok(repressed >= FLAKY_ORDERS / 10, `${repressed} orders paid on a later press`);
-
-      const { lost, reset, outage } = upstream.injected;
-      t.diagnostic(
-        `e2e: ${orders.length} orders; faults injected: ${lost} answers lost after applying, ${reset} resets, ` +
-          `${upstream.injected['503']} 503s, a ${(outageMs / 1000).toFixed(1)} s outage (${outage} requests refused); ` +
-          `${charges.reduce((a, b) => a + b, 0)} charges applied, ${doubles} double charges; ` +
-          `${orders.length} receipts sent once each; ${repressed} orders paid on a second press; ` +
-          `${deferred.length} confirmations deferred, ${deferred.length} completed after the outage; ` +
-          `${((Date.now() - started) / 1000).toFixed(1)} s`,
-      );
-    }));
-
-  test('the app as AppModule builds it, from the environment, reports ready', (t) =>
-    withLog(t, async () => {
-      process.env['BALLAST_GATEWAY_URL'] = served.gateway;
-      process.env['BALLAST_GATEWAY_TOKEN'] = TOKEN;
-      process.env['BALLAST_ADMIN_URL'] = served.admin;
-      const whole = await Test.createTestingModule({ imports: [AppModule] }).compile();
-      try {
-        const report = await eventually<HealthCheckResult>('AppModule reports ready', async () =>
-          whole
-            .get(HealthController)
-            .ready()
-            .then(
-              (r) => r,
-              () => false,
-            ),
-        );
-        assert.equal(report.info?.['ballast']?.status, 'up');
-        await whole.get(CheckoutService).pay(new OrderId('order-app'));
-        assert.equal(upstream.charges.get('order-app'), 1);
-      } finally {
-        await whole.close();
-      }
-    }));
-
-  /** `body`, with the gateway's log added to the report when it fails. */
-  async function withLog(t: TestContext, body: () => Promise<void>): Promise<void> {
-    try {
-      await body();
-    } catch (e) {
-      t.diagnostic(`ballast serve's log:\n${served.log()}`);
-      throw e;
+      assert.equal(report.info?.['ballast']?.status, 'up');
+      await whole.get(CheckoutService).pay(new OrderId('order-app'));
+      assert.equal(upstream.charges.get('order-app'), 1);
+    } finally {
+      await whole.close();
     }
-  }
+  });
 });
 
 /** `count` items of `items` at a time, results in order. */
@@ -238,17 +199,6 @@ async function inBatches<T, R>(items: T[], count: number, each: (item: T) => Pro
   for (let i = 0; i < items.length; i += count)
     results.push(...(await Promise.all(items.slice(i, i + count).map(each))));
   return results;
-}
-
-/** What `check` returns once it is truthy, asked every 50 ms for up to {@link PATIENCE_MS}. */
-async function eventually<T>(what: string, check: () => Promise<T | false | undefined>): Promise<T> {
-  const deadline = Date.now() + PATIENCE_MS;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) assert.fail(`timed out waiting until ${what}`);
-    await sleep(50);
-  }
 }
 
 function sleep(ms: number): Promise<void> {

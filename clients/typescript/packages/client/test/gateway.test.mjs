@@ -40,38 +40,7 @@ describe('through a real ballast serve', { timeout: 3 * PATIENCE_MS }, () => {
   before(async () => {
     upstream = await startUpstream();
     const closed = await closedPort();
-    served = await startBallast(`
-[systems.pay]
-base_url = "http://127.0.0.1:${upstream.port}/api/"
-critical = true
-dedupes_by_key = true
-key_ttl = "7d"
-
-[systems.pay.retry]
-max_attempts = 3
-first_delay = "100ms"
-max_delay = "200ms"
-
-[systems.pay.timeout]
-attempt = "1500ms"
-
-# Opens on its first failure and stays open: the gateway then fails fast.
-[systems.fragile]
-base_url = "http://127.0.0.1:${upstream.port}/fragile/"
-critical = false
-retry = "none"
-
-[systems.fragile.breaker]
-kind = "consecutive"
-threshold = 1
-half_open_after = "30s"
-
-# Nothing listens there: every connection is refused.
-[systems.gone]
-base_url = "http://127.0.0.1:${closed}/"
-critical = false
-retry = "none"
-`);
+    served = await startBallast(new URL('ballast.toml', import.meta.url), { upstream: upstream.port, closed });
     ballast = createBallastClient({ baseUrl: served.gateway, token: TOKEN, adminUrl: served.admin });
   });
 

@@ -26,17 +26,7 @@ describe('against a real ballast serve', { timeout: 3 * PATIENCE_MS }, () => {
   let app;
   before(async () => {
     upstream = await startUpstream();
-    served = await startBallast(`
-[systems.sber]
-base_url = "http://127.0.0.1:${upstream.port}/"
-critical = true
-retry = "none"
-
-[systems.sber.breaker]
-kind = "consecutive"
-threshold = 1
-half_open_after = "30s"
-`);
+    served = await startBallast(new URL('ballast.toml', import.meta.url), { upstream: upstream.port });
     app = await healthApp({ baseUrl: served.gateway, token: TOKEN, adminUrl: served.admin });
   });
   after(async () => {
