@@ -44,9 +44,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context};
 use ballast_queue::{Handler, NewTask, Queue, RunSummary, TaskContext, Worker};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use sqlx::Connection;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio_util::sync::CancellationToken;
@@ -262,13 +260,7 @@ impl Db {
         match opts.backend {
             BenchBackend::Sqlite => {
                 let dir = tempfile::tempdir()?;
-                // The settings `Queue::connect` uses: WAL, synchronous = NORMAL.
-                let options = SqliteConnectOptions::new()
-                    .filename(dir.path().join("bench.db"))
-                    .create_if_missing(true)
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Normal)
-                    .busy_timeout(Duration::from_secs(5));
+                let options = Queue::sqlite_options(dir.path().join("bench.db"));
                 let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options.clone()).await?;
                 Ok(Db::Sqlite { pool, options, _dir: dir })
             }

@@ -164,6 +164,12 @@ mod queue {
         String::from_utf8_lossy(&o.stderr).into_owned()
     }
 
+    /// `o` exited with `code`, saying `message` on stderr.
+    fn exits_saying(o: &Output, code: i32, message: &str) {
+        assert_eq!(o.status.code(), Some(code), "{}", stderr(o));
+        assert!(stderr(o).contains(message), "{}", stderr(o));
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn stats_and_list_in_human_and_json() {
         let (_dir, db, _) = prepared().await;
@@ -312,37 +318,25 @@ mod queue {
         assert_eq!(json(&retried), serde_json::json!({ "retried": 1, "ids": [2] }));
         assert_eq!(queue.get(2).await.unwrap().unwrap().state, TaskState::Pending);
         let again = run(&["retry", "2", "--format", "json"]);
-        assert_eq!(again.status.code(), Some(1));
-        assert!(
-            stderr(&again).contains("task 2 is pending, not failed: nothing to retry"),
-            "{}",
-            stderr(&again)
-        );
+        exits_saying(&again, 1, "task 2 is pending, not failed: nothing to retry");
         assert_eq!(json(&again)["retried"], 0);
         assert_eq!(json(&again)["ids"], serde_json::json!([]));
         let unknown = run(&["retry", "99"]);
-        assert_eq!(unknown.status.code(), Some(1));
-        assert!(stderr(&unknown).contains("no task 99"));
+        exits_saying(&unknown, 1, "no task 99");
 
         assert_eq!(run(&["retry", "--all-failed", "--kind", "charge"]).status.code(), Some(1));
         let all = run(&["retry", "--all-failed", "--format", "json"]);
         assert_eq!((all.status.code(), json(&all)), (Some(0), serde_json::json!({ "retried": 1 })));
         let none = run(&["retry", "--all-failed"]);
-        assert_eq!(none.status.code(), Some(1));
-        assert!(stderr(&none).contains("no failed tasks"), "{}", stderr(&none));
+        exits_saying(&none, 1, "no failed tasks");
 
         let cancelled = run(&["cancel", "5"]);
         assert_eq!((cancelled.status.code(), stdout(&cancelled).as_str()), (Some(0), "task 5 cancelled\n"));
         let twice = run(&["cancel", "5", "--format", "json"]);
-        assert_eq!(twice.status.code(), Some(1));
+        exits_saying(&twice, 1, "task 5 is already cancelled: nothing to cancel");
         assert_eq!(
             (json(&twice)["cancelled"].as_u64(), json(&twice)["ids"].as_array().map(Vec::len)),
             (Some(0), Some(0))
-        );
-        assert!(
-            stderr(&twice).contains("task 5 is already cancelled: nothing to cancel"),
-            "{}",
-            stderr(&twice)
         );
 
         let kept = run(&["prune", "--older-than", "7d", "--format", "json"]);
@@ -358,12 +352,7 @@ mod queue {
     #[test]
     fn bad_arguments_and_missing_databases_exit_2() {
         let missing = ballast(&["queue", "--db", "no/such/tasks.db", "stats"]);
-        assert_eq!(missing.status.code(), Some(2));
-        assert!(
-            stderr(&missing).contains("no queue database at \"no/such/tasks.db\""),
-            "{}",
-            stderr(&missing)
-        );
+        exits_saying(&missing, 2, "no queue database at \"no/such/tasks.db\"");
         // An existing database without the queue's table is not silently migrated.
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("other.db");
@@ -382,8 +371,7 @@ mod queue {
         let tables = std::fs::metadata(&empty).unwrap().len();
         assert_eq!(tables, 0, "nothing was created in {empty}");
         let no_db = ballast(&["queue", "stats"]);
-        assert_eq!(no_db.status.code(), Some(2));
-        assert!(stderr(&no_db).contains("needs --db"));
+        exits_saying(&no_db, 2, "needs --db");
         for args in [
             &["retry"][..],
             &["retry", "1", "--all-failed"],

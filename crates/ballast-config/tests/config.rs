@@ -398,28 +398,8 @@ fn the_caret_stands_under_the_value_after_tabs_and_wide_characters() {
 
 #[test]
 fn serve_gateway_alerts_and_retention_keys_are_checked() {
-    let text = r#"
-[queue]
-url = "sqlite://q.db"
-retain_completed = "0"
-
-[serve]
-protect_metrics = true
-
-[gateway]
-listen = "0.0.0.0:9465"
-max_body = "2GiB"
-
-[[alerts.webhook]]
-url_env = "ALERT_URL"
-format = "slak"
-
-[[alerts.webhook]]
-format = "slack"
-dedupes_by_key = true
-retries = 3
-"#;
-    let checked = Config::check("t.toml", text).unwrap();
+    let checked =
+        Config::check("t.toml", include_str!("fixtures/serve_gateway_alerts_retention.toml")).unwrap();
     let at = |line: usize| {
         checked
             .findings
@@ -552,32 +532,7 @@ fn leaving_409_in_flight_out_of_a_deduplicating_system_s_retry_on_is_noted() {
 
 #[test]
 fn the_security_keys_are_checked() {
-    let text = r#"
-[queue]
-url = "sqlite://q.db"
-seal_key_env = "not a name"
-seal_headers = ["X Card"]
-
-[serve]
-body_read_timeout = "0s"
-session_ttl = "0s"
-allowed_hosts = ["https://ops.example/"]
-
-[gateway]
-body_read_timeout = "1h"
-trust_forwarded = true
-
-[systems.pay]
-base_url = "http://127.0.0.1:1/"
-retry = "none"
-
-[systems.pay.headers]
-Authorization = { env = "PAY_TOKEN" }
-Idempotency-Key = { env = "PAY_KEY" }
-X-Plain = "written in the file"
-X-Nothing = {}
-"#;
-    let checked = Config::check("t.toml", text).unwrap();
+    let checked = Config::check("t.toml", include_str!("fixtures/security_keys.toml")).unwrap();
     let at = |line: usize| error_at(&checked.findings, line).message.clone();
     assert!(at(4).contains("seal_key_env"));
     assert!(at(5).contains("X Card"));
@@ -601,23 +556,7 @@ X-Nothing = {}
 /// error; a clean section gives the settings, the variables over them.
 #[test]
 fn the_telemetry_keys_are_checked() {
-    let text = r#"
-[telemetry]
-endpoint = "grpc://collector:4317"
-traces_endpoint = "http://user:secret@collector:4318/v1/traces"
-protocol = "grpc"
-sampler = "parentbased_traceidratoi"
-sampler_arg = 1.5
-queue_size = 0
-schedule_delay = "0s"
-
-[telemetry.headers]
-"x api key" = { env = "COLLECTOR_KEY" }
-x-tenant = {}
-
-[telemetry.resource_attributes]
-"service.name" = "twice"
-"#;
+    let text = include_str!("fixtures/telemetry_keys.toml");
     let checked = Config::check("t.toml", text).unwrap();
     let at = |line: usize| {
         let found = error_at(&checked.findings, line);

@@ -51,10 +51,16 @@ pub struct RequestKey(pub IdempotencyKey);
 /// }));
 /// # let _ = service;
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct PolicyLayer {
     policy: Policy,
+    /// Whether the service deduplicates writes by key; see
+    /// [`HttpSystemBuilder::dedupes_by_key`](crate::HttpSystemBuilder::dedupes_by_key).
+    #[setters(generate)]
     dedupes_by_key: bool,
+    /// The header keyed writes carry their key in.
+    #[setters(generate, rename = "idempotency_header")]
     header: HeaderName,
     retry_on: RetryOn,
 }
@@ -69,19 +75,6 @@ impl PolicyLayer {
             header: HeaderName::from_static("idempotency-key"),
             retry_on: RetryOn::default(),
         }
-    }
-
-    /// Whether the service deduplicates writes by key; see
-    /// [`HttpSystemBuilder::dedupes_by_key`](crate::HttpSystemBuilder::dedupes_by_key).
-    pub fn dedupes_by_key(mut self, yes: bool) -> Self {
-        self.dedupes_by_key = yes;
-        self
-    }
-
-    /// The header keyed writes carry their key in.
-    pub fn idempotency_header(mut self, name: HeaderName) -> Self {
-        self.header = name;
-        self
     }
 
     /// Which outcome classes are transient.

@@ -125,7 +125,8 @@ impl Segment {
 }
 
 /// A declared route.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct Route {
     method: Method,
     template: String,
@@ -134,6 +135,9 @@ pub struct Route {
     name: String,
     segments: Vec<Segment>,
     kind: RouteKind,
+    /// An attempt timeout of the route's own, shorter than the system's (an
+    /// attempt of the system's takes no longer than the system allows).
+    #[setters(generate, strip_option)]
     timeout: Option<Duration>,
 }
 
@@ -147,13 +151,6 @@ impl Route {
         let template = format!("/{}", template.trim().trim_start_matches('/'));
         let name = format!("{method} {template}");
         Ok(Route { method, template, name, segments, kind, timeout: None })
-    }
-
-    /// An attempt timeout of the route's own, shorter than the system's (an
-    /// attempt of the system's takes no longer than the system allows).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
     }
 
     /// The method.

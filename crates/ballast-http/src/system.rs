@@ -22,23 +22,125 @@ use crate::{parse_base_url, HttpError, Request, Response, RetryOn, SystemBuildEr
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Builds an [`HttpSystem`]; see [`HttpSystem::builder`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct HttpSystemBuilder {
     name: String,
     base_url: String,
     policy: PolicyBuilder,
+    /// Sends through `client` instead of a client of ballast's own: your
+    /// default headers, proxy, custom CA, mTLS identity and user agent stay
+    /// as you configured them.
+    ///
+    /// What you must ensure on it, because ballast cannot change a built
+    /// client: no retries of its own and no redirects (build it with
+    /// `.retry(reqwest::retry::never())` and
+    /// `.redirect(reqwest::redirect::Policy::none())`): both resend requests
+    /// outside the policy, where the breaker does not see them and a 307/308
+    /// resends a write's body (R-RES-RE-X4). Its connect and read timeouts are
+    /// yours too, so [`connect_timeout`](Self::connect_timeout) and
+    /// [`read_timeout`](Self::read_timeout) are refused beside it; keep them
+    /// under the policy's attempt timeout.
+    ///
+    /// What ballast still adds to every request: the policy (the attempt
+    /// timeout, retries of reads and keyed writes, breaker, bulkhead), the
+    /// idempotency header of keyed writes, and the classification of every
+    /// outcome (R-RES-RE-X2).
+    ///
+    /// ```
+    /// use ballast_http::HttpSystem;
+    /// use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+    ///
+    /// let mut headers = HeaderMap::new();
+    /// headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer token"));
+    /// let client = reqwest::Client::builder()
+    ///     .default_headers(headers)
+    ///     .user_agent("billing/1.4")
+    ///     .retry(reqwest::retry::never())
+    ///     .redirect(reqwest::redirect::Policy::none())
+    ///     .build()
+    ///     .unwrap();
+    /// let crm = HttpSystem::builder("crm", "https://crm.example/").client(client).build().unwrap();
+    /// # let _ = crm;
+    /// ```
+    #[setters(generate, strip_option)]
     client: Option<reqwest::Client>,
+    /// Whether the system's contract deduplicates writes by idempotency key,
+    /// with a key TTL longer than the whole retry window (default false).
+    /// Without it a keyed write still sends its key but makes one attempt
+    /// (R-RES-RE-1).
+    #[setters(generate)]
     dedupes_by_key: bool,
+    /// The header keyed writes carry their key in (default `Idempotency-Key`).
+    #[setters(generate, into, rename = "idempotency_header")]
     header: String,
+    /// How long to wait for a connection (default 1 s, or the policy's
+    /// attempt timeout if that is shorter).
+    #[setters(generate, strip_option)]
     connect_timeout: Option<Duration>,
+    /// How long the system may stay silent while we read its response
+    /// (default: the policy's attempt timeout).
+    #[setters(generate, strip_option)]
     read_timeout: Option<Duration>,
+    /// Which outcome classes are transient (default `{5xx, timeout, connect,
+    /// reset, 409-in-flight}`; the full table is in [`classify`](crate::classify)).
+    ///
+    /// **409 on a keyed write to a system that deduplicates by key** means
+    /// "the original request with this key is still in flight" (the IETF
+    /// Idempotency-Key draft; Stripe and others answer so): transient by
+    /// default, retried with the same key after backoff; turn it off with
+    /// [`RetryOn::with_409_in_flight`]`(false)` where the system's 409 means
+    /// something else. 408 and 429 mean "try again" only when the system's
+    /// contract says so, and are opted into here (honouring `Retry-After`).
+    /// Every other 4xx is a contract error and never retried (R-RES-RE-X2).
+    ///
+    /// ```
+    /// use ballast_http::{HttpSystem, RetryOn};
+    ///
+    /// let pay = HttpSystem::builder("pay", "https://pay.example/")
+    ///     .dedupes_by_key(true)
+    ///     .retry_on(RetryOn::default().with_429(true))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(pay.retry_on().conflict_in_flight && pay.retry_on().status_429);
+    /// ```
+    #[setters(generate)]
     retry_on: RetryOn,
+    /// Whether the service is not ready while this system's breaker is open
+    /// (default false); see [`Health`](crate::Health).
+    #[setters(generate)]
     critical: bool,
+    /// How long the system remembers an idempotency key, from its contract.
+    /// A deferred keyed write is never sent once its key may have expired:
+    /// its delivery fails instead, and alerts (R-RES-RE-1).
+    #[setters(generate, strip_option)]
     key_ttl: Option<Duration>,
     service: Option<crate::transport::ServiceTransport>,
+    /// What each endpoint of the system is ([`Routes`]): a read whatever its
+    /// method, a write that must carry a key (one without is refused unsent,
+    /// [`HttpError::KeyRequired`]), or a write sent once. A request no route
+    /// matches is what its method and key make it.
+    ///
+    /// ```
+    /// use ballast_http::routes::{RouteKind, Routes};
+    /// use ballast_http::HttpSystem;
+    ///
+    /// let routes = Routes::new().route("POST", "/orders/search", RouteKind::Read)?.route(
+    ///     "POST",
+    ///     "/payments",
+    ///     RouteKind::KeyedWrite,
+    /// )?;
+    /// let pay = HttpSystem::builder("pay", "https://pay.example/v1/").routes(routes).build().unwrap();
+    /// # let _ = pay;
+    /// # Ok::<(), ballast_http::routes::RouteError>(())
+    /// ```
+    #[setters(generate)]
     routes: Routes,
     /// Added to every request; the first bad name or value, for `build`.
     headers: Result<HeaderMap, String>,
+    /// Treats the whole base URL as a secret (a Slack webhook's path is its
+    /// token): errors, logs and spans show only its scheme and host.
+    #[setters(generate)]
     secret_url: bool,
     #[cfg(feature = "queue")]
     seal: Option<crate::SealKey>,
@@ -76,29 +178,6 @@ impl HttpSystemBuilder {
         self
     }
 
-    /// What each endpoint of the system is ([`Routes`]): a read whatever its
-    /// method, a write that must carry a key (one without is refused unsent,
-    /// [`HttpError::KeyRequired`]), or a write sent once. A request no route
-    /// matches is what its method and key make it.
-    ///
-    /// ```
-    /// use ballast_http::routes::{RouteKind, Routes};
-    /// use ballast_http::HttpSystem;
-    ///
-    /// let routes = Routes::new().route("POST", "/orders/search", RouteKind::Read)?.route(
-    ///     "POST",
-    ///     "/payments",
-    ///     RouteKind::KeyedWrite,
-    /// )?;
-    /// let pay = HttpSystem::builder("pay", "https://pay.example/v1/").routes(routes).build().unwrap();
-    /// # let _ = pay;
-    /// # Ok::<(), ballast_http::routes::RouteError>(())
-    /// ```
-    pub fn routes(mut self, routes: Routes) -> Self {
-        self.routes = routes;
-        self
-    }
-
     /// Sends through `service` instead of a client: any tower service that
     /// takes an attempt's request and answers with the whole response — a
     /// transport of your own, or an upstream in the process for tests (on
@@ -133,63 +212,6 @@ impl HttpSystemBuilder {
         self
     }
 
-    /// Sends through `client` instead of a client of ballast's own: your
-    /// default headers, proxy, custom CA, mTLS identity and user agent stay
-    /// as you configured them.
-    ///
-    /// What you must ensure on it, because ballast cannot change a built
-    /// client: no retries of its own and no redirects (build it with
-    /// `.retry(reqwest::retry::never())` and
-    /// `.redirect(reqwest::redirect::Policy::none())`): both resend requests
-    /// outside the policy, where the breaker does not see them and a 307/308
-    /// resends a write's body (R-RES-RE-X4). Its connect and read timeouts are
-    /// yours too, so [`connect_timeout`](Self::connect_timeout) and
-    /// [`read_timeout`](Self::read_timeout) are refused beside it; keep them
-    /// under the policy's attempt timeout.
-    ///
-    /// What ballast still adds to every request: the policy (the attempt
-    /// timeout, retries of reads and keyed writes, breaker, bulkhead), the
-    /// idempotency header of keyed writes, and the classification of every
-    /// outcome (R-RES-RE-X2).
-    ///
-    /// ```
-    /// use ballast_http::HttpSystem;
-    /// use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
-    ///
-    /// let mut headers = HeaderMap::new();
-    /// headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer token"));
-    /// let client = reqwest::Client::builder()
-    ///     .default_headers(headers)
-    ///     .user_agent("billing/1.4")
-    ///     .retry(reqwest::retry::never())
-    ///     .redirect(reqwest::redirect::Policy::none())
-    ///     .build()
-    ///     .unwrap();
-    /// let crm = HttpSystem::builder("crm", "https://crm.example/").client(client).build().unwrap();
-    /// # let _ = crm;
-    /// ```
-    pub fn client(mut self, client: reqwest::Client) -> Self {
-        self.client = Some(client);
-        self
-    }
-
-    /// Whether the system's contract deduplicates writes by idempotency key,
-    /// with a key TTL longer than the whole retry window (default false).
-    /// Without it a keyed write still sends its key but makes one attempt
-    /// (R-RES-RE-1).
-    pub fn dedupes_by_key(mut self, yes: bool) -> Self {
-        self.dedupes_by_key = yes;
-        self
-    }
-
-    /// How long the system remembers an idempotency key, from its contract.
-    /// A deferred keyed write is never sent once its key may have expired:
-    /// its delivery fails instead, and alerts (R-RES-RE-1).
-    pub fn key_ttl(mut self, ttl: Duration) -> Self {
-        self.key_ttl = Some(ttl);
-        self
-    }
-
     /// Adds a header to every request the system sends — the system's own
     /// credential, say — replacing one the caller set. Its value is marked
     /// sensitive (kept out of debug output) and never stored with a deferred
@@ -216,13 +238,6 @@ impl HttpSystemBuilder {
         self
     }
 
-    /// Treats the whole base URL as a secret (a Slack webhook's path is its
-    /// token): errors, logs and spans show only its scheme and host.
-    pub fn secret_url(mut self, yes: bool) -> Self {
-        self.secret_url = yes;
-        self
-    }
-
     /// The key that seals the credential headers (and the body) of a write
     /// deferred to the durable queue before it is stored; without one,
     /// deferring a request that carries a credential header is refused unsent.
@@ -245,60 +260,6 @@ impl HttpSystemBuilder {
                 Err(_) => self.headers = Err(format!("sealed header name {:?}", name.as_ref())),
             }
         }
-        self
-    }
-
-    /// The header keyed writes carry their key in (default `Idempotency-Key`).
-    pub fn idempotency_header(mut self, name: impl Into<String>) -> Self {
-        self.header = name.into();
-        self
-    }
-
-    /// How long to wait for a connection (default 1 s, or the policy's
-    /// attempt timeout if that is shorter).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = Some(timeout);
-        self
-    }
-
-    /// How long the system may stay silent while we read its response
-    /// (default: the policy's attempt timeout).
-    pub fn read_timeout(mut self, timeout: Duration) -> Self {
-        self.read_timeout = Some(timeout);
-        self
-    }
-
-    /// Which outcome classes are transient (default `{5xx, timeout, connect,
-    /// reset, 409-in-flight}`; the full table is in [`classify`](crate::classify)).
-    ///
-    /// **409 on a keyed write to a system that deduplicates by key** means
-    /// "the original request with this key is still in flight" (the IETF
-    /// Idempotency-Key draft; Stripe and others answer so): transient by
-    /// default, retried with the same key after backoff; turn it off with
-    /// [`RetryOn::with_409_in_flight`]`(false)` where the system's 409 means
-    /// something else. 408 and 429 mean "try again" only when the system's
-    /// contract says so, and are opted into here (honouring `Retry-After`).
-    /// Every other 4xx is a contract error and never retried (R-RES-RE-X2).
-    ///
-    /// ```
-    /// use ballast_http::{HttpSystem, RetryOn};
-    ///
-    /// let pay = HttpSystem::builder("pay", "https://pay.example/")
-    ///     .dedupes_by_key(true)
-    ///     .retry_on(RetryOn::default().with_429(true))
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(pay.retry_on().conflict_in_flight && pay.retry_on().status_429);
-    /// ```
-    pub fn retry_on(mut self, retry_on: RetryOn) -> Self {
-        self.retry_on = retry_on;
-        self
-    }
-
-    /// Whether the service is not ready while this system's breaker is open
-    /// (default false); see [`Health`](crate::Health).
-    pub fn critical(mut self, yes: bool) -> Self {
-        self.critical = yes;
         self
     }
 

@@ -400,6 +400,14 @@ mod delivery {
         queue
     }
 
+    /// A queue in a temp dir whose tasks get `max_attempts` attempts.
+    async fn queue_of_attempts(max_attempts: u32) -> (tempfile::TempDir, Queue) {
+        let dir = tempfile::tempdir().unwrap();
+        let schedule = ballast_queue::DurableSchedule { max_attempts, ..Default::default() };
+        let queue = queue(&dir).await.with_schedule(schedule);
+        (dir, queue)
+    }
+
     async fn tasks(queue: &Queue) -> Vec<TaskInfo> {
         queue.list(&ListFilter::default()).await.unwrap()
     }
@@ -583,9 +591,7 @@ mod delivery {
     /// held, its attempt not counted, and delivered once the system returns.
     #[tokio::test]
     async fn a_delivery_to_an_unknown_system_is_held_not_failed() {
-        let dir = tempfile::tempdir().unwrap();
-        let schedule = ballast_queue::DurableSchedule { max_attempts: 1, ..Default::default() };
-        let queue = queue(&dir).await.with_schedule(schedule);
+        let (_dir, queue) = queue_of_attempts(1).await;
         let applied = Arc::default();
         let server = gateway(Arc::new(Mutex::new(true)), Arc::clone(&applied)).await;
         let key = IdempotencyKey::v5("order-45", "send-sms");
@@ -613,9 +619,7 @@ mod delivery {
     /// attempt it has goes through.
     #[tokio::test]
     async fn refusals_before_anything_is_sent_do_not_use_up_attempts() {
-        let dir = tempfile::tempdir().unwrap();
-        let schedule = ballast_queue::DurableSchedule { max_attempts: 2, ..Default::default() };
-        let queue = queue(&dir).await.with_schedule(schedule);
+        let (_dir, queue) = queue_of_attempts(2).await;
         let applied = Arc::default();
         let server = gateway(Arc::new(Mutex::new(true)), Arc::clone(&applied)).await;
         let sber = system("sber", &server, policy("sber").breaker(Breaker::consecutive(3)))

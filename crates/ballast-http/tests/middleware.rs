@@ -14,8 +14,12 @@ use ballast_http::middleware::AttemptError;
 use ballast_http::{CallFailed, PolicyMiddleware};
 use ballast_test_support::{Reply, Upstream};
 use http::Extensions;
+use reqwest::Request;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use support::ms;
+
+/// What a middleware gives back.
+type Answer = reqwest_middleware::Result<reqwest::Response>;
 
 fn policy(name: &str) -> Policy {
     Policy::builder(name)
@@ -41,12 +45,7 @@ struct Counting(Arc<AtomicUsize>);
 
 #[async_trait::async_trait]
 impl Middleware for Counting {
-    async fn handle(
-        &self,
-        request: reqwest::Request,
-        extensions: &mut Extensions,
-        next: Next<'_>,
-    ) -> reqwest_middleware::Result<reqwest::Response> {
+    async fn handle(&self, request: Request, extensions: &mut Extensions, next: Next<'_>) -> Answer {
         self.0.fetch_add(1, Ordering::SeqCst);
         next.run(request, extensions).await
     }
@@ -57,12 +56,7 @@ struct Tagging;
 
 #[async_trait::async_trait]
 impl Middleware for Tagging {
-    async fn handle(
-        &self,
-        mut request: reqwest::Request,
-        extensions: &mut Extensions,
-        next: Next<'_>,
-    ) -> reqwest_middleware::Result<reqwest::Response> {
+    async fn handle(&self, mut request: Request, extensions: &mut Extensions, next: Next<'_>) -> Answer {
         request.headers_mut().insert("x-trace", http::HeaderValue::from_static("on"));
         next.run(request, extensions).await
     }

@@ -25,9 +25,12 @@ use rand::Rng;
 /// let delay = backoff.delay(3, &mut rng);
 /// assert!(delay >= Duration::from_secs(4) && delay <= Duration::from_secs(8));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct DurableBackoff {
     base: Duration,
+    /// Caps the nominal delay.
+    #[setters(generate)]
     max_delay: Duration,
 }
 
@@ -42,12 +45,6 @@ impl DurableBackoff {
     /// A backoff of `base · 2^n`, capped at one hour.
     pub fn exponential(base: Duration) -> Self {
         Self { base, ..Self::default() }
-    }
-
-    /// Caps the nominal delay.
-    pub fn max_delay(mut self, max_delay: Duration) -> Self {
-        self.max_delay = max_delay;
-        self
     }
 
     /// The nominal (un-jittered) delay after `attempt` failed attempts.

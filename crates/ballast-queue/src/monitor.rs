@@ -36,27 +36,20 @@ pub struct QueueSnapshot {
 }
 
 /// Configures a [`QueueMonitor`]; see [`QueueMonitor::builder`].
-#[derive(Debug)]
+#[derive(Debug, derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct QueueMonitorBuilder {
     queue: Queue,
+    /// Time between refreshes (default 5 s).
+    #[setters(generate)]
     every: Duration,
+    /// How long one refresh may take before the database counts as
+    /// unreachable (default 5 s).
+    #[setters(generate)]
     timeout: Duration,
 }
 
 impl QueueMonitorBuilder {
-    /// Time between refreshes (default 5 s).
-    pub fn every(mut self, every: Duration) -> Self {
-        self.every = every;
-        self
-    }
-
-    /// How long one refresh may take before the database counts as
-    /// unreachable (default 5 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
     /// Starts refreshing at once, until `shutdown` is cancelled. Also records
     /// the queue gauges (`ballast_queue_tasks`, `ballast_queue_lag_seconds`)
     /// and `ballast_queue_reachable` after each refresh.

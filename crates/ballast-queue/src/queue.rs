@@ -130,15 +130,26 @@ impl Queue {
         }
     }
 
+    /// The settings [`connect`](Self::connect) opens the SQLite file at
+    /// `path` with — created if missing, WAL, `synchronous = NORMAL`, a 5 s
+    /// busy timeout — for a pool of your own beside the queue's.
+    ///
+    /// ```
+    /// let options = ballast_queue::Queue::sqlite_options("tasks.db");
+    /// assert_eq!(options.get_filename(), std::path::Path::new("tasks.db"));
+    /// ```
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    pub fn sqlite_options(path: impl AsRef<std::path::Path>) -> SqliteConnectOptions {
+        with_queue_settings(SqliteConnectOptions::new().filename(path).create_if_missing(true))
+    }
+
     /// Opens a SQLite queue with `options`, adding WAL, `synchronous = NORMAL`
     /// and a 5 s busy timeout.
     #[cfg(feature = "sqlite")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub async fn connect_sqlite(options: SqliteConnectOptions) -> Result<Self> {
-        let options = options
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5));
+        let options = with_queue_settings(options);
         // A local file connection does not go stale: the ping sqlx sends
         // before handing one out would be a round trip through its worker
         // thread on every statement.
@@ -307,6 +318,16 @@ impl Queue {
 /// (0600): tasks hold payloads. SQLite gives its `-wal` and `-shm` files the
 /// database file's permissions. An existing file is left as it is.
 #[cfg(feature = "sqlite")]
+/// WAL, `synchronous = NORMAL` and a 5 s busy timeout: what a queue's SQLite
+/// file is opened with.
+#[cfg(feature = "sqlite")]
+fn with_queue_settings(options: SqliteConnectOptions) -> SqliteConnectOptions {
+    options
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(5))
+}
+
 fn create_private(path: &std::path::Path) -> Result<()> {
     let name = path.to_string_lossy();
     if name.is_empty() || name == ":memory:" || name.starts_with("file:") {

@@ -34,9 +34,14 @@ use crate::Queue;
 
 
 /// What to delete, and how gently; see [`Retention::spawn`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct Retention {
+    /// How long completed and cancelled tasks are kept.
+    #[setters(generate)]
     completed: Duration,
+    /// How long failed tasks are kept.
+    #[setters(generate)]
     failed: Duration,
     every: Duration,
     batch: u32,
@@ -56,18 +61,6 @@ impl Default for Retention {
 }
 
 impl Retention {
-    /// How long completed and cancelled tasks are kept.
-    pub fn completed(mut self, keep: Duration) -> Self {
-        self.completed = keep;
-        self
-    }
-
-    /// How long failed tasks are kept.
-    pub fn failed(mut self, keep: Duration) -> Self {
-        self.failed = keep;
-        self
-    }
-
     /// Time between passes (at least 1 s).
     pub fn every(mut self, every: Duration) -> Self {
         self.every = every.max(Duration::from_secs(1));

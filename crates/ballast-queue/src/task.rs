@@ -47,15 +47,24 @@ pub fn check_kind(kind: &str) -> Result<()> {
 ///     .max_attempts(5);
 /// assert_eq!(task.kind(), "send-sms");
 /// ```
-#[derive(Debug)]
+#[derive(Debug, derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct NewTask {
     pub(crate) kind: String,
     // Kept until enqueue so the builder chain stays infallible; the error
     // surfaces from `enqueue` with the task kind attached.
     pub(crate) payload: Result<String, serde_json::Error>,
+    /// Deduplicates by `(kind, key)`: enqueueing the same key again returns the
+    /// existing task. The handler receives the key (R-RES-RE-1).
+    #[setters(generate, strip_option)]
     pub(crate) key: Option<IdempotencyKey>,
+    /// Runs the task no earlier than `at`.
+    #[setters(generate, strip_option)]
     pub(crate) run_at: Option<SystemTime>,
-    /// `None`: the queue's schedule decides.
+    /// Attempts before the task is marked failed and the alert fires
+    /// (default: the queue's [`DurableSchedule`](crate::DurableSchedule), 10
+    /// unless [`Queue::with_schedule`](crate::Queue::with_schedule) says otherwise).
+    #[setters(generate, strip_option)]
     pub(crate) max_attempts: Option<u32>,
 }
 
@@ -71,30 +80,9 @@ impl NewTask {
         }
     }
 
-    /// Deduplicates by `(kind, key)`: enqueueing the same key again returns the
-    /// existing task. The handler receives the key (R-RES-RE-1).
-    pub fn key(mut self, key: IdempotencyKey) -> Self {
-        self.key = Some(key);
-        self
-    }
-
-    /// Runs the task no earlier than `at`.
-    pub fn run_at(mut self, at: SystemTime) -> Self {
-        self.run_at = Some(at);
-        self
-    }
-
     /// Runs the task no earlier than `delay` from now.
     pub fn run_after(self, delay: Duration) -> Self {
         self.run_at(SystemTime::now() + delay)
-    }
-
-    /// Attempts before the task is marked failed and the alert fires
-    /// (default: the queue's [`DurableSchedule`](crate::DurableSchedule), 10
-    /// unless [`Queue::with_schedule`](crate::Queue::with_schedule) says otherwise).
-    pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = Some(n);
-        self
     }
 
     /// The task kind.

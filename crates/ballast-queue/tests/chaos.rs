@@ -498,36 +498,30 @@ fn pool(h: &Harness) -> Pool {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_workers_killed_while_draining_lose_and_duplicate_nothing() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
-    kill_workers_while_draining(Harness::sqlite().await).await;
+/// Each scenario as two tests: on SQLite, and on PostgreSQL when
+/// `BALLAST_TEST_PG` names one (skipped, saying so, otherwise). A child
+/// worker process runs only `chaos_child_worker` (`--exact`), never these.
+macro_rules! on_both_backends {
+    ($($scenario:ident: $sqlite:ident, $postgres:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $sqlite() {
+            $scenario(Harness::sqlite().await).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $postgres() {
+            if let Some(h) = Harness::postgres().await {
+                $scenario(h).await;
+            }
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_workers_killed_while_draining_lose_and_duplicate_nothing() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
-    let Some(h) = Harness::postgres().await else { return };
-    kill_workers_while_draining(h).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_worker_stopped_past_its_lease_starts_no_stale_handler() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
-    stop_a_worker_past_its_lease(Harness::sqlite().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_worker_stopped_past_its_lease_starts_no_stale_handler() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
-    let Some(h) = Harness::postgres().await else { return };
-    stop_a_worker_past_its_lease(h).await;
+on_both_backends! {
+    kill_workers_while_draining:
+        sqlite_workers_killed_while_draining_lose_and_duplicate_nothing,
+        postgres_workers_killed_while_draining_lose_and_duplicate_nothing;
+    stop_a_worker_past_its_lease:
+        sqlite_worker_stopped_past_its_lease_starts_no_stale_handler,
+        postgres_worker_stopped_past_its_lease_starts_no_stale_handler;
 }

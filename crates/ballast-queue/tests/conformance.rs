@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use ballast::{Classification, Classify, IdempotencyKey};
 use ballast_queue::{
-    Alert, FailReason, FailedTask, Handler, Handover, HandoverError, ListFilter, NewTask, Queue, RunSummary,
-    TaskContext, TaskInfo, TaskState, Worker, WorkerBuilder, WriteOrDefer,
+    Alert, EnqueueOutcome, FailReason, FailedTask, Handler, Handover, HandoverError, ListFilter, NewTask,
+    Queue, RunSummary, TaskContext, TaskInfo, TaskState, TxConnection, Worker, WorkerBuilder, WriteOrDefer,
 };
 use serde::{Deserialize, Serialize};
 use support::{wait_for, Db, Harness};
@@ -160,6 +160,15 @@ async fn enqueue(queue: &Queue, action: &str) -> i64 {
     queue.enqueue(NewTask::new("job", &job(action))).await.expect("enqueue").id
 }
 
+/// One job per action, enqueued in order: their ids.
+async fn enqueue_each<const N: usize>(queue: &Queue, actions: [&str; N]) -> [i64; N] {
+    let mut ids = [0; N];
+    for (id, action) in ids.iter_mut().zip(actions) {
+        *id = enqueue(queue, action).await;
+    }
+    ids
+}
+
 fn within(t: SystemTime, from: SystemTime, lo: Duration, hi: Duration) -> bool {
     let d = t.duration_since(from).unwrap_or_default();
     d >= lo && d <= hi
@@ -263,27 +272,40 @@ async fn scheduled_task_waits_for_run_at(h: &Harness) {
     w.stop().await;
 }
 
+/// How a transaction is undone.
+enum Undo {
+    RollBack,
+    Drop,
+}
+
+/// Enqueues `task()` in a transaction that commits, then in one undone.
+async fn commit_one_undo_one<DB: sqlx::Database>(
+    queue: &Queue,
+    pool: &sqlx::Pool<DB>,
+    task: impl Fn() -> NewTask,
+    undo: Undo,
+) -> (EnqueueOutcome, EnqueueOutcome)
+where
+    DB::Connection: TxConnection,
+{
+    let mut tx = pool.begin().await.unwrap();
+    let kept = queue.enqueue_in(&mut *tx, task()).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let undone = queue.enqueue_in(&mut *tx, task()).await.unwrap();
+    match undo {
+        Undo::RollBack => tx.rollback().await.unwrap(),
+        Undo::Drop => drop(tx),
+    }
+    (kept, undone)
+}
+
 async fn enqueue_in_transaction_commits_or_vanishes(h: &Harness) {
     let task = || NewTask::new("job", &job("ok")).key(IdempotencyKey::v7());
+    // SQLite's transaction is rolled back, PostgreSQL's dropped: both undo.
     let (kept, dropped) = match &h.db {
-        Db::Sqlite { pool, .. } => {
-            let mut tx = pool.begin().await.unwrap();
-            let kept = h.queue.enqueue_in(&mut *tx, task()).await.unwrap();
-            tx.commit().await.unwrap();
-            let mut tx = pool.begin().await.unwrap();
-            let dropped = h.queue.enqueue_in(&mut *tx, task()).await.unwrap();
-            tx.rollback().await.unwrap();
-            (kept, dropped)
-        }
-        Db::Pg { pool, .. } => {
-            let mut tx = pool.begin().await.unwrap();
-            let kept = h.queue.enqueue_in(&mut *tx, task()).await.unwrap();
-            tx.commit().await.unwrap();
-            let mut tx = pool.begin().await.unwrap();
-            let dropped = h.queue.enqueue_in(&mut *tx, task()).await.unwrap();
-            drop(tx);
-            (kept, dropped)
-        }
+        Db::Sqlite { pool, .. } => commit_one_undo_one(&h.queue, pool, task, Undo::RollBack).await,
+        Db::Pg { pool, .. } => commit_one_undo_one(&h.queue, pool, task, Undo::Drop).await,
     };
     assert!(h.queue.get(kept.id).await.unwrap().is_some());
     assert!(h.queue.get(dropped.id).await.unwrap().is_none(), "rolled back: no task");
@@ -374,9 +396,7 @@ async fn failure_stores_its_alert_tasks_keyed_by_the_failure(h: &Harness) {
 
 async fn a_successful_attempt_keeps_its_result(h: &Harness) {
     let handler = Scripted::default();
-    let kept = enqueue(&h.queue, "result").await;
-    let dropped = enqueue(&h.queue, "result, then permanent").await;
-    let plain = enqueue(&h.queue, "ok").await;
+    let [kept, dropped, plain] = enqueue_each(&h.queue, ["result", "result, then permanent", "ok"]).await;
     let w = start(worker(&h.queue, handler.clone()));
     let kept = wait_for(&h.queue, kept, SOON, |t| t.state == TaskState::Completed).await;
     let dropped = wait_for(&h.queue, dropped, SOON, |t| t.state == TaskState::Failed).await;
@@ -562,8 +582,7 @@ async fn cancelled_task_is_fenced_too(h: &Harness) {
 
 async fn shutdown_finishes_in_flight_then_releases_the_rest(h: &Harness) {
     let handler = Scripted::default();
-    let quick = enqueue(&h.queue, "sleep:200").await;
-    let stuck = enqueue(&h.queue, "sleep:60000").await;
+    let [quick, stuck] = enqueue_each(&h.queue, ["sleep:200", "sleep:60000"]).await;
     let w = start(worker(&h.queue, handler.clone()).shutdown_grace(Duration::from_millis(800)));
     wait_for(&h.queue, stuck, SOON, |t| t.state == TaskState::Running).await;
     wait_for(&h.queue, quick, SOON, |t| t.state == TaskState::Running).await;
@@ -579,9 +598,7 @@ async fn shutdown_finishes_in_flight_then_releases_the_rest(h: &Harness) {
 
 async fn admin_stats_list_retry_cancel_prune(h: &Harness) {
     let handler = Scripted::default();
-    let ok = enqueue(&h.queue, "ok").await;
-    let bad = enqueue(&h.queue, "permanent").await;
-    let bad2 = enqueue(&h.queue, "permanent").await;
+    let [ok, bad, bad2] = enqueue_each(&h.queue, ["ok", "permanent", "permanent"]).await;
     let w = start(worker(&h.queue, handler.clone()));
     wait_for(&h.queue, ok, SOON, |t| t.state == TaskState::Completed).await;
     wait_for(&h.queue, bad2, SOON, |t| t.state == TaskState::Failed).await;

@@ -94,6 +94,20 @@ FROM ballast_tasks ORDER BY id";
 /// Reads [`DUMP`] on the test's own pool.
 type Dump = Box<dyn Fn() -> BoxFuture<'static, Vec<String>> + Send + Sync>;
 
+/// Every task row of `pool`'s database, as text.
+fn dump_of<DB: sqlx::Database>(pool: sqlx::Pool<DB>) -> Dump
+where
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    String: sqlx::Type<DB> + for<'r> sqlx::Decode<'r, DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    Box::new(move || {
+        let pool = pool.clone();
+        async move { sqlx::query_scalar(DUMP).fetch_all(&pool).await.expect("dump") }.boxed()
+    })
+}
+
 /// Upgrades a version-1 database holding the tasks above and works them.
 async fn upgrade_keeps_tasks_workable(queue: Queue, dump: Dump) {
     assert!(!queue.is_migrated().await.expect("is_migrated"), "version 1 is not the current schema");
@@ -164,25 +178,15 @@ async fn sqlite_database_of_version_1_upgrades_in_place() {
         .busy_timeout(SOON);
     let pool: SqlitePool =
         SqlitePoolOptions::new().max_connections(4).connect_with(options).await.expect("open sqlite");
-    sqlx::raw_sql(
+    for sql in [
         "CREATE TABLE ballast_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-    )
-    .execute(&pool)
-    .await
-    .expect("migrations table");
-    sqlx::raw_sql(SQLITE_V1).execute(&pool).await.expect("version 1");
-    sqlx::raw_sql("INSERT INTO ballast_migrations (version, applied_at) VALUES (1, 1000)")
-        .execute(&pool)
-        .await
-        .expect("record version 1");
-    sqlx::raw_sql(SQLITE_TASKS).execute(&pool).await.expect("tasks");
-    let dump = {
-        let pool = pool.clone();
-        Box::new(move || {
-            let pool = pool.clone();
-            async move { sqlx::query_scalar(DUMP).fetch_all(&pool).await.expect("dump") }.boxed()
-        })
-    };
+        SQLITE_V1,
+        "INSERT INTO ballast_migrations (version, applied_at) VALUES (1, 1000)",
+        SQLITE_TASKS,
+    ] {
+        sqlx::raw_sql(sql).execute(&pool).await.expect("version 1 and its tasks");
+    }
+    let dump = dump_of(pool.clone());
     upgrade_keeps_tasks_workable(Queue::from_sqlite(pool), dump).await;
 }
 
@@ -200,26 +204,16 @@ async fn postgres_database_of_version_1_upgrades_in_place() {
         .connect_with(pg_options(&url, &schema))
         .await
         .expect("connect");
-    sqlx::raw_sql(
+    for sql in [
         "CREATE TABLE ballast_migrations (
             version BIGINT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-    )
-    .execute(&pool)
-    .await
-    .expect("migrations table");
-    sqlx::raw_sql(PG_V1).execute(&pool).await.expect("version 1");
-    sqlx::raw_sql("INSERT INTO ballast_migrations (version) VALUES (1)")
-        .execute(&pool)
-        .await
-        .expect("record version 1");
-    sqlx::raw_sql(PG_TASKS).execute(&pool).await.expect("tasks");
-    let dump = {
-        let pool = pool.clone();
-        Box::new(move || {
-            let pool = pool.clone();
-            async move { sqlx::query_scalar(DUMP).fetch_all(&pool).await.expect("dump") }.boxed()
-        })
-    };
+        PG_V1,
+        "INSERT INTO ballast_migrations (version) VALUES (1)",
+        PG_TASKS,
+    ] {
+        sqlx::raw_sql(sql).execute(&pool).await.expect("version 1 and its tasks");
+    }
+    let dump = dump_of(pool.clone());
     upgrade_keeps_tasks_workable(Queue::from_postgres(pool.clone()), dump).await;
     pool.close().await;
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await.expect("drop schema");

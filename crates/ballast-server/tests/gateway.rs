@@ -4,12 +4,13 @@
 
 mod support;
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use ballast::IdempotencyKey;
 use ballast_test_support::{eventually, send, Reply, Upstream};
 use serde_json::Value;
-use support::{client, serve};
+use support::{client, serve, Served};
 
 const SYSTEMS: &str = include_str!("configs/gateway.toml");
 
@@ -55,7 +56,7 @@ async fn a_read_is_retried_and_the_upstream_answer_comes_back_unchanged() {
 async fn a_4xx_is_the_upstreams_answer_and_is_not_retried() {
     let upstream = Upstream::start(|_, _| Reply::body(404, "no such order").header("x-reason", "gone")).await;
     let served = serve(&upstream, SYSTEMS).await;
-    let response = client().get(format!("{}/call/pay/orders/8", served.gateway)).send().await.unwrap();
+    let response = served.read("pay/orders/8").await;
     assert_eq!((response.status().as_u16(), attempts(&response)), (404, Some(1)));
     assert_eq!(response.headers()["x-reason"], "gone");
     assert_eq!(response.text().await.unwrap(), "no such order");
@@ -143,12 +144,7 @@ async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
     let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
     let served = serve(&upstream, SYSTEMS).await;
     let key = IdempotencyKey::v5("order-2", "pay");
-
-    let response = send(
-        client().post(format!("{}/call/pay/payments", served.gateway)).body("100"),
-        &[("Idempotency-Key", key.as_str()), ("Prefer", "respond-async")],
-    )
-    .await;
+    let response = served.defer("pay/payments", key.as_str(), "100").await;
     assert_eq!((response.status().as_u16(), attempts(&response)), (202, Some(3)));
     assert_eq!(response.headers()["preference-applied"], "respond-async");
     let location = response.headers()["location"].to_str().unwrap().to_owned();
@@ -189,17 +185,24 @@ async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
     assert_eq!(missing.status().as_u16(), 404);
 }
 
+/// Reads `sms/status` twice: the first answers `first`, the second is
+/// refused unsent (503, no attempt) for `reason`, to be tried again after
+/// a number of seconds within `wait`.
+async fn refused_after_one(served: &Served, first: u16, reason: &str, wait: RangeInclusive<u64>) {
+    assert_eq!(served.read("sms/status").await.status().as_u16(), first);
+    let refused = served.read("sms/status").await;
+    assert_eq!((refused.status().as_u16(), attempts(&refused)), (503, Some(0)));
+    let after: u64 = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(wait.contains(&after), "Retry-After: {after}, not within {wait:?}");
+    let body = problem(refused).await;
+    assert_eq!(body["ballast"]["reason"], reason, "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_breaker_answers_503_with_retry_after_and_sends_nothing() {
     let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
     let served = serve(&upstream, include_str!("configs/open_breaker.toml")).await;
-    let first = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
-    assert_eq!(first.status().as_u16(), 503);
-    let refused = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
-    assert_eq!((refused.status().as_u16(), attempts(&refused)), (503, Some(0)));
-    let wait: u64 = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
-    assert!((1..=60).contains(&wait), "{wait}");
-    assert_eq!(problem(refused).await["ballast"]["reason"], "breaker_open");
+    refused_after_one(&served, 503, "breaker_open", 1..=60).await;
     assert_eq!(upstream.requests().len(), 1);
 }
 
@@ -210,21 +213,10 @@ async fn an_open_breaker_answers_503_with_retry_after_and_sends_nothing() {
 async fn a_refused_permit_answers_503_rate_limited_or_defers() {
     let upstream = Upstream::start(|_, _| Reply::body(200, "ok")).await;
     let served = serve(&upstream, include_str!("configs/rate_limited.toml")).await;
-    let first = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
-    assert_eq!(first.status().as_u16(), 200, "the first permit");
-    let refused = client().get(format!("{}/call/sms/status", served.gateway)).send().await.unwrap();
-    assert_eq!((refused.status().as_u16(), attempts(&refused)), (503, Some(0)));
-    let wait: u64 = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
-    assert!((55..=60).contains(&wait), "the next permit, a minute after the first: {wait}");
-    let body = problem(refused).await;
-    assert_eq!(body["ballast"]["reason"], "rate_limited", "{body}");
+    // The next permit comes a minute after the first.
+    refused_after_one(&served, 200, "rate_limited", 55..=60).await;
 
-    let key = IdempotencyKey::v5("sms-3", "send");
-    let deferred = send(
-        client().post(format!("{}/call/sms/messages", served.gateway)).body("hi"),
-        &[("Idempotency-Key", key.as_str()), ("Prefer", "respond-async")],
-    )
-    .await;
+    let deferred = served.defer("sms/messages", IdempotencyKey::v5("sms-3", "send").as_str(), "hi").await;
     assert_eq!((deferred.status().as_u16(), attempts(&deferred)), (202, Some(0)));
     let location = deferred.headers()["location"].to_str().unwrap().to_owned();
     let task: Value =
@@ -354,7 +346,7 @@ async fn a_reload_keeps_unchanged_systems_running_and_refuses_a_bad_file() {
     let served = serve(&upstream, include_str!("configs/reload.toml")).await;
     let path = served.dir.path().join("ballast.toml");
     let config = ballast_config::Config::load(&path).unwrap();
-    client().get(format!("{}/call/sms/x", served.gateway)).send().await.unwrap();
+    served.read("sms/x").await;
     let sms = served.systems.get("sms").unwrap();
     assert_eq!(sms.breaker_state(), Some(ballast::BreakerState::Open));
 

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use ballast::IdempotencyKey;
-use ballast_test_support::{send, Reply, Upstream};
+use ballast_test_support::{Reply, Upstream};
 use serde_json::Value;
 use support::{client, serve};
 
@@ -179,15 +179,10 @@ async fn every_recorded_name_and_every_series_the_monitoring_reads_is_served() {
 
     // A write the system refuses, deferred to the queue: the queue gauges
     // get a kind. Then a read that succeeds.
-    let key = IdempotencyKey::v5("order-1", "pay");
-    let deferred = send(
-        client().post(format!("{}/call/pay/payments", server.gateway)),
-        &[("Idempotency-Key", key.as_str()), ("Prefer", "respond-async")],
-    )
-    .await;
+    let deferred = server.defer("pay/payments", IdempotencyKey::v5("order-1", "pay").as_str(), "").await;
     assert_eq!(deferred.status().as_u16(), 202);
     upstream.rescript(|_, _| Reply::body(200, "ok"));
-    let order = client().get(format!("{}/call/pay/orders/1", server.gateway)).send().await.unwrap();
+    let order = server.read("pay/orders/1").await;
     assert_eq!(order.status().as_u16(), 200);
 
     let registered = registered();

@@ -37,10 +37,15 @@ const BUCKETS: usize = 10;
 /// let retry = Retry::attempts(3).budget(Budget::ratio(0.2).window(Duration::from_secs(30)));
 /// # let _ = retry;
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct Budget {
     ratio: f64,
+    /// How far back "recent" reaches (default 10 s).
+    #[setters(generate)]
     window: Duration,
+    /// Retries always allowed per second whatever the traffic (default 10).
+    #[setters(generate)]
     min_per_sec: u32,
 }
 
@@ -54,18 +59,6 @@ impl Budget {
     /// Retries may add `ratio` of the recent calls (default 0.1).
     pub fn ratio(ratio: f64) -> Self {
         Self { ratio, ..Self::default() }
-    }
-
-    /// How far back "recent" reaches (default 10 s).
-    pub fn window(mut self, window: Duration) -> Self {
-        self.window = window;
-        self
-    }
-
-    /// Retries always allowed per second whatever the traffic (default 10).
-    pub fn min_per_sec(mut self, n: u32) -> Self {
-        self.min_per_sec = n;
-        self
     }
 
     /// The ratio.

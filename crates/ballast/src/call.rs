@@ -25,7 +25,7 @@ use crate::outcome::{Rejection, StopReason, TimeoutKind};
 use crate::policy_state::PolicyState;
 use crate::rate_limit::Grant;
 use crate::timeout::{deadline_after, Attempt, AttemptDeadline, Strategy};
-use crate::{Class, Classify, Context, Failure, IdempotencyKey, OpKind, Rule};
+use crate::{Class, Classify, Context, Failure, IdempotencyKey, OpKind, Operation, Rule};
 
 /// Whether anyone collects tracing spans. Without a subscriber a disabled
 /// span still costs: when a dependency turns on `tracing`'s `log` feature
@@ -165,8 +165,7 @@ impl<T> Judge<T> for AllGood {
 
 pub(crate) fn run<'a, T, E, F, Fut, J>(
     inner: &'a PolicyState,
-    kind: OpKind,
-    key: Option<&'a IdempotencyKey>,
+    operation: Operation<'a>,
     cancel: Option<&'a CancellationToken>,
     judge: J,
     op: F,
@@ -180,8 +179,8 @@ where
 {
     let mut call = Call {
         inner,
-        kind,
-        key,
+        kind: operation.kind(),
+        key: operation.key(),
         cancel,
         op,
         judge,

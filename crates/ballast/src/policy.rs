@@ -20,7 +20,7 @@ use crate::retry::Retry;
 use crate::rules::{BuildError, Rule, Severity, Violation};
 use crate::timeline::Timeline;
 use crate::timeout::Timeout;
-use crate::{Classify, Context, Failure, IdempotencyKey, Judge, OpKind, Operation};
+use crate::{Classify, Context, Failure, IdempotencyKey, Judge, Operation};
 
 /// The in-memory window over which the guide sends work to the task queue (R-RES-RE-4).
 pub const WINDOW_ERROR: Duration = Duration::from_secs(30);
@@ -28,15 +28,29 @@ pub const WINDOW_ERROR: Duration = Duration::from_secs(30);
 pub const WINDOW_WARNING: Duration = Duration::from_secs(5);
 
 /// Builds a [`Policy`]; see [`Policy::builder`].
-#[derive(Clone)]
+#[derive(Clone, derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct PolicyBuilder {
     name: Arc<str>,
+    /// Retry settings (default: [`Retry::default`]).
+    #[setters(generate)]
     retry: Retry,
+    /// A circuit breaker (default: none).
+    #[setters(generate, strip_option)]
     breaker: Option<Breaker>,
+    /// A bulkhead (default: none).
+    #[setters(generate, strip_option)]
     bulkhead: Option<Bulkhead>,
+    /// A rate limit on the attempts sent (default: none): per attempt,
+    /// beside the bulkhead, inside the breaker — retries take permits too.
+    #[setters(generate, strip_option)]
     rate_limit: Option<RateLimit>,
+    /// Attempt timeout and total deadline (default: [`Timeout::default`]).
+    #[setters(generate)]
     timeout: Timeout,
     listeners: Vec<Arc<dyn Listener>>,
+    /// Seeds the jitter, so a run's delays can be replayed (default: random).
+    #[setters(generate, strip_option)]
     seed: Option<u64>,
 }
 
@@ -56,37 +70,6 @@ impl std::fmt::Debug for PolicyBuilder {
 }
 
 impl PolicyBuilder {
-    /// Retry settings (default: [`Retry::default`]).
-    pub fn retry(mut self, retry: Retry) -> Self {
-        self.retry = retry;
-        self
-    }
-
-    /// A circuit breaker (default: none).
-    pub fn breaker(mut self, breaker: Breaker) -> Self {
-        self.breaker = Some(breaker);
-        self
-    }
-
-    /// A bulkhead (default: none).
-    pub fn bulkhead(mut self, bulkhead: Bulkhead) -> Self {
-        self.bulkhead = Some(bulkhead);
-        self
-    }
-
-    /// A rate limit on the attempts sent (default: none): per attempt,
-    /// beside the bulkhead, inside the breaker — retries take permits too.
-    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
-        self.rate_limit = Some(limit);
-        self
-    }
-
-    /// Attempt timeout and total deadline (default: [`Timeout::default`]).
-    pub fn timeout(mut self, timeout: Timeout) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
     /// Adds an event listener.
     pub fn listener(mut self, listener: impl Listener) -> Self {
         self.listeners.push(Arc::new(listener));
@@ -96,12 +79,6 @@ impl PolicyBuilder {
     /// Adds a shared event listener.
     pub fn shared_listener(mut self, listener: Arc<dyn Listener>) -> Self {
         self.listeners.push(listener);
-        self
-    }
-
-    /// Seeds the jitter, so a run's delays can be replayed (default: random).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
         self
     }
 
@@ -442,7 +419,7 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.shared, OpKind::Read, None, self.cancel, call::AllGood, op)
+        call::run(&self.policy.shared, Operation::Read, self.cancel, call::AllGood, op)
     }
 
     /// [`Policy::write`], cancellable.
@@ -457,7 +434,7 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.shared, OpKind::Write, Some(key), self.cancel, call::AllGood, op)
+        call::run(&self.policy.shared, Operation::Write(key), self.cancel, call::AllGood, op)
     }
 
     /// [`Policy::write_once`], cancellable.
@@ -468,7 +445,7 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.shared, OpKind::WriteOnce, None, self.cancel, call::AllGood, op)
+        call::run(&self.policy.shared, Operation::WriteOnce, self.cancel, call::AllGood, op)
     }
 
     /// [`Policy::run`], cancellable.
@@ -500,6 +477,6 @@ impl<'a> Scoped<'a> {
         T: 'a,
         J: Judge<T> + 'a,
     {
-        call::run(&self.policy.shared, operation.kind(), operation.key(), self.cancel, judge, op)
+        call::run(&self.policy.shared, operation, self.cancel, judge, op)
     }
 }

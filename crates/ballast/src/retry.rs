@@ -24,10 +24,15 @@ pub const MAX_ATTEMPTS: u32 = 5;
 ///     .backoff(Backoff::exponential(Duration::from_millis(500)).max_delay(Duration::from_secs(2)));
 /// assert_eq!(retry.max_attempts(), 3);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct Retry {
     max_attempts: u32,
+    /// The backoff between attempts (default: [`Backoff::default`]).
+    #[setters(generate)]
     backoff: Backoff,
+    /// The retry budget (on by default: 10 % of recent calls plus 10/s).
+    #[setters(generate, strip_option)]
     budget: Option<Budget>,
 }
 
@@ -50,18 +55,6 @@ impl Retry {
     /// No retry at all: one attempt, still through breaker, bulkhead and timeout.
     pub fn never() -> Self {
         Self::attempts(1)
-    }
-
-    /// The backoff between attempts (default: [`Backoff::default`]).
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// The retry budget (on by default: 10 % of recent calls plus 10/s).
-    pub fn budget(mut self, budget: Budget) -> Self {
-        self.budget = Some(budget);
-        self
     }
 
     /// Turns the retry budget off. Retries are then limited only by

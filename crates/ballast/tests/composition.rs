@@ -25,15 +25,23 @@ fn secs(n: u64) -> Duration {
 
 /// Starts a call that holds its bulkhead slot until `release` is notified.
 fn hold_a_slot(p: &Policy) -> (Arc<tokio::sync::Notify>, tokio::task::JoinHandle<Result<(), Failure<Down>>>) {
+    hold_until_released(p, ())
+}
+
+/// Starts a read that answers `answer` once `release` is notified.
+fn hold_until_released<T: Clone + Send + Sync + 'static>(
+    p: &Policy,
+    answer: T,
+) -> (Arc<tokio::sync::Notify>, tokio::task::JoinHandle<Result<T, Failure<Down>>>) {
     let release = Arc::new(tokio::sync::Notify::new());
     let holder = {
         let (p, release) = (p.clone(), release.clone());
         tokio::spawn(async move {
             p.read(|_| {
-                let release = release.clone();
+                let (release, answer) = (release.clone(), answer.clone());
                 async move {
                     release.notified().await;
-                    Ok::<_, Down>(())
+                    Ok::<_, Down>(answer)
                 }
             })
             .await
@@ -105,20 +113,7 @@ async fn half_open_admits_one_probe_and_closes_on_its_success() {
     assert_eq!(breaker.next_probe_in(), Some(secs(10)));
 
     tokio::time::advance(secs(10)).await;
-    let go = Arc::new(tokio::sync::Notify::new());
-    let probe = {
-        let (p, go) = (p.clone(), go.clone());
-        tokio::spawn(async move {
-            p.read(|_| {
-                let go = go.clone();
-                async move {
-                    go.notified().await;
-                    Ok::<_, Down>("probe")
-                }
-            })
-            .await
-        })
-    };
+    let (go, probe) = hold_until_released(&p, "probe");
     tokio::task::yield_now().await;
     assert_eq!(breaker.state(), BreakerState::HalfOpen);
     let other = p.read(|_| async { Ok::<_, Down>("other") }).await.unwrap_err();

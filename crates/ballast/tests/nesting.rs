@@ -7,21 +7,26 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ballast::{Backoff, Breaker, Event, EventKind, Failure, Policy, Retry, Rule, StopReason};
+use ballast::{Backoff, Breaker, Event, EventKind, Failure, Policy, PolicyBuilder, Retry, Rule, StopReason};
 
 fn refused() -> io::Error {
     io::Error::from(io::ErrorKind::ConnectionRefused)
 }
 
+fn retrying_builder(name: &str, attempts: u32) -> PolicyBuilder {
+    Policy::builder(name).retry(
+        Retry::attempts(attempts).backoff(Backoff::exponential(Duration::from_millis(100))).without_budget(),
+    )
+}
+
 fn retrying(name: &str, attempts: u32) -> Policy {
-    Policy::builder(name)
-        .retry(
-            Retry::attempts(attempts)
-                .backoff(Backoff::exponential(Duration::from_millis(100)))
-                .without_budget(),
-        )
-        .build()
-        .expect("valid policy")
+    retrying_builder(name, attempts).build().expect("valid policy")
+}
+
+/// A retrying policy, and the rules its refused nested retries named.
+fn recorded(name: &str, attempts: u32) -> (Policy, Arc<Mutex<Vec<Rule>>>) {
+    let (seen, listener) = recorder();
+    (retrying_builder(name, attempts).listener(listener).build().expect("valid policy"), seen)
 }
 
 /// Records the nested-retry events of a policy.
@@ -39,12 +44,7 @@ fn recorder() -> (Arc<Mutex<Vec<Rule>>>, impl Fn(&Event<'_>) + Send + Sync + 'st
 #[tokio::test(start_paused = true)]
 async fn retry_inside_retry_makes_one_inner_attempt_per_outer_attempt() {
     let outer = retrying("crm", 3);
-    let (seen, listener) = recorder();
-    let inner = Policy::builder("sms")
-        .retry(Retry::attempts(5).backoff(Backoff::exponential(Duration::from_millis(100))).without_budget())
-        .listener(listener)
-        .build()
-        .unwrap();
+    let (inner, seen) = recorded("sms", 5);
     let inner_attempts = AtomicU32::new(0);
     let stops = Mutex::new(Vec::new());
 
@@ -74,12 +74,7 @@ async fn retry_inside_retry_makes_one_inner_attempt_per_outer_attempt() {
 async fn retry_inside_an_outer_breaker_is_refused_under_cb_1() {
     let outer =
         Policy::builder("gateway").retry(Retry::never()).breaker(Breaker::consecutive(5)).build().unwrap();
-    let (seen, listener) = recorder();
-    let inner = Policy::builder("fx-rates")
-        .retry(Retry::attempts(3).backoff(Backoff::exponential(Duration::from_millis(100))).without_budget())
-        .listener(listener)
-        .build()
-        .unwrap();
+    let (inner, seen) = recorded("fx-rates", 3);
     let inner_attempts = AtomicU32::new(0);
 
     let result: Result<(), Failure<io::Error>> = outer

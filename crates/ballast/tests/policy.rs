@@ -202,6 +202,19 @@ fn worst_case_window_over_30s_is_an_error_over_5s_a_warning() {
     assert!(p.warnings().is_empty());
 }
 
+/// When each attempt of a read that always fails with `error` started.
+async fn attempt_starts(p: &Policy, error: GatewayError) -> Vec<Instant> {
+    let starts = Mutex::new(Vec::new());
+    let _: Result<(), _> = p
+        .read(|_| {
+            starts.lock().unwrap().push(Instant::now());
+            let error = error.clone();
+            async move { Err(error) }
+        })
+        .await;
+    starts.into_inner().unwrap()
+}
+
 #[tokio::test(start_paused = true)]
 async fn gaps_between_attempts_lie_within_the_backoff_bounds() {
     let backoff = Backoff::exponential(ms(200)).max_delay(secs(1));
@@ -211,14 +224,7 @@ async fn gaps_between_attempts_lie_within_the_backoff_bounds() {
             .seed(seed)
             .build()
             .unwrap();
-        let starts = Mutex::new(Vec::new());
-        let _: Result<(), _> = p
-            .read(|_| {
-                starts.lock().unwrap().push(Instant::now());
-                async { Err(GatewayError::Unavailable) }
-            })
-            .await;
-        let starts = starts.into_inner().unwrap();
+        let starts = attempt_starts(&p, GatewayError::Unavailable).await;
         assert_eq!(starts.len(), 5);
         for (n, pair) in starts.windows(2).enumerate() {
             let gap = pair[1] - pair[0];
@@ -238,14 +244,7 @@ async fn retry_after_is_honoured_when_it_fits_and_refused_when_it_does_not() {
         .timeout(Timeout::aggressive(secs(1)).total(secs(10)))
         .build()
         .unwrap();
-    let starts = Mutex::new(Vec::new());
-    let _: Result<(), _> = p
-        .read(|_| {
-            starts.lock().unwrap().push(Instant::now());
-            async { Err(GatewayError::Busy(secs(3))) }
-        })
-        .await;
-    let starts = starts.into_inner().unwrap();
+    let starts = attempt_starts(&p, GatewayError::Busy(secs(3))).await;
     assert_eq!(starts.len(), 2);
     assert!(starts[1] - starts[0] >= secs(3), "waited the server's Retry-After");
 

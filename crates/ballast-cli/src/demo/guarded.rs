@@ -14,7 +14,7 @@ use ballast_queue::{Alert, FailReason, FailedTask, Handover, HandoverError, Queu
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::workload::Workload;
+use super::workload::{Client, Workload};
 
 /// The system's name, in the policy, spans and task payloads.
 pub const SYSTEM: &str = "gateway";
@@ -150,29 +150,6 @@ impl Guarded {
         Ok(Self { system, queue, workload, deferred: AtomicU64::new(0), alerts, stop, worker })
     }
 
-    /// One order, the way the guide says.
-    pub async fn order(&self, order: u32) {
-        let w = &self.workload;
-        // Made once per user action from the order, never per attempt: the
-        // in-memory attempts and the durable task all carry this key.
-        let key = IdempotencyKey::v5(format!("{}/order-{order}", w.run), "register-payment");
-        let pay = Request::post("payments").json(&w.payment(order));
-        match self.system.write_or_defer(&key, &self.queue, pay).await {
-            Ok(Handover::Deferred { .. }) => {
-                self.deferred.fetch_add(1, Ordering::Relaxed);
-            }
-            // Paid, or declined (a 4xx is the domain's to handle, never retried),
-            // or the queue itself failed: all three are told to the caller.
-            Ok(Handover::Done(_)) | Err(HandoverError::Failed(_) | HandoverError::Enqueue { .. }) => {}
-        }
-        // A read: retried on transient errors (R-RES-RE-1 a).
-        let _order = self.system.read(Request::get(&Workload::order_path(order))).await;
-        // An unkeyed write: one attempt whatever happens (R-RES-RE-X1). A lost
-        // answer is reported to the caller as "unknown", not sent again.
-        let patch = Request::patch(&Workload::customer_path(order)).json(&w.profile(order));
-        let _profile = self.system.write_once(patch).await;
-    }
-
     /// Payments handed to the queue so far.
     pub fn deferred(&self) -> u64 {
         self.deferred.load(Ordering::Relaxed)
@@ -204,5 +181,30 @@ impl Guarded {
             refused: self.alerts.0.refused.load(Ordering::Relaxed),
             pending,
         })
+    }
+}
+
+impl Client for Guarded {
+    /// One order, the way the guide says.
+    async fn order(&self, order: u32) {
+        let w = &self.workload;
+        // Made once per user action from the order, never per attempt: the
+        // in-memory attempts and the durable task all carry this key.
+        let key = IdempotencyKey::v5(format!("{}/order-{order}", w.run), "register-payment");
+        let pay = Request::post("payments").json(&w.payment(order));
+        match self.system.write_or_defer(&key, &self.queue, pay).await {
+            Ok(Handover::Deferred { .. }) => {
+                self.deferred.fetch_add(1, Ordering::Relaxed);
+            }
+            // Paid, or declined (a 4xx is the domain's to handle, never retried),
+            // or the queue itself failed: all three are told to the caller.
+            Ok(Handover::Done(_)) | Err(HandoverError::Failed(_) | HandoverError::Enqueue { .. }) => {}
+        }
+        // A read: retried on transient errors (R-RES-RE-1 a).
+        let _order = self.system.read(Request::get(&Workload::order_path(order))).await;
+        // An unkeyed write: one attempt whatever happens (R-RES-RE-X1). A lost
+        // answer is reported to the caller as "unknown", not sent again.
+        let patch = Request::patch(&Workload::customer_path(order)).json(&w.profile(order));
+        let _profile = self.system.write_once(patch).await;
     }
 }

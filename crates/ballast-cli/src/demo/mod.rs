@@ -183,12 +183,7 @@ async fn run_naive(
     let started = Instant::now();
     let client = Arc::new(Naive::new(gateway.url(), workload.clone(), timings.attempt, pace.naive_delay)?);
     let bar = progress::client_bar("naive", workload.orders);
-    workload
-        .drive(&bar, |order| {
-            let client = Arc::clone(&client);
-            async move { client.order(order).await }
-        })
-        .await;
+    workload.drive(&bar, &client).await;
     let wall = started.elapsed();
     bar.finish_with_message("done");
     settle(&plan, timings).await;
@@ -207,12 +202,7 @@ async fn run_ballast(
     let started = Instant::now();
     let client = Arc::new(Guarded::start(&gateway.url(), queue, workload.clone(), timings, seed)?);
     let bar = progress::client_bar("ballast", workload.orders);
-    workload
-        .drive(&bar, |order| {
-            let client = Arc::clone(&client);
-            async move { client.order(order).await }
-        })
-        .await;
+    workload.drive(&bar, &client).await;
     let client = Arc::into_inner(client).context("an order still holds the client after the run")?;
     let queue = client
         .finish(pace.drain_limit, |left| {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::Value;
 
-use super::workload::Workload;
+use super::workload::{Client, Workload};
 
 /// Retries after the first attempt.
 const RETRIES: u32 = 3;
@@ -35,15 +35,6 @@ impl Naive {
         Ok(Self { client, base, workload, delay })
     }
 
-    /// One order: the payment, the read, the profile update, each retried
-    /// blindly; failures are shrugged off, as such code usually does.
-    pub async fn order(&self, order: u32) {
-        let w = &self.workload;
-        self.call(Method::POST, "payments", Some(w.payment(order))).await;
-        self.call(Method::GET, &Workload::order_path(order), None).await;
-        self.call(Method::PATCH, &Workload::customer_path(order), Some(w.profile(order))).await;
-    }
-
     async fn call(&self, method: Method, path: &str, body: Option<Value>) {
         let url = format!("{}{path}", self.base);
         for attempt in 0..=RETRIES {
@@ -62,5 +53,16 @@ impl Naive {
                 return;
             }
         }
+    }
+}
+
+impl Client for Naive {
+    /// One order: the payment, the read, the profile update, each retried
+    /// blindly; failures are shrugged off, as such code usually does.
+    async fn order(&self, order: u32) {
+        let w = &self.workload;
+        self.call(Method::POST, "payments", Some(w.payment(order))).await;
+        self.call(Method::GET, &Workload::order_path(order), None).await;
+        self.call(Method::PATCH, &Workload::customer_path(order), Some(w.profile(order))).await;
     }
 }

@@ -14,6 +14,12 @@ use tokio::time::MissedTickBehavior;
 /// Calls per order: register the payment, read the order, update the profile.
 pub const CALLS_PER_ORDER: u64 = 3;
 
+/// A client of the shop's gateway: the naive one or ballast's.
+pub trait Client: Send + Sync + 'static {
+    /// Handles `order` to its end, every call of it.
+    fn order(&self, order: u32) -> impl Future<Output = ()> + Send;
+}
+
 /// The shape of one run, the same for both clients.
 #[derive(Debug, Clone)]
 pub struct Workload {
@@ -61,13 +67,10 @@ impl Workload {
         })
     }
 
-    /// Runs `per_order` for every order as they arrive, at most `in_flight`
-    /// at once, ticking `bar` as each finishes; returns when all are done.
-    pub async fn drive<F, Fut>(&self, bar: &ProgressBar, per_order: F)
-    where
-        F: Fn(u32) -> Fut,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
+    /// Places every order through `client` as they arrive, at most
+    /// `in_flight` at once, ticking `bar` as each finishes; returns when all
+    /// are done.
+    pub async fn drive(&self, bar: &ProgressBar, client: &Arc<impl Client>) {
         let slots = Arc::new(Semaphore::new(self.in_flight.max(1)));
         let mut running = JoinSet::new();
         let mut arrivals = tokio::time::interval(self.arrival.max(Duration::from_micros(1)));
@@ -77,10 +80,9 @@ impl Workload {
             arrivals.tick().await;
             // The semaphore is never closed, so acquiring only waits.
             let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { break };
-            let call = per_order(order);
-            let bar = bar.clone();
+            let (client, bar) = (Arc::clone(client), bar.clone());
             running.spawn(async move {
-                call.await;
+                client.order(order).await;
                 bar.inc(1);
                 drop(slot);
             });

@@ -116,18 +116,47 @@ impl fmt::Debug for Worker {
 }
 
 /// Configures a [`Worker`]; see [`Worker::builder`].
+#[derive(derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct WorkerBuilder {
     queue: Queue,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
     duplicate: Option<String>,
+    /// Handlers running at once (default [`DEFAULT_CONCURRENCY`], 200). With
+    /// room for several batches the worker keeps up to 4 round trips in
+    /// flight, so one worker per process is enough.
+    #[setters(generate)]
     concurrency: usize,
+    /// Tasks claimed per round trip at most (default [`DEFAULT_BATCH`], 50;
+    /// never more than the concurrency).
+    #[setters(generate)]
     batch: usize,
+    /// How often to look for due tasks when nothing wakes the worker
+    /// (default: the queue's [`DurableSchedule`](crate::DurableSchedule), 5 s
+    /// unless set; on PostgreSQL new tasks wake it through LISTEN/NOTIFY).
+    #[setters(generate)]
     poll_interval: Duration,
+    /// How long a claim holds a task without a heartbeat (default 30 s). The
+    /// worker renews it every third of that while the handler runs; if the
+    /// worker dies, the task is claimable again once the lease runs out. A
+    /// handler whose lease could not be renewed in time is told to stop (see
+    /// [`Worker`]).
+    #[setters(generate)]
     lease: Duration,
+    /// On shutdown, how long in-flight handlers may run before they are
+    /// stopped and their tasks released (default 30 s).
+    #[setters(generate, rename = "shutdown_grace")]
     grace: Duration,
+    /// Delay between attempts after a transient error (default: the queue's
+    /// [`DurableSchedule`](crate::DurableSchedule), 2^n s ≤ 1 h unless set).
+    #[setters(generate)]
     backoff: DurableBackoff,
     alert: Arc<dyn Alert>,
+    /// Names the worker in `lease_owner` (default: host, process id, random suffix).
+    #[setters(generate, strip_option, into)]
     owner: Option<String>,
+    /// Seeds the backoff jitter, for reproducible tests.
+    #[setters(generate, strip_option)]
     seed: Option<u64>,
 }
 
@@ -153,68 +182,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// Handlers running at once (default [`DEFAULT_CONCURRENCY`], 200). With
-    /// room for several batches the worker keeps up to 4 round trips in
-    /// flight, so one worker per process is enough.
-    pub fn concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n;
-        self
-    }
-
-    /// Tasks claimed per round trip at most (default [`DEFAULT_BATCH`], 50;
-    /// never more than the concurrency).
-    pub fn batch(mut self, n: usize) -> Self {
-        self.batch = n;
-        self
-    }
-
-    /// How often to look for due tasks when nothing wakes the worker
-    /// (default: the queue's [`DurableSchedule`](crate::DurableSchedule), 5 s
-    /// unless set; on PostgreSQL new tasks wake it through LISTEN/NOTIFY).
-    pub fn poll_interval(mut self, every: Duration) -> Self {
-        self.poll_interval = every;
-        self
-    }
-
-    /// How long a claim holds a task without a heartbeat (default 30 s). The
-    /// worker renews it every third of that while the handler runs; if the
-    /// worker dies, the task is claimable again once the lease runs out. A
-    /// handler whose lease could not be renewed in time is told to stop (see
-    /// [`Worker`]).
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
-
-    /// On shutdown, how long in-flight handlers may run before they are
-    /// stopped and their tasks released (default 30 s).
-    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
-        self
-    }
-
-    /// Delay between attempts after a transient error (default: the queue's
-    /// [`DurableSchedule`](crate::DurableSchedule), 2^n s ≤ 1 h unless set).
-    pub fn backoff(mut self, backoff: DurableBackoff) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
     /// Told about every task that fails for good (default: [`LogAlert`]).
     pub fn alert(mut self, alert: impl Alert) -> Self {
         self.alert = Arc::new(alert);
-        self
-    }
-
-    /// Names the worker in `lease_owner` (default: host, process id, random suffix).
-    pub fn owner(mut self, owner: impl Into<String>) -> Self {
-        self.owner = Some(owner.into());
-        self
-    }
-
-    /// Seeds the backoff jitter, for reproducible tests.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
         self
     }
 

@@ -9,10 +9,7 @@ use std::time::Duration;
 
 use ballast_queue::{Queue, TaskInfo};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions};
 use sqlx::{Connection, Postgres, Transaction};
 
 /// The environment variable that enables the PostgreSQL runs.
@@ -33,12 +30,10 @@ pub enum Db {
 impl Harness {
     pub async fn sqlite() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let options = SqliteConnectOptions::new()
-            .filename(dir.path().join("queue.db"))
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10));
+        // A longer busy timeout than the default's: the chaos tests' workers
+        // write from several processes at once.
+        let options =
+            Queue::sqlite_options(dir.path().join("queue.db")).busy_timeout(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options.clone())

@@ -45,6 +45,15 @@ impl Handler for Outcome {
     }
 }
 
+/// `ballast serve` in front of the scripted upstream, its stats counted
+/// every second, with [a day's tasks](a_days_tasks).
+async fn a_day() -> (Upstream, Served, Queue) {
+    let upstream = Upstream::start(upstream_script).await;
+    let served = serve_with(&upstream, "stats_interval = \"1s\"", SYSTEMS).await;
+    let queue = a_days_tasks(&served).await;
+    (upstream, served, queue)
+}
+
 /// A day's queue: task 1 (`charge`) failed, task 2 (`charge`) pending for an
 /// hour, three `notify` tasks completed, a `crm.sync` pending.
 async fn a_days_tasks(served: &Served) -> Queue {
@@ -119,9 +128,7 @@ fn save_screenshot(png: &[u8]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_follows_a_failed_task_and_retries_it() {
     let Some(browser) = Browser::start(Scripts::On).await else { return };
-    let upstream = Upstream::start(upstream_script).await;
-    let served = serve_with(&upstream, "stats_interval = \"1s\"", SYSTEMS).await;
-    let queue = a_days_tasks(&served).await;
+    let (_upstream, served, queue) = a_day().await;
     traffic(&served).await;
 
     let overview = format!("{}/ui/", served.admin);
@@ -177,9 +184,7 @@ async fn an_operator_follows_a_failed_task_and_retries_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_javascript_the_forms_work_the_same() {
     let Some(browser) = Browser::start(Scripts::Off).await else { return };
-    let upstream = Upstream::start(upstream_script).await;
-    let served = serve_with(&upstream, "stats_interval = \"1s\"", SYSTEMS).await;
-    let queue = a_days_tasks(&served).await;
+    let (_upstream, served, queue) = a_day().await;
 
     let overview = format!("{}/ui/", served.admin);
     browser.reload_until(&overview, "tr[data-kind='charge'] a.failed", |n| n == "1").await;

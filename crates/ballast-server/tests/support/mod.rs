@@ -69,6 +69,20 @@ pub async fn serve_text(upstream: &str, text: &str) -> Served {
     Served { admin, gateway, systems, queue, stop, dir }
 }
 
+impl Served {
+    /// A GET of `system_path` (`pay/orders/1`) through the gateway.
+    pub async fn read(&self, system_path: &str) -> reqwest::Response {
+        client().get(format!("{}/call/{system_path}", self.gateway)).send().await.expect("an answer")
+    }
+
+    /// A keyed write to `system_path` (`pay/payments`) through the gateway
+    /// whose caller asks for deferral (`Prefer: respond-async`).
+    pub async fn defer(&self, system_path: &str, key: &str, body: &'static str) -> reqwest::Response {
+        let request = client().post(format!("{}/call/{system_path}", self.gateway)).body(body);
+        ballast_test_support::send(request, &[("Idempotency-Key", key), ("Prefer", "respond-async")]).await
+    }
+}
+
 /// A client that follows no redirect and waits long enough for any test.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()

@@ -111,11 +111,19 @@ enum Kind {
 /// let b = Breaker::count(0.5, 50).half_open_after(Duration::from_secs(30));
 /// # let _ = b;
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, derive_setters::Setters)]
+#[setters(generate = false)]
 pub struct Breaker {
     kind: Kind,
+    /// Wait before a probe: a [`Duration`] or a [`Backoff`] (default [`Breaker::DEFAULT_HALF_OPEN`]).
+    #[setters(generate, into)]
     half_open_after: HalfOpenAfter,
+    /// Probe calls admitted while half-open (default 1); all must succeed to close.
+    #[setters(generate)]
     probes: u32,
+    /// Count permanent errors as failures too. By default a permanent error
+    /// means the system answered, which is a success for the breaker.
+    #[setters(generate)]
     permanent_is_failure: bool,
 }
 
@@ -178,25 +186,6 @@ impl Breaker {
         if let Kind::Sampling { min_throughput, .. } = &mut self.kind {
             *min_throughput = calls;
         }
-        self
-    }
-
-    /// Wait before a probe: a [`Duration`] or a [`Backoff`] (default [`Breaker::DEFAULT_HALF_OPEN`]).
-    pub fn half_open_after(mut self, after: impl Into<HalfOpenAfter>) -> Self {
-        self.half_open_after = after.into();
-        self
-    }
-
-    /// Probe calls admitted while half-open (default 1); all must succeed to close.
-    pub fn probes(mut self, probes: u32) -> Self {
-        self.probes = probes;
-        self
-    }
-
-    /// Count permanent errors as failures too. By default a permanent error
-    /// means the system answered, which is a success for the breaker.
-    pub fn permanent_is_failure(mut self, yes: bool) -> Self {
-        self.permanent_is_failure = yes;
         self
     }
 
