@@ -58,7 +58,7 @@ pub struct NewTask {
     /// existing task. The handler receives the key (R-RES-RE-1).
     #[setters(generate, strip_option)]
     pub(crate) key: Option<IdempotencyKey>,
-    /// Runs the task no earlier than `at`.
+    /// Runs the task no earlier than the time given.
     #[setters(generate, strip_option)]
     pub(crate) run_at: Option<SystemTime>,
     /// Attempts before the task is marked failed and the alert fires
