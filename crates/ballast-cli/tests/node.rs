@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ballast_test_support::Refusing;
+
 /// The environment variable that makes the TypeScript suites required.
 const NODE_ENV: &str = "BALLAST_TEST_NODE";
 
@@ -59,7 +61,7 @@ fn the_typescript_clients_and_the_example_pass_against_ballast_serve() {
     let workspace = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/typescript"));
     let example = workspace.join("examples/sber-adapter");
     let packs = tempfile::tempdir().unwrap();
-    let steps = Steps { node, logs: tempfile::tempdir().unwrap() };
+    let steps = Steps { node, logs: tempfile::tempdir().unwrap(), refusing: Refusing::new() };
 
     steps.run(
         "npm ci (workspace)",
@@ -101,10 +103,13 @@ fn the_typescript_clients_and_the_example_pass_against_ballast_serve() {
 struct Steps {
     node: (u32, u32),
     logs: tempfile::TempDir,
+    /// A port the suites' "nothing listens there" system points at.
+    refusing: Refusing,
 }
 
 impl Steps {
-    /// Runs `npm args` in `dir` with `BALLAST_BIN` set; its stdout if it
+    /// Runs `npm args` in `dir` with `BALLAST_BIN` and
+    /// `BALLAST_TEST_REFUSING_PORT` set; its stdout if it
     /// succeeds within `deadline`, else a failure naming the step with its
     /// output.
     fn run(&self, step: &str, dir: &Path, args: &[&str], deadline: Duration) -> String {
@@ -112,6 +117,7 @@ impl Steps {
         let mut child = Command::new("npm")
             .args(args)
             .env("BALLAST_BIN", env!("CARGO_BIN_EXE_ballast"))
+            .env("BALLAST_TEST_REFUSING_PORT", self.refusing.addr.port().to_string())
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout).unwrap())

@@ -14,7 +14,6 @@ use ballast_http::metrics::SystemMetrics;
 use ballast_http::{
     Health, HttpError, HttpSystem, PolicyLayer, Request, RequestKey, RetryOn, StreamingRequest, TransportKind,
 };
-use tokio::net::TcpListener;
 
 mod support;
 
@@ -229,7 +228,8 @@ async fn the_breaker_opens_under_an_outage_and_only_the_probe_reaches_the_server
 
 #[tokio::test]
 async fn a_refused_connection_is_transient_and_retried() {
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let refusing = ballast_test_support::Refusing::new();
+    let closed = refusing.addr;
     let down = HttpSystem::builder("down", &format!("http://{closed}/")).policy(|_| policy("down"));
 
     let (reason, attempts, failure) = stop(down.build().unwrap().read(Request::get("x")).await);
@@ -243,7 +243,8 @@ async fn a_refused_connection_is_transient_and_retried() {
 
 #[tokio::test]
 async fn credentials_and_query_values_stay_out_of_error_messages() {
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let refusing = ballast_test_support::Refusing::new();
+    let closed = refusing.addr;
     let down = HttpSystem::builder("down", &format!("http://app:s3cret@{closed}/api/"))
         .policy(|p| p.retry(Retry::never()))
         .build()
@@ -766,7 +767,8 @@ async fn a_body_that_is_not_the_json_expected_fails_the_call_in_its_own_error_ty
 
 #[tokio::test]
 async fn a_failure_reads_as_one_sentence() {
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let refusing = ballast_test_support::Refusing::new();
+    let closed = refusing.addr;
     let down =
         HttpSystem::builder("down", &format!("http://{closed}/")).policy(|_| policy("down")).build().unwrap();
     let failure = down.read(Request::get("x")).await.unwrap_err().to_string();

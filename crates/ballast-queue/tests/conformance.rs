@@ -475,14 +475,14 @@ async fn lost_lease_cannot_overwrite_the_newer_attempt(h: &Harness) {
 async fn heartbeat_keeps_a_long_handler_s_lease(h: &Harness) {
     let (a, b) = (Scripted::default(), Scripted::default());
     // Heartbeats every third of the lease; the handler outlives two leases.
-    // A lease of 2 s leaves a renewal most of a second to be late on a
-    // machine whose cores are all busy.
-    let lease = Duration::from_secs(2);
-    let id = enqueue(&h.queue, "sleep:4500").await;
+    // A lease of 4 s leaves a renewal over two seconds to be late on a
+    // machine whose cores are all busy (2 s was once not enough there).
+    let lease = Duration::from_secs(4);
+    let id = enqueue(&h.queue, "sleep:9000").await;
     let first = start(worker(&h.queue, a.clone()).lease(lease));
     wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Running).await;
     let second = start(worker(&h.other_queue().await, b.clone()).lease(lease));
-    wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Completed).await;
+    wait_for(&h.queue, id, SOON * 2, |t| t.state == TaskState::Completed).await;
     let (sa, sb) = (first.stop().await, second.stop().await);
     assert_eq!((sa.completed, sa.lost, sb.completed), (1, 0, 0));
     assert!(b.calls().is_empty(), "the lease was renewed, so no one else ran the task");

@@ -392,7 +392,8 @@ async fn a_deferrable_write_goes_on_when_its_caller_hangs_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateways_own_answers_say_so_and_say_whether_anything_was_sent() {
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let refusing = ballast_test_support::Refusing::new();
+    let closed = refusing.addr;
     let upstream = Upstream::start(|_, _| Reply::status(200)).await;
     let systems =
         format!("[gateway]\nlisten = \"127.0.0.1:0\"\n\n[systems.gone]\nbase_url = \"http://{closed}/\"\n");

@@ -21,10 +21,12 @@
 
 mod drip;
 pub mod otlp;
+mod refusing;
 mod reply;
 mod seen;
 mod upstream;
 
+pub use refusing::Refusing;
 pub use reply::Reply;
 pub use seen::Seen;
 pub use upstream::Upstream;

@@ -55,7 +55,8 @@ async fn five_hundreds_are_retried_and_four_hundreds_are_not() {
 
 #[tokio::test]
 async fn a_refused_connection_is_transient() {
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let refusing = ballast_test_support::Refusing::new();
+    let closed = refusing.addr;
     let client = reqwest::Client::new();
     let failure =
         policy().read(|_| async { client.get(format!("http://{closed}/")).send().await }).await.unwrap_err();

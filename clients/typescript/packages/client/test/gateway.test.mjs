@@ -226,8 +226,15 @@ describe('through a real ballast serve', { timeout: 3 * PATIENCE_MS }, () => {
   });
 });
 
-/** A loopback port nothing listens on: taken from the OS, then closed. */
+/**
+ * A loopback port nothing listens on: BALLAST_TEST_REFUSING_PORT (a port the
+ * Rust harness holds bound and never listens on, so no one else can be given
+ * it), else one taken from the OS and closed again, which a listener started
+ * afterwards may be given.
+ */
 async function closedPort() {
+  const held = Number(process.env.BALLAST_TEST_REFUSING_PORT);
+  if (Number.isInteger(held) && held > 0) return held;
   const server = createServer();
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address();
