@@ -282,9 +282,12 @@ async fn a_collector_that_hangs_or_is_gone_costs_spans_not_calls() {
         let served = serve(&upstream, &vars);
         let before = upstream.count();
         for n in 0..60 {
-            let response =
-                send(client().get(format!("{}/call/pay/orders/{n}", served.gateway)).bearer_auth(TOKEN), &[])
-                    .await;
+            let response = client()
+                .get(format!("{}/call/pay/orders/{n}", served.gateway))
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .unwrap();
             assert_eq!(response.status().as_u16(), 200, "call {n} with the collector at {endpoint}");
         }
         assert_eq!(upstream.count() - before, 60);

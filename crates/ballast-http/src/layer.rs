@@ -62,6 +62,8 @@ pub struct PolicyLayer {
     /// The header keyed writes carry their key in.
     #[setters(generate, rename = "idempotency_header")]
     header: HeaderName,
+    /// Which outcome classes are transient.
+    #[setters(generate)]
     retry_on: RetryOn,
 }
 
@@ -75,12 +77,6 @@ impl PolicyLayer {
             header: HeaderName::from_static("idempotency-key"),
             retry_on: RetryOn::default(),
         }
-    }
-
-    /// Which outcome classes are transient.
-    pub fn retry_on(mut self, retry_on: RetryOn) -> Self {
-        self.retry_on = retry_on;
-        self
     }
 }
 

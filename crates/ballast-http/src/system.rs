@@ -28,7 +28,7 @@ pub struct HttpSystemBuilder {
     name: String,
     base_url: String,
     policy: PolicyBuilder,
-    /// Sends through `client` instead of a client of ballast's own: your
+    /// Sends through the given client instead of a client of ballast's own: your
     /// default headers, proxy, custom CA, mTLS identity and user agent stay
     /// as you configured them.
     ///
@@ -173,6 +173,7 @@ impl HttpSystemBuilder {
     ///     .unwrap();
     /// assert_eq!(sber.policy().name(), "sber");
     /// ```
+    #[must_use]
     pub fn policy(mut self, configure: impl FnOnce(PolicyBuilder) -> PolicyBuilder) -> Self {
         self.policy = configure(self.policy);
         self
@@ -196,6 +197,7 @@ impl HttpSystemBuilder {
     /// let crm = HttpSystem::builder("crm", "http://crm.test/").transport(upstream).build().unwrap();
     /// # let _ = crm;
     /// ```
+    #[must_use]
     pub fn transport<S>(mut self, service: S) -> Self
     where
         S: tower::Service<
@@ -224,6 +226,7 @@ impl HttpSystemBuilder {
     ///     .unwrap();
     /// # let _ = pay;
     /// ```
+    #[must_use]
     pub fn header(mut self, name: &str, value: &str) -> Self {
         if let Ok(headers) = &mut self.headers {
             match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
@@ -243,6 +246,7 @@ impl HttpSystemBuilder {
     /// deferring a request that carries a credential header is refused unsent.
     #[cfg(feature = "queue")]
     #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+    #[must_use]
     pub fn seal_key(mut self, key: crate::SealKey) -> Self {
         self.seal = Some(key);
         self

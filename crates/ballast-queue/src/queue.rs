@@ -132,7 +132,10 @@ impl Queue {
 
     /// The settings [`connect`](Self::connect) opens the SQLite file at
     /// `path` with — created if missing, WAL, `synchronous = NORMAL`, a 5 s
-    /// busy timeout — for a pool of your own beside the queue's.
+    /// busy timeout — for a pool of your own beside the queue's. A file these
+    /// options create gets the process's umask, where `connect` creates it
+    /// readable by its owner only (tasks hold payloads): let the queue create
+    /// the file first, or set its permissions yourself.
     ///
     /// ```
     /// let options = ballast_queue::Queue::sqlite_options("tasks.db");
@@ -314,10 +317,6 @@ impl Queue {
     }
 }
 
-/// Creates a missing SQLite file readable and writable by its owner only
-/// (0600): tasks hold payloads. SQLite gives its `-wal` and `-shm` files the
-/// database file's permissions. An existing file is left as it is.
-#[cfg(feature = "sqlite")]
 /// WAL, `synchronous = NORMAL` and a 5 s busy timeout: what a queue's SQLite
 /// file is opened with.
 #[cfg(feature = "sqlite")]
@@ -328,6 +327,10 @@ fn with_queue_settings(options: SqliteConnectOptions) -> SqliteConnectOptions {
         .busy_timeout(Duration::from_secs(5))
 }
 
+/// Creates a missing SQLite file readable and writable by its owner only
+/// (0600): tasks hold payloads. SQLite gives its `-wal` and `-shm` files the
+/// database file's permissions. An existing file is left as it is.
+#[cfg(feature = "sqlite")]
 fn create_private(path: &std::path::Path) -> Result<()> {
     let name = path.to_string_lossy();
     if name.is_empty() || name == ":memory:" || name.starts_with("file:") {

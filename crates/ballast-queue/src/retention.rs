@@ -62,12 +62,14 @@ impl Default for Retention {
 
 impl Retention {
     /// Time between passes (at least 1 s).
+    #[must_use]
     pub fn every(mut self, every: Duration) -> Self {
         self.every = every.max(Duration::from_secs(1));
         self
     }
 
     /// Tasks deleted per statement (at least 1).
+    #[must_use]
     pub fn batch(mut self, batch: u32) -> Self {
         self.batch = batch.max(1);
         self

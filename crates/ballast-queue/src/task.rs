@@ -81,6 +81,7 @@ impl NewTask {
     }
 
     /// Runs the task no earlier than `delay` from now.
+    #[must_use]
     pub fn run_after(self, delay: Duration) -> Self {
         self.run_at(SystemTime::now() + delay)
     }

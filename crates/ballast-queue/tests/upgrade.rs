@@ -178,13 +178,16 @@ async fn sqlite_database_of_version_1_upgrades_in_place() {
         .busy_timeout(SOON);
     let pool: SqlitePool =
         SqlitePoolOptions::new().max_connections(4).connect_with(options).await.expect("open sqlite");
-    for sql in [
-        "CREATE TABLE ballast_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-        SQLITE_V1,
-        "INSERT INTO ballast_migrations (version, applied_at) VALUES (1, 1000)",
-        SQLITE_TASKS,
+    for (what, sql) in [
+        (
+            "migrations table",
+            "CREATE TABLE ballast_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+        ),
+        ("version 1", SQLITE_V1),
+        ("record version 1", "INSERT INTO ballast_migrations (version, applied_at) VALUES (1, 1000)"),
+        ("tasks", SQLITE_TASKS),
     ] {
-        sqlx::raw_sql(sql).execute(&pool).await.expect("version 1 and its tasks");
+        sqlx::raw_sql(sql).execute(&pool).await.expect(what);
     }
     let dump = dump_of(pool.clone());
     upgrade_keeps_tasks_workable(Queue::from_sqlite(pool), dump).await;
@@ -204,14 +207,17 @@ async fn postgres_database_of_version_1_upgrades_in_place() {
         .connect_with(pg_options(&url, &schema))
         .await
         .expect("connect");
-    for sql in [
-        "CREATE TABLE ballast_migrations (
+    for (what, sql) in [
+        (
+            "migrations table",
+            "CREATE TABLE ballast_migrations (
             version BIGINT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-        PG_V1,
-        "INSERT INTO ballast_migrations (version) VALUES (1)",
-        PG_TASKS,
+        ),
+        ("version 1", PG_V1),
+        ("record version 1", "INSERT INTO ballast_migrations (version) VALUES (1)"),
+        ("tasks", PG_TASKS),
     ] {
-        sqlx::raw_sql(sql).execute(&pool).await.expect("version 1 and its tasks");
+        sqlx::raw_sql(sql).execute(&pool).await.expect(what);
     }
     let dump = dump_of(pool.clone());
     upgrade_keeps_tasks_workable(Queue::from_postgres(pool.clone()), dump).await;

@@ -242,8 +242,12 @@ async fn routes_declare_what_each_endpoint_is() {
     })
     .await;
     let served = serve(&upstream, include_str!("configs/routes.toml")).await;
-    let search =
-        send(client().post(format!("{}/call/pay/payments/search", served.gateway)).body("{}"), &[]).await;
+    let search = client()
+        .post(format!("{}/call/pay/payments/search", served.gateway))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!((search.status().as_u16(), attempts(&search)), (200, Some(2)), "retried as a read");
     assert_eq!(search.headers()["ballast-route"], "POST /payments/search");
 

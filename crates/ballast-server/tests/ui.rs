@@ -6,7 +6,7 @@ mod support;
 
 use ballast::Classified;
 use ballast_queue::{Handler, NewTask, Queue, TaskContext, TaskState, Worker};
-use ballast_test_support::{eventually, send, Reply, Upstream};
+use ballast_test_support::{eventually, Reply, Upstream};
 use support::{client, serve, serve_with};
 use tokio_util::sync::CancellationToken;
 
@@ -76,8 +76,14 @@ async fn an_operator_sees_a_failed_task_and_retries_it() {
     })
     .await;
 
-    let list =
-        send(client().get(format!("{}/ui/tasks?kind=charge", served.admin)), &[]).await.text().await.unwrap();
+    let list = client()
+        .get(format!("{}/ui/tasks?kind=charge", served.admin))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let (two, one) = (list.find("/ui/tasks/2").unwrap(), list.find("/ui/tasks/1").unwrap());
     assert!(two < one, "newest first");
 
@@ -124,8 +130,12 @@ async fn with_a_token_the_dashboard_asks_for_it_and_scrapers_need_none() {
         (refused.status().as_u16(), refused.headers()["location"].to_str().unwrap()),
         (303, "/ui/login")
     );
-    let bearer =
-        send(client().get(format!("{}/ui/", served.admin)).bearer_auth("operator-s3cret-2026"), &[]).await;
+    let bearer = client()
+        .get(format!("{}/ui/", served.admin))
+        .bearer_auth("operator-s3cret-2026")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bearer.status().as_u16(), 200);
     assert_eq!(
         client().get(format!("{}/metrics", served.admin)).send().await.unwrap().status().as_u16(),

@@ -6,7 +6,8 @@
 //! a byte at a time — and that keeps a ledger of every request it read, so a
 //! test can count what reached the external system and what took effect
 //! (tower-test and linkerd's `app/test` play this part for their projects);
-//! and an OTLP/HTTP trace receiver ([`otlp`]).
+//! an OTLP/HTTP trace receiver ([`otlp`]); a loopback port that refuses
+//! every connection ([`Refusing`]); and [`send`], a request with its headers.
 //!
 //! ```
 //! use ballast_test_support::{Reply, Upstream};

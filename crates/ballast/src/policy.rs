@@ -71,12 +71,14 @@ impl std::fmt::Debug for PolicyBuilder {
 
 impl PolicyBuilder {
     /// Adds an event listener.
+    #[must_use]
     pub fn listener(mut self, listener: impl Listener) -> Self {
         self.listeners.push(Arc::new(listener));
         self
     }
 
     /// Adds a shared event listener.
+    #[must_use]
     pub fn shared_listener(mut self, listener: Arc<dyn Listener>) -> Self {
         self.listeners.push(listener);
         self

@@ -59,6 +59,7 @@ impl Retry {
 
     /// Turns the retry budget off. Retries are then limited only by
     /// `max_attempts` and the breaker.
+    #[must_use]
     pub fn without_budget(mut self) -> Self {
         self.budget = None;
         self

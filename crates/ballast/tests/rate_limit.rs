@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ballast::rate_limit::adaptive::{BETA, CLIMB, FLOOR, HOLD};
-use ballast::{Classification, Failure, Policy, RateLimit, Rejection, Retry, Timeout};
+use ballast::{Backoff, Classification, Failure, Policy, RateLimit, Rejection, Retry, Timeout};
 use proptest::prelude::*;
 use tokio::time::Instant;
 
@@ -85,11 +85,16 @@ async fn the_limit_holds_under_concurrency() {
 /// with the last attempt's error.
 #[tokio::test(start_paused = true)]
 async fn a_refusal_names_the_next_permit_and_keeps_the_last_error() {
-    let policy = Policy::builder("crm")
-        .retry(Retry::attempts(3))
-        .rate_limit(RateLimit::per_second(1))
-        .build()
-        .unwrap();
+    // Retries come well within the second the next permit takes.
+    let policy =
+        Policy::builder("crm")
+            .retry(Retry::attempts(3).backoff(
+                Backoff::exponential(Duration::from_millis(100)).max_delay(Duration::from_millis(200)),
+            ))
+            .rate_limit(RateLimit::per_second(1))
+            .seed(7)
+            .build()
+            .unwrap();
     let first = policy.read(|_| async { Err::<(), _>(Busy) }).await;
     match first {
         Err(Failure::Rejected {

@@ -173,6 +173,7 @@ impl fmt::Debug for WorkerBuilder {
 
 impl WorkerBuilder {
     /// Runs tasks of `kind` with `handler`.
+    #[must_use]
     pub fn handler<H: Handler>(mut self, kind: impl Into<String>, handler: H) -> Self {
         let kind = kind.into();
         let erased: Arc<dyn ErasedHandler> = Arc::new(Erased(Arc::new(handler)));
@@ -183,6 +184,7 @@ impl WorkerBuilder {
     }
 
     /// Told about every task that fails for good (default: [`LogAlert`]).
+    #[must_use]
     pub fn alert(mut self, alert: impl Alert) -> Self {
         self.alert = Arc::new(alert);
         self

@@ -174,6 +174,7 @@ impl Breaker {
     }
 
     /// For [`Breaker::count`]: outcomes needed before it may open.
+    #[must_use]
     pub fn min_calls(mut self, min_calls: usize) -> Self {
         if let Kind::Count { min_calls: m, .. } = &mut self.kind {
             *m = Some(min_calls);
@@ -182,6 +183,7 @@ impl Breaker {
     }
 
     /// For [`Breaker::sampling`]: calls in the period needed before it may open.
+    #[must_use]
     pub fn min_throughput(mut self, calls: u64) -> Self {
         if let Kind::Sampling { min_throughput, .. } = &mut self.kind {
             *min_throughput = calls;
