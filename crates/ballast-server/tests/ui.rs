@@ -6,7 +6,7 @@ mod support;
 
 use ballast::Classified;
 use ballast_queue::{Handler, NewTask, Queue, TaskContext, TaskState, Worker};
-use ballast_test_support::{eventually, Reply, Upstream};
+use ballast_test_support::{eventually, send, Reply, Upstream};
 use support::{client, serve, serve_with};
 use tokio_util::sync::CancellationToken;
 
@@ -130,12 +130,11 @@ async fn with_a_token_the_dashboard_asks_for_it_and_scrapers_need_none() {
         (refused.status().as_u16(), refused.headers()["location"].to_str().unwrap()),
         (303, "/ui/login")
     );
-    let bearer = client()
-        .get(format!("{}/ui/", served.admin))
-        .bearer_auth("operator-s3cret-2026")
-        .send()
-        .await
-        .unwrap();
+    let bearer = send(
+        client().get(format!("{}/ui/", served.admin)),
+        &[("authorization", "Bearer operator-s3cret-2026")],
+    )
+    .await;
     assert_eq!(bearer.status().as_u16(), 200);
     assert_eq!(
         client().get(format!("{}/metrics", served.admin)).send().await.unwrap().status().as_u16(),
