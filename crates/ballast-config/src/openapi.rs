@@ -52,6 +52,11 @@ pub struct ApiOperation {
     pub takes_key: bool,
 }
 
+/// [`routes::is_safe`] of a method as the document spells it.
+fn is_safe_name(method: &str) -> bool {
+    http::Method::from_bytes(method.as_bytes()).is_ok_and(|m| routes::is_safe(&m))
+}
+
 impl ApiOperation {
     /// `POST /payments`.
     pub fn name(&self) -> String {
@@ -59,7 +64,7 @@ impl ApiOperation {
     }
 
     fn is_safe(&self) -> bool {
-        http::Method::from_bytes(self.method.as_bytes()).is_ok_and(|m| routes::is_safe(&m))
+        is_safe_name(&self.method)
     }
 }
 
@@ -141,7 +146,7 @@ pub fn parse(file: &str, text: &str, key_header: &str) -> Result<Document, OpenA
             let mut header_params = shared.clone();
             header_params.extend(params(root, get(op, "parameters")));
             let takes_key = header_params.iter().any(|name| name.eq_ignore_ascii_case(key_header));
-            let safe = http::Method::from_bytes(method.as_bytes()).is_ok_and(|m| routes::is_safe(&m));
+            let safe = is_safe_name(&method);
             let declared =
                 get(op, "x-ballast-kind").and_then(text_of).and_then(|k| k.parse::<RouteKind>().ok());
             let idempotent = get(op, "x-idempotent")

@@ -28,7 +28,7 @@ use axum::http::header::{self, HeaderValue};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ballast::{Failure, IdempotencyKey, Operation, Rejection, Rule, StopReason};
-use ballast_http::routes::RouteKind;
+use ballast_http::routes::{Route, RouteKind};
 use ballast_http::{HttpError, HttpSystem};
 use ballast_queue::{Handover, HandoverError};
 use tracing::Instrument;
@@ -80,9 +80,10 @@ async fn handle(
         (Some(Ok(Err(e))), None) => return bad_key(&e.to_string()),
         (Some(Err(_)), None) => return bad_key("not visible ASCII"),
     };
-    let route = system.route(&parts.method, &path).map(|r| (r.kind(), r.name().to_owned()));
-    let mut response = routed(gateway, system, parts, body, path, key, route.clone()).await;
-    if let Some(name) = route.and_then(|(_, name)| HeaderValue::from_str(&name).ok()) {
+    let route = system.route(&parts.method, &path);
+    let (kind, name) = (route.map(Route::kind), route.and_then(|r| HeaderValue::from_str(r.name()).ok()));
+    let mut response = routed(gateway, system, parts, body, path, key, kind).await;
+    if let Some(name) = name {
         response.headers_mut().insert(ROUTE, name);
     }
     response
@@ -96,13 +97,12 @@ async fn routed(
     body: Body,
     path: String,
     key: Option<IdempotencyKey>,
-    route: Option<(RouteKind, String)>,
+    kind: Option<RouteKind>,
 ) -> Response {
     let body = match read_body(body, &parts.headers, gateway.max_body()).await {
         Ok(body) => body,
         Err(problem) => return problem.into_response(),
     };
-    let kind = route.map(|(kind, _)| kind);
     let writes = matches!(kind, None | Some(RouteKind::KeyedWrite));
     let deferrable = writes && key.is_some() && wants_async(&parts.headers) && system.dedupes_by_key();
     let safe = match kind {
