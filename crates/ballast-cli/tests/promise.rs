@@ -135,7 +135,7 @@ async fn a_path_cannot_leave_the_base_url() {
         for deferred in [false, true] {
             let prefer = if deferred { "Prefer: respond-async\r\n" } else { "" };
             let request = format!(
-                "POST {path} HTTP/1.1\r\nHost: gw\r\nIdempotency-Key: k-{deferred}\r\n{prefer}Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+                "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: k-{deferred}\r\n{prefer}Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
             );
             let (status, body) = raw(&served.gateway, &request).await;
             assert_eq!(status, 400, "{path}: {body}");
@@ -145,9 +145,11 @@ async fn a_path_cannot_leave_the_base_url() {
     }
     assert_eq!(upstream.count(), 0, "nothing reached the upstream");
     assert!(queued(served.dir.path()).is_empty(), "nothing was stored for later either");
-    let (status, _) =
-        raw(&served.gateway, "GET /call/pay/orders/7 HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
-            .await;
+    let (status, _) = raw(
+        &served.gateway,
+        "GET /call/pay/orders/7 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     assert_eq!((status, upstream.requests()[0].target.as_str()), (200, "/api/v1/orders/7"));
 }
 
@@ -185,7 +187,8 @@ async fn a_reload_cannot_silently_drop_a_system_with_deliveries() {
         let last = log.rsplit("reload of").next().unwrap_or_default();
         assert!(last.contains(why), "{why}:\n{log}");
         let (status, body) =
-            raw(&served.gateway, "GET /call/pay/x HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n").await;
+            raw(&served.gateway, "GET /call/pay/x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                .await;
         assert_ne!(status, 404, "pay is still served: {body}");
     }
     assert!(

@@ -35,6 +35,8 @@ pub struct SystemExplanation {
     pub composition: String,
     /// The declared routes, `POST /payments → keyed_write`.
     pub routes: Vec<String>,
+    /// What becomes of a write no route matches (when there are routes).
+    pub unrouted: ballast_http::routes::Unrouted,
     /// Lint findings of the system: errors, warnings, notes.
     pub findings: (usize, usize, usize),
     /// The in-memory worst case, as the core computes it (R-RES-RE-4).
@@ -93,7 +95,7 @@ impl Config {
 
     fn timeline(&self, name: &str) -> SystemExplanation {
         let system = self.file.systems.get(name).cloned().unwrap_or_default();
-        let crate::translate::Translated { builder, retry, timeout, routes, .. } =
+        let crate::translate::Translated { builder, retry, timeout, routes, unrouted, .. } =
             crate::translate::translate(name, &system);
         let findings = self.lint_system(name);
         let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
@@ -114,6 +116,7 @@ impl Config {
                     format!("{} → {}{timeout}", r.name(), r.kind())
                 })
                 .collect(),
+            unrouted: unrouted.unwrap_or_default(),
             findings: (count(Severity::Error), count(Severity::Warning), count(Severity::Note)),
             in_memory,
             writes_retried,
@@ -250,13 +253,20 @@ impl fmt::Display for Explanation {
     }
 }
 
+use ballast_http::routes::Unrouted;
+
 impl fmt::Display for SystemExplanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The name is the one string taken verbatim from the file.
         writeln!(f, "system `{}`", crate::report::printable(&self.name))?;
         writeln!(f, "  composition: {}", crate::report::printable(&self.composition))?;
         if !self.routes.is_empty() {
-            writeln!(f, "  routes (the rest by method and key):")?;
+            let rest = match self.unrouted {
+                Unrouted::Refuse => "a write no route matches is refused unsent",
+                Unrouted::Once => "a write no route matches is sent once",
+                Unrouted::ByMethod => "the rest by method and key",
+            };
+            writeln!(f, "  routes ({rest}; paths in any spelling):")?;
             for route in &self.routes {
                 writeln!(f, "    {}", crate::report::printable(route))?;
             }

@@ -76,7 +76,11 @@ impl Config {
             builder = builder.key_ttl(ttl.get());
         }
         // Checked with the policy above: refused had any route been wrong.
-        builder = builder.routes(crate::translate::translate(name, system).routes);
+        let translated = crate::translate::translate(name, system);
+        builder = builder.routes(translated.routes);
+        if let Some(unrouted) = translated.unrouted {
+            builder = builder.unrouted(unrouted);
+        }
         if let Some(header) = &system.idempotency_header {
             builder = builder.idempotency_header(header.clone());
         }

@@ -130,10 +130,15 @@ pub struct GatewaySection {
     /// `body_read_timeout`: how long a client may take to send a request's
     /// body once its headers are in (default 10 s).
     pub body_read_timeout: Option<ConfigDuration>,
-    /// `trust_forwarded`: pass caller-sent `Forwarded`, `X-Forwarded-*` and
-    /// `X-Real-IP` upstream (default false: they are dropped, so no caller
-    /// can speak for another).
+    /// `trust_forwarded`: pass caller-sent `Forwarded`, `X-Forwarded-*`,
+    /// `X-Real-IP` and the other client-address headers upstream (default
+    /// false: they are dropped, so no caller can speak for another).
     pub trust_forwarded: Option<bool>,
+    /// `allowed_hosts`: `Host` names the gateway answers to besides
+    /// `localhost`, the loopback addresses and its listen address (the name
+    /// services reach it by). Any other `Host` is answered 421: a web page
+    /// that rebinds its name to this host cannot call the systems.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 /// `[alerts]`: the sinks every task that fails for good is reported to
@@ -237,8 +242,18 @@ pub struct System {
     /// (none unless configured).
     pub rate_limit: Option<RateLimitSection>,
     /// `[systems.NAME.routes]`: `"METHOD /path/{param}/*" = "read" |
-    /// "keyed_write" | "write_once"`, or `{ kind = …, timeout = "2s" }`.
+    /// "keyed_write" | "write_once"`, or `{ kind = …, timeout = "2s",
+    /// method_override = true }`.
     pub routes: Option<BTreeMap<String, RouteValue>>,
+    /// `unrouted`: what becomes of a write no route matches — `"refuse"`
+    /// (unsent, 400 `unrouted`: the default when routes are declared),
+    /// `"once"` (sent once, never retried) or `"by_method"` (what its method
+    /// and key make it: the default without routes).
+    pub unrouted: Option<String>,
+    /// `path_case`: whether routes match paths `"sensitive"` to the case of
+    /// their letters (the default, as most systems route) or
+    /// `"insensitive"` (a system whose routing ignores case).
+    pub path_case: Option<String>,
     /// `[systems.NAME.timeout]`; without it [`ballast::Timeout::default`]
     /// (5 s per attempt, aggressive).
     pub timeout: Option<TimeoutSection>,
@@ -264,6 +279,11 @@ pub enum RouteValue {
         kind: Option<String>,
         /// `timeout`: the route's attempt timeout, at most the system's.
         timeout: Option<ConfigDuration>,
+        /// `method_override`: a request may reach this route through an
+        /// `X-HTTP-Method-Override` (or `X-HTTP-Method`, `X-Method-Override`)
+        /// header naming its method, which is then kept (default false:
+        /// such headers are dropped).
+        method_override: Option<bool>,
     },
 }
 
@@ -282,6 +302,11 @@ impl RouteValue {
             RouteValue::Kind(_) => None,
             RouteValue::Table { timeout, .. } => timeout.map(|t| t.get()),
         }
+    }
+
+    /// Whether a method-override header may reach the route.
+    pub fn method_override(&self) -> bool {
+        matches!(self, RouteValue::Table { method_override: Some(true), .. })
     }
 }
 
@@ -406,6 +431,10 @@ pub struct RateLimitSection {
     /// `adaptive`: lower the rate on 429 / `Retry-After` and follow the
     /// system's `RateLimit` headers (default false).
     pub adaptive: Option<bool>,
+    /// `max_hold`: the longest an adaptive limit holds every attempt on the
+    /// system's word (`Retry-After`, a quota spent until its reset); default
+    /// 10 minutes, and never longer than the system's `key_ttl`.
+    pub max_hold: Option<ConfigDuration>,
 }
 
 /// `[systems.NAME.timeout]`.
@@ -481,6 +510,7 @@ const GATEWAY_KEYS: &[(&str, Schema)] = &[
     ("header_read_timeout", Value),
     ("body_read_timeout", Value),
     ("trust_forwarded", Value),
+    ("allowed_hosts", Value),
 ];
 
 const SERVE_KEYS: &[(&str, Schema)] = &[
@@ -539,8 +569,19 @@ const SYSTEM_KEYS: &[(&str, Schema)] = &[
         ]),
     ),
     ("bulkhead", Table(&[("limit", Value), ("queue", Value)])),
-    ("rate_limit", Table(&[("rate", Value), ("burst", Value), ("wait", Value), ("adaptive", Value)])),
-    ("routes", Named(&[("kind", Value), ("timeout", Value)])),
+    (
+        "rate_limit",
+        Table(&[
+            ("rate", Value),
+            ("burst", Value),
+            ("wait", Value),
+            ("adaptive", Value),
+            ("max_hold", Value),
+        ]),
+    ),
+    ("routes", Named(&[("kind", Value), ("timeout", Value), ("method_override", Value)])),
+    ("unrouted", Value),
+    ("path_case", Value),
     (
         "timeout",
         Table(&[

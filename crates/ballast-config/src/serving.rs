@@ -78,6 +78,9 @@ pub struct GatewaySettings {
     /// Whether caller-sent `Forwarded`, `X-Forwarded-*` and `X-Real-IP` are
     /// passed upstream (default false: dropped).
     pub trust_forwarded: bool,
+    /// `Host` names the gateway answers to besides `localhost`, the loopback
+    /// addresses and its listen address; any other is answered 421.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for GatewaySettings {
@@ -92,6 +95,7 @@ impl Default for GatewaySettings {
             header_read_timeout: Duration::from_secs(5),
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             trust_forwarded: false,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -179,6 +183,7 @@ impl Config {
                 .map_or(defaults.header_read_timeout, |d| d.get()),
             body_read_timeout: gateway.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
             trust_forwarded: gateway.trust_forwarded.unwrap_or(false),
+            allowed_hosts: gateway.allowed_hosts.clone().unwrap_or_default(),
         }))
     }
 

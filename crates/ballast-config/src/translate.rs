@@ -10,7 +10,7 @@ use ballast::{
 use crate::finding::{system_path, KeyFinding};
 use crate::model::{BreakerSection, Part, RetrySection, RouteValue, System, TimeoutSection};
 use crate::suggest::did_you_mean;
-use ballast_http::routes::{Route, RouteKind, Routes};
+use ballast_http::routes::{Route, RouteKind, Routes, Unrouted};
 
 /// The backoff kinds that exist (R-RES-RE-X3).
 pub const BACKOFF_KINDS: [&str; 2] = ["exponential", "exponential-full-jitter"];
@@ -62,7 +62,68 @@ pub(crate) fn translate(name: &str, system: &System) -> Translated {
         builder = builder.rate_limit(limit);
     }
     let routes = routes(name, system, &timeout, &mut problems);
-    Translated { builder, retry, timeout, routes, problems }
+    let unrouted = unrouted(name, system, &routes, &mut problems);
+    Translated { builder, retry, timeout, routes, unrouted, problems }
+}
+
+/// `unrouted` and `path_case`: how a request that no route foresaw is
+/// treated. The notes say what a file with routes leaves to the defaults.
+fn unrouted(
+    name: &str,
+    system: &System,
+    routes: &Routes,
+    problems: &mut Vec<KeyFinding>,
+) -> Option<Unrouted> {
+    let at = |key: &str| system_path(name, &[key]);
+    let unrouted = match system.unrouted.as_deref().map(str::parse::<Unrouted>) {
+        None => None,
+        Some(Ok(unrouted)) => Some(unrouted),
+        Some(Err(why)) => {
+            problems.push(KeyFinding::error(
+                Some(Rule::Re1),
+                at("unrouted"),
+                why,
+                "use \"refuse\", \"once\" or \"by_method\"",
+            ));
+            None
+        }
+    };
+    if unrouted == Some(Unrouted::Refuse) && routes.is_empty() {
+        problems.push(KeyFinding::error(
+            Some(Rule::Re1),
+            at("unrouted"),
+            "unrouted = \"refuse\" without routes refuses every write to the system".to_owned(),
+            "declare the system's writes in [systems.NAME.routes], or leave unrouted out",
+        ));
+    }
+    if unrouted == Some(Unrouted::ByMethod) && !routes.is_empty() {
+        problems.push(KeyFinding::at(
+            Some(Rule::Re1),
+            ballast::Severity::Note,
+            at("unrouted"),
+            "a write no route matches is what its method and key make it: one the routes did not foresee is retried whenever it carries a key".to_owned(),
+            "leave unrouted out (refuse) if every write of the system is declared, or use \"once\"",
+        ));
+    }
+    match system.path_case.as_deref() {
+        None | Some("sensitive") | Some("insensitive") => {}
+        Some(other) => problems.push(KeyFinding::error(
+            None,
+            at("path_case"),
+            format!("path_case {other:?} does not exist"),
+            "use \"sensitive\" (the default) or \"insensitive\"",
+        )),
+    }
+    if system.path_case.is_none() && !routes.is_empty() {
+        problems.push(KeyFinding::at(
+            None,
+            ballast::Severity::Note,
+            system_path(name, &["routes"]),
+            "routes match paths in the case of their letters: `/Payments` is not `/payments`, and a write to it matches no route".to_owned(),
+            "if the system routes paths whatever their case, say `path_case = \"insensitive\"`; `path_case = \"sensitive\"` silences this note",
+        ));
+    }
+    unrouted
 }
 
 /// `[systems.NAME.routes]`, each checked: the key `METHOD /template`, the
@@ -70,7 +131,7 @@ pub(crate) fn translate(name: &str, system: &System) -> Translated {
 /// with a method that is not safe is allowed (the guide's "GET-equivalent"),
 /// with a note; so is a key required by a system that does not deduplicate.
 fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<KeyFinding>) -> Routes {
-    let mut routes = Routes::new();
+    let mut routes = Routes::new().case_insensitive(system.path_case.as_deref() == Some("insensitive"));
     for (key, value) in system.routes.iter().flatten() {
         let at = |rest: &[&str]| {
             let mut path = vec!["routes", key.as_str()];
@@ -120,6 +181,9 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Key
                 continue;
             }
         };
+        if value.method_override() {
+            route = route.method_override(true);
+        }
         if let Some(limit) = value.timeout() {
             if limit > timeout.attempt() || limit.is_zero() {
                 problems.push(KeyFinding::error(
@@ -219,6 +283,9 @@ fn rate_limit(
     if r.adaptive == Some(true) {
         limit = limit.adaptive();
     }
+    if let Some(max_hold) = r.max_hold {
+        limit = limit.max_hold(max_hold.get());
+    }
     Some(limit)
 }
 
@@ -229,6 +296,7 @@ pub(crate) struct Translated {
     pub retry: Retry,
     pub timeout: Timeout,
     pub routes: Routes,
+    pub unrouted: Option<Unrouted>,
     pub problems: Vec<KeyFinding>,
 }
 

@@ -360,17 +360,34 @@ impl HttpSystem {
         queue: &Queue,
         request: Request,
     ) -> Result<Handover<Response>, HandoverError<HttpError>> {
-        let operation = Operation::Write(key);
-        if !self.dedupes_by_key() {
-            return self.send(operation, request).await.map(Handover::Done).map_err(HandoverError::Failed);
+        match self.plan(Operation::Write(key), &request) {
+            Ok(plan) => self.write_or_defer_planned(plan, queue, request).await,
+            Err(e) => Err(HandoverError::Failed(Failure::unsent(e))),
         }
+    }
+
+    /// [`write_or_defer`](Self::write_or_defer) of a request planned with
+    /// [`plan`](Self::plan) or [`plan_by_method`](Self::plan_by_method):
+    /// only a keyed write to a system that deduplicates by its key is ever
+    /// deferred ([`Plan::is_deduplicated_write`](crate::Plan::is_deduplicated_write));
+    /// any other plan is sent as it says, and its outcome returned.
+    pub async fn write_or_defer_planned(
+        &self,
+        plan: crate::Plan<'_>,
+        queue: &Queue,
+        request: Request,
+    ) -> Result<Handover<Response>, HandoverError<HttpError>> {
+        let Some(key) = plan.operation().key().filter(|_| plan.is_deduplicated_write()) else {
+            let sent = self.send_planned(plan, request).await;
+            return sent.map(Handover::Done).map_err(HandoverError::Failed);
+        };
         // Captured before sending: a request that cannot be stored is refused
         // unsent rather than found out after an attempt that may have applied it.
-        let task = match self.capture(key, &request) {
-            Ok(delivery) => delivery.task(key),
+        let (task, send_by) = match self.capture(key, &request) {
+            Ok(delivery) => (delivery.task(key), delivery.send_by(Some(self), queue.schedule().max_age)),
             Err(error) => return Err(HandoverError::Failed(Failure::unsent(error))),
         };
-        let outcome = match self.send(operation, request).await {
+        let outcome = match self.send_planned(plan, request).await {
             // A transient answer after the last attempt: the queue tries again.
             Ok(answer) if answer.verdict().is_some_and(|v| v.is_transient()) => {
                 let attempts = answer.attempts();
@@ -387,6 +404,18 @@ impl HttpSystem {
                 })
             }
             other => other,
+        };
+        // Due when the refusal says a call goes through again (the breaker's
+        // probe, the next permit), but never past the time the delivery may
+        // still be sent: a refusal that names a far time must end in an
+        // alert, not a task nobody ever claims.
+        let due = outcome.as_ref().err().and_then(Failure::rejection).and_then(|r| r.retry_in());
+        let task = match (due, send_by) {
+            (None, _) => task,
+            (Some(due), None) => task.run_after(due),
+            (Some(due), Some(by)) => {
+                task.run_at(SystemTime::now().checked_add(due).map_or(by, |at| at.min(by)))
+            }
         };
         ballast_queue::hand_over(queue, key, task, outcome).await
     }

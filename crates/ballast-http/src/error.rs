@@ -73,6 +73,33 @@ pub enum HttpError {
         /// The route, `POST /payments`.
         route: String,
     },
+    /// The attempt panicked — a bug below the policy, in a transport or in
+    /// what reads the answer. The request may have reached the system, so
+    /// its outcome is unknown: classified as a reset connection is
+    /// (transient: a read or a keyed write is retried with the same key, a
+    /// write sent once is not), never as a failure of the write.
+    #[error("the attempt panicked ({message}): the request may have been applied, its outcome is unknown")]
+    Panicked {
+        /// The panic's message.
+        message: String,
+    },
+    /// A write that matches none of the system's routes, whose undeclared
+    /// writes are refused ([`Unrouted::Refuse`](crate::routes::Unrouted)):
+    /// whatever the path's spelling, a write the routes did not declare is
+    /// not sent (R-RES-RE-1).
+    #[error(
+        "{method} {path} matches none of the system's routes ({routes}): a system that declares routes sends \
+         only the writes they declare, so this one was not sent (R-RES-RE-1); declare its route, or set \
+         `unrouted = \"once\"` for the system to send undeclared writes once"
+    )]
+    Unrouted {
+        /// The request's method.
+        method: Method,
+        /// Its path (at most 200 characters of it).
+        path: String,
+        /// The routes declared, by name.
+        routes: String,
+    },
     /// The request could not be built (path, query, header or JSON body).
     #[error("invalid request: {reason}; it was not sent")]
     InvalidRequest {
@@ -191,7 +218,9 @@ impl Classify for HttpError {
                     || (*status == StatusCode::SERVICE_UNAVAILABLE && retry_after.is_some());
                 Classification { class: *class, retry_after: *retry_after, throttled }
             }
-            HttpError::Transport { class: Class::Transient, .. } => Classification::transient(),
+            HttpError::Transport { class: Class::Transient, .. } | HttpError::Panicked { .. } => {
+                Classification::transient()
+            }
             _ => Classification::permanent(),
         }
     }

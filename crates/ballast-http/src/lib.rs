@@ -86,6 +86,7 @@ with_client! {
     mod health;
     mod layer;
     pub mod metrics;
+    pub mod plan;
     mod rate_headers;
     mod request;
     mod response;
@@ -97,6 +98,7 @@ with_client! {
     pub use error::HttpError;
     pub use health::{Health, HealthReport, SystemHealth};
     pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
+    pub use plan::{Plan, SentOnce};
     pub use request::{OnceRequest, Request, StreamingRequest};
     pub use response::Response;
     pub use system::{HttpSystem, HttpSystemBuilder};

@@ -21,6 +21,7 @@
 //! | `ballast_rate_limited_total` | system: attempts not sent for want of a rate-limit permit | [`SystemMetrics`] |
 //! | `ballast_route_calls_total` | system, route (the template, `POST /payments/{id}`: never a raw path), outcome (`ok`, `failed` — an answer judged a failure —, `unanswered`) | `HttpSystem`, for calls a route matched |
 //! | `ballast_rate_limit_permits_per_second` | system: the rate limit's rate now (absent without one) | `HttpSystem`, [`SystemMetrics`], [`record_rate_limit`] |
+//! | `ballast_rate_limit_hold_seconds` | system: how long the system's own word (`Retry-After`, a spent quota) still holds every attempt; 0 when it does not | `HttpSystem`, [`record_rate_limit`] |
 //! | `ballast_system_critical` | system: 1 if readiness depends on it, else 0 | `HttpSystem` |
 //!
 //! `metrics-exporter-prometheus` renders a histogram as a summary unless it
@@ -55,7 +56,7 @@ const STATES: [BreakerState; 4] =
 
 /// The name of every metric this crate records, for checking dashboards and
 /// alerting rules against what the code registers.
-pub const NAMES: [&str; 14] = [
+pub const NAMES: [&str; 15] = [
     "ballast_calls_total",
     "ballast_attempts_total",
     "ballast_retries_total",
@@ -69,6 +70,7 @@ pub const NAMES: [&str; 14] = [
     "ballast_system_critical",
     "ballast_rate_limited_total",
     "ballast_rate_limit_permits_per_second",
+    "ballast_rate_limit_hold_seconds",
     "ballast_route_calls_total",
 ];
 
@@ -101,6 +103,11 @@ pub fn describe() {
         "Attempts not sent for want of a rate-limit permit"
     );
     metrics::describe_gauge!("ballast_rate_limit_permits_per_second", "The rate limit's rate now");
+    metrics::describe_gauge!(
+        "ballast_rate_limit_hold_seconds",
+        Unit::Seconds,
+        "How long the system's Retry-After or spent quota still holds every attempt"
+    );
     metrics::describe_counter!("ballast_route_calls_total", "Calls to a declared route, by outcome");
 }
 
@@ -140,10 +147,19 @@ impl RouteCounters {
     }
 }
 
-/// Records a rate limit's rate now: an adaptive limit's rate climbs between
-/// the events that change it, so a sampler (`ballast serve`'s, every second)
-/// records it too.
-pub fn record_rate_limit(system: &str, rate: f64) {
+/// Records a rate limit's state now — its rate
+/// (`ballast_rate_limit_permits_per_second`) and how long the system's word
+/// still holds every attempt (`ballast_rate_limit_hold_seconds`): an adaptive
+/// limit's rate climbs and its hold runs out between the events that set
+/// them, so a sampler (`ballast serve`'s, every second) records them too.
+pub fn record_rate_limit(system: &str, limiter: &ballast::RateLimiter) {
+    let now = limiter.snapshot();
+    record_rate(system, now.rate);
+    metrics::gauge!("ballast_rate_limit_hold_seconds", "system" => system.to_owned())
+        .set(now.held_for.as_secs_f64());
+}
+
+fn record_rate(system: &str, rate: f64) {
     metrics::gauge!("ballast_rate_limit_permits_per_second", "system" => system.to_owned()).set(rate);
 }
 
@@ -151,7 +167,7 @@ pub fn record_rate_limit(system: &str, rate: f64) {
 /// limit and whether it is critical.
 pub(crate) fn describe_system(system: &str, policy: &ballast::Policy, critical: bool) {
     if let Some(limiter) = policy.rate_limiter() {
-        record_rate_limit(system, limiter.rate());
+        record_rate_limit(system, limiter);
     }
     if let Some(limit) = policy.bulkhead_limit() {
         metrics::gauge!("ballast_bulkhead_limit", "system" => system.to_owned()).set(limit as f64);
@@ -265,7 +281,7 @@ impl Listener for SystemMetrics {
             EventKind::RateLimited { .. } => h.rate_limited.increment(1),
             // Rare, and only for systems with a limit: registered here, so
             // systems without one have no such series.
-            EventKind::RateChanged { rate } => record_rate_limit(&h.system, rate),
+            EventKind::RateChanged { rate } => record_rate(&h.system, rate),
             _ => {}
         }
     }

@@ -8,14 +8,20 @@
 //! | `X-RateLimit-Remaining: 0` with `X-RateLimit-Reset` | likewise; a reset over 10⁹ is a Unix time (GitHub's), over 10¹² one in milliseconds, else seconds from now |
 //!
 //! A field that does not parse is ignored, as the draft asks; a remaining
-//! quota above zero changes nothing (it is no promise either way).
+//! quota above zero changes nothing (it is no promise either way). Reading
+//! is total: a number out of range (`1e25`, `inf`, a date past the year
+//! 9999) is capped at [`MAX_HOLD`] or ignored, never a panic — an upstream
+//! decides what its headers say, not whether the attempt survives reading
+//! them. The limiter caps what it is told again (`[systems.NAME.rate_limit]
+//! max_hold`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
 
-/// The longest hold a header can impose (a daily quota spent).
-const MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
+/// The longest hold a header can say (a daily quota spent); the limiter
+/// holds at most its own `max_hold` of it.
+pub(crate) const MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
 
 /// What the headers of one answer say.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -48,8 +54,10 @@ fn policy_rate(headers: &HeaderMap) -> Option<f64> {
                 }
             }
             let (Some(q), Some(w)) = (quota, window) else { continue };
-            if q > 0.0 && w > 0.0 && q.is_finite() && w.is_finite() {
-                strictest = Some(strictest.map_or(q / w, |s| s.min(q / w)));
+            let rate = q / w;
+            // A quota so small or a window so long that the rate is no number at all says nothing.
+            if q > 0.0 && w > 0.0 && rate > 0.0 && rate.is_finite() {
+                strictest = Some(strictest.map_or(rate, |s| s.min(rate)));
             }
         }
     }
@@ -94,16 +102,18 @@ fn spent_for(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     holds.into_iter().flatten().max().map(|d| d.min(MAX_HOLD))
 }
 
+/// `t` seconds, at most [`MAX_HOLD`]; `None` for a negative or not-a-number `t`.
 fn seconds(t: f64) -> Option<Duration> {
-    (t.is_finite() && t >= 0.0).then(|| Duration::from_secs_f64(t.min(MAX_HOLD.as_secs_f64())))
+    (t >= 0.0).then(|| Duration::try_from_secs_f64(t).map_or(MAX_HOLD, |d| d.min(MAX_HOLD)))
 }
 
 /// `X-RateLimit-Reset` as the time left: a Unix time in seconds (over 10⁹)
-/// or milliseconds (over 10¹²), else seconds from now.
+/// or milliseconds (over 10¹²), else seconds from now. A time past what the
+/// clock can hold is as far as a hold goes.
 fn reset_at(value: f64, now: SystemTime) -> Option<Duration> {
     let epoch = |secs: f64| {
-        let at = UNIX_EPOCH + Duration::from_secs_f64(secs);
-        Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+        let at = Duration::try_from_secs_f64(secs).ok().and_then(|d| UNIX_EPOCH.checked_add(d));
+        Some(at.map_or(MAX_HOLD, |at| at.duration_since(now).unwrap_or(Duration::ZERO)))
     };
     if !(value.is_finite() && value >= 0.0) {
         None
@@ -164,5 +174,100 @@ mod tests {
         assert_eq!(hold(&[("x-ratelimit-remaining", "3"), ("x-ratelimit-reset", "9")]), None);
         assert_eq!(hold(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "soon")]), None);
         assert_eq!(hold(&[("ratelimit", "r=0;t=999999999")]), Some(MAX_HOLD), "capped at a day");
+    }
+
+    /// Cases of the header fuzz: `BALLAST_FUZZ_CASES` for a longer run.
+    fn fuzz_cases() -> u32 {
+        std::env::var("BALLAST_FUZZ_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2_000)
+    }
+
+    /// A number as an upstream might write one: in range or far out of it,
+    /// negative, not a number, in exponent form.
+    fn number() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<f64>().prop_map(|f| f.to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            (0u32..400).prop_map(|e| format!("1e{e}")),
+            Just("inf".to_owned()),
+            Just("-inf".to_owned()),
+            Just("NaN".to_owned()),
+            "[0-9eE+.-]{0,24}",
+        ]
+    }
+
+    /// A header value an upstream's rate headers might carry.
+    fn value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            number(),
+            (number(), number()).prop_map(|(r, t)| format!("\"default\";r={r};t={t}")),
+            (number(), number(), number()).prop_map(|(l, r, t)| format!("limit={l}, remaining={r}, reset={t}")),
+            (number(), number()).prop_map(|(q, w)| format!("\"p\";q={q};w={w}, {q};w={w}")),
+            (0u64..u64::MAX / 2).prop_map(|secs| {
+                // Dates far past the year 9999 the format can hold are written by hand.
+                match std::time::UNIX_EPOCH.checked_add(Duration::from_secs(secs % 253_402_300_799)) {
+                    Some(at) => httpdate::fmt_http_date(at),
+                    None => "Fri, 31 Dec 99999 23:59:59 GMT".to_owned(),
+                }
+            }),
+            "[ -~]{0,64}",
+        ]
+    }
+
+    const NAMES: [&str; 7] = [
+        "ratelimit",
+        "ratelimit-policy",
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        "retry-after",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: fuzz_cases(),
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        /// N1: whatever an upstream's rate headers and `Retry-After` say,
+        /// reading them never panics, and what the limiter makes of them is
+        /// bounded: a hold of at most `max_hold`, a rate never under the floor.
+        #[test]
+        fn no_rate_header_can_panic_or_stall_a_system(
+            pairs in proptest::collection::vec((proptest::sample::select(&NAMES[..]), value()), 0..6)
+        ) {
+            let mut map = HeaderMap::new();
+            for (name, value) in &pairs {
+                if let Ok(value) = http::HeaderValue::from_str(value) {
+                    map.append(*name, value);
+                }
+            }
+            let said = read(&map, SystemTime::now());
+            proptest::prop_assert!(said.spent_for.is_none_or(|d| d <= MAX_HOLD), "{said:?}");
+            proptest::prop_assert!(said.rate.is_none_or(|r| r.is_finite() && r > 0.0), "{said:?}");
+            let after = crate::classify::retry_after(&map);
+            proptest::prop_assert!(after.is_none_or(|d| d <= MAX_HOLD), "{after:?}");
+
+            let max_hold = Duration::from_secs(600);
+            let policy = ballast::Policy::builder("fuzz")
+                .rate_limit(ballast::RateLimit::per_second(100).adaptive().max_hold(max_hold))
+                .build()
+                .unwrap();
+            let limiter = policy.rate_limiter().unwrap();
+            if let Some(rate) = said.rate {
+                limiter.announce(rate);
+            }
+            if let Some(spent_for) = said.spent_for {
+                limiter.hold_until(tokio::time::Instant::now() + spent_for);
+            }
+            limiter.throttled(after);
+            let now = limiter.snapshot();
+            proptest::prop_assert!(now.held_for <= max_hold, "{now:?}");
+            proptest::prop_assert!(now.rate >= 100.0 * ballast::rate_limit::adaptive::FLOOR, "{now:?}");
+        }
     }
 }

@@ -9,6 +9,18 @@
 //! the header would otherwise make a silent write-once and, on a lost
 //! answer, no payment and no retry (R-RES-RE-1).
 //!
+//! **No spelling of a path changes what a call is.** A path is matched as
+//! the system will read it ([`Routes::find`]): the method in any case
+//! (`post` is `POST`), percent-escapes of unreserved characters decoded
+//! (`pay%6Dents` is `payments`), empty segments and a trailing `/` dropped
+//! (`payments//7/` is `payments/7`), and `;params` cut from each segment
+//! (`payments;x=1` is `payments`); an escaped `/` (`%2F`) stays inside its
+//! segment. Letters match in their case unless the system says its paths
+//! ignore it ([`Routes::case_insensitive`]). And when a system declares
+//! routes, a write that matches none is not sent at all by default
+//! ([`Unrouted::Refuse`]): a spelling the routes did not foresee cannot turn
+//! a `write_once` into a retried write or skip a key check.
+//!
 //! ```
 //! use ballast_http::routes::{RouteKind, Routes};
 //!
@@ -22,6 +34,7 @@
 //! # Ok::<(), ballast_http::routes::RouteError>(())
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -79,6 +92,70 @@ impl FromStr for RouteKind {
     fn from_str(s: &str) -> Result<Self, RouteError> {
         RouteKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| RouteError::Kind(s.to_owned()))
     }
+}
+
+/// What becomes of a write that matches none of a system's routes
+/// (`[systems.NAME] unrouted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Unrouted {
+    /// Refused unsent, naming the routes ([`HttpError::Unrouted`](crate::HttpError)):
+    /// the default of a system with routes, whose writes are all declared.
+    #[default]
+    Refuse,
+    /// Sent once, never retried, key or not (R-RES-RE-X1).
+    Once,
+    /// What its method and key make it, as without routes: the default of a
+    /// system without routes.
+    ByMethod,
+}
+
+impl Unrouted {
+    /// Every choice, by its name in a file.
+    pub const ALL: [Unrouted; 3] = [Unrouted::Refuse, Unrouted::Once, Unrouted::ByMethod];
+
+    /// `"refuse"`, `"once"` or `"by_method"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Unrouted::Refuse => "refuse",
+            Unrouted::Once => "once",
+            Unrouted::ByMethod => "by_method",
+        }
+    }
+}
+
+impl FromStr for Unrouted {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Unrouted::ALL.into_iter().find(|u| u.as_str() == s).ok_or_else(|| {
+            format!("unrouted {s:?} does not exist: use \"refuse\", \"once\" or \"by_method\"")
+        })
+    }
+}
+
+/// The headers through which a caller may ask for another method than the
+/// request line's. Dropped before a request is sent unless the route the
+/// named method reaches allows them ([`Route::method_override`]): an
+/// upstream that honours one would otherwise act on a method the policy
+/// never judged (a GET retried as a read that the upstream runs as a POST).
+pub const METHOD_OVERRIDE_HEADERS: [&str; 3] =
+    ["x-http-method-override", "x-http-method", "x-method-override"];
+
+/// The method a request line or an override header names, in the case the
+/// standard methods are written in: `post` is `POST`, so no spelling of a
+/// method escapes its route or passes for a read.
+///
+/// ```
+/// use ballast_http::routes::canonical_method;
+///
+/// assert_eq!(canonical_method(&http::Method::from_bytes(b"post").unwrap()), http::Method::POST);
+/// assert_eq!(canonical_method(&http::Method::from_bytes(b"PURGE").unwrap()).as_str(), "PURGE");
+/// ```
+pub fn canonical_method(method: &Method) -> Method {
+    if !method.as_str().bytes().any(|b| b.is_ascii_lowercase()) {
+        return method.clone();
+    }
+    Method::from_bytes(method.as_str().to_ascii_uppercase().as_bytes()).unwrap_or_else(|_| method.clone())
 }
 
 /// A route that cannot be declared.
@@ -139,6 +216,13 @@ pub struct Route {
     /// attempt of the system's takes no longer than the system allows).
     #[setters(generate, strip_option)]
     timeout: Option<Duration>,
+    /// Whether a request may reach the route through a method-override
+    /// header ([`METHOD_OVERRIDE_HEADERS`]): a `POST` with
+    /// `X-HTTP-Method-Override: PATCH` is then this `PATCH` route's call, its
+    /// header kept. Without it the header is dropped and the request is
+    /// what its own method makes it (default false).
+    #[setters(generate)]
+    method_override: bool,
 }
 
 impl Route {
@@ -150,7 +234,7 @@ impl Route {
         let segments = parse(template)?;
         let template = format!("/{}", template.trim().trim_start_matches('/'));
         let name = format!("{method} {template}");
-        Ok(Route { method, template, name, segments, kind, timeout: None })
+        Ok(Route { method, template, name, segments, kind, timeout: None, method_override: false })
     }
 
     /// The method.
@@ -179,19 +263,29 @@ impl Route {
         self.timeout
     }
 
-    /// Whether `path` (relative to the base URL, without its query) matches.
+    /// Whether a method-override header may reach it.
+    pub fn allows_method_override(&self) -> bool {
+        self.method_override
+    }
+
+    /// Whether `path` (relative to the base URL, without its query) matches,
+    /// read as the module docs say, letters in their case.
     pub fn matches(&self, path: &str) -> bool {
-        let mut parts = split(path);
+        self.matches_in(path, false)
+    }
+
+    fn matches_in(&self, path: &str, any_case: bool) -> bool {
+        let mut parts = segments(path);
         for segment in &self.segments {
             match segment {
                 Segment::Rest => return true,
-                Segment::Literal(literal) => {
-                    if parts.next() != Some(literal.as_str()) {
-                        return false;
-                    }
-                }
+                Segment::Literal(literal) => match parts.next() {
+                    Some(part) if any_case && part.eq_ignore_ascii_case(literal) => {}
+                    Some(part) if part == literal.as_str() => {}
+                    _ => return false,
+                },
                 Segment::Param => {
-                    if parts.next().is_none_or(str::is_empty) {
+                    if parts.next().is_none() {
                         return false;
                     }
                 }
@@ -215,6 +309,49 @@ fn split(path: &str) -> impl Iterator<Item = &str> {
     trimmed.split('/').filter(move |_| !trimmed.is_empty())
 }
 
+/// The segments of a request's `path` as a route sees them: each without
+/// its `;params`, escapes of unreserved characters decoded, empty ones
+/// skipped. Borrowed unless a segment has an escape to decode.
+fn segments(path: &str) -> impl Iterator<Item = Cow<'_, str>> {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    path.split('/').filter_map(|segment| {
+        let segment = segment.split(';').next().unwrap_or_default();
+        (!segment.is_empty()).then(|| decode_unreserved(segment))
+    })
+}
+
+/// `segment` with `%XX` escapes of unreserved characters (RFC 3986 §2.3:
+/// letters, digits, `-`, `.`, `_`, `~`) decoded: they mean the same
+/// character, which servers decode before routing. Other escapes stay.
+fn decode_unreserved(segment: &str) -> Cow<'_, str> {
+    if !segment.contains('%') {
+        return Cow::Borrowed(segment);
+    }
+    let bytes = segment.as_bytes();
+    let mut out = String::with_capacity(segment.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| segment.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+            .filter(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'));
+        match escaped {
+            Some(byte) => {
+                out.push(char::from(byte));
+                i += 3;
+            }
+            None => {
+                // `i` is on a char boundary: escapes and ASCII are one byte each.
+                let ch = segment[i..].chars().next().unwrap_or_default();
+                out.push(ch);
+                i += ch.len_utf8();
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
 fn parse(template: &str) -> Result<Vec<Segment>, RouteError> {
     let bad = |why| RouteError::Template { template: template.to_owned(), why };
     let parts: Vec<&str> = split(template).collect();
@@ -233,7 +370,7 @@ fn parse(template: &str) -> Result<Vec<Segment>, RouteError> {
         } else if part.contains(['{', '}', '*']) || part.is_empty() || *part == "." || *part == ".." {
             return Err(bad("a segment is a literal, a whole {name}, or a last *"));
         } else {
-            Segment::Literal((*part).to_owned())
+            Segment::Literal(decode_unreserved(part).into_owned())
         };
         segments.push(segment);
     }
@@ -243,14 +380,49 @@ fn parse(template: &str) -> Result<Vec<Segment>, RouteError> {
     Ok(segments)
 }
 
+/// The route a request reaches ([`Routes::reach`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reached<'a> {
+    /// The route, with its place in the order declared, if any.
+    pub found: Option<(usize, &'a Route)>,
+    /// Whether the request reached it through a method-override header,
+    /// which then stays on the request; otherwise such a header is dropped.
+    pub by_override: bool,
+}
+
+impl<'a> Reached<'a> {
+    /// The route, if any.
+    pub fn route(&self) -> Option<&'a Route> {
+        self.found.map(|(_, route)| route)
+    }
+}
+
 /// The routes of one system; see the module docs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Routes(Vec<Route>);
+pub struct Routes {
+    routes: Vec<Route>,
+    any_case: bool,
+}
 
 impl Routes {
     /// No routes: every call is what its method and key make it.
     pub fn new() -> Routes {
-        Routes(Vec::new())
+        Routes::default()
+    }
+
+    /// Matches paths whatever the case of their letters
+    /// (`[systems.NAME] path_case = "insensitive"`): for a system whose own
+    /// routing ignores case, where `/Payments` is `/payments`. By default
+    /// letters match in their case, as most systems route.
+    #[must_use]
+    pub fn case_insensitive(mut self, yes: bool) -> Routes {
+        self.any_case = yes;
+        self
+    }
+
+    /// Whether paths match whatever their case.
+    pub fn is_case_insensitive(&self) -> bool {
+        self.any_case
     }
 
     /// Adds `method template` as `kind`.
@@ -260,15 +432,16 @@ impl Routes {
 
     /// Adds a route built with [`Route::new`].
     pub fn with(mut self, route: Route) -> Result<Routes, RouteError> {
-        if self.0.iter().any(|r| r.method == route.method && r.segments == route.segments) {
+        if self.routes.iter().any(|r| r.method == route.method && r.segments == route.segments) {
             return Err(RouteError::Duplicate(route.name().to_owned()));
         }
-        self.0.push(route);
+        self.routes.push(route);
         Ok(self)
     }
 
     /// The most specific route `method path` matches (literal segments beat
-    /// `{param}`, which beats `*`; the first declared of equals), if any.
+    /// `{param}`, which beats `*`; the first declared of equals), if any;
+    /// the method in any case, the path read as the module docs say.
     pub fn find(&self, method: &Method, path: &str) -> Option<&Route> {
         self.position(method, path).map(|(_, route)| route)
     }
@@ -276,7 +449,11 @@ impl Routes {
     /// [`find`](Self::find)'s route with its place in the order declared.
     pub fn position(&self, method: &Method, path: &str) -> Option<(usize, &Route)> {
         let mut best: Option<(usize, &Route)> = None;
-        for (i, route) in self.0.iter().enumerate().filter(|(_, r)| r.method == *method && r.matches(path)) {
+        let method = method.as_str();
+        let candidates = self.routes.iter().enumerate().filter(|(_, r)| {
+            r.method.as_str().eq_ignore_ascii_case(method) && r.matches_in(path, self.any_case)
+        });
+        for (i, route) in candidates {
             if best.is_none_or(|(_, b)| route.more_specific_than(b)) {
                 best = Some((i, route));
             }
@@ -284,14 +461,30 @@ impl Routes {
         best
     }
 
+    /// The route a request reaches: the one its method-override header
+    /// ([`METHOD_OVERRIDE_HEADERS`]) names when that route allows it, else
+    /// the one its own method finds.
+    pub fn reach(&self, method: &Method, path: &str, headers: &http::HeaderMap) -> Reached<'_> {
+        let named = METHOD_OVERRIDE_HEADERS
+            .iter()
+            .find_map(|name| headers.get(*name))
+            .and_then(|v| Method::from_bytes(v.to_str().ok()?.trim().as_bytes()).ok());
+        if let Some(named) = named {
+            if let Some(found) = self.position(&named, path).filter(|(_, r)| r.method_override) {
+                return Reached { found: Some(found), by_override: true };
+            }
+        }
+        Reached { found: self.position(method, path), by_override: false }
+    }
+
     /// Every route, in the order declared.
     pub fn iter(&self) -> impl Iterator<Item = &Route> {
-        self.0.iter()
+        self.routes.iter()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.routes.is_empty()
     }
 }
 
@@ -318,9 +511,40 @@ mod tests {
         assert_eq!(found(Method::POST, "orders/7/items"), Some("POST /orders/*"));
         assert_eq!(found(Method::POST, "orders"), Some("POST /orders/*"), "* takes an empty rest");
         assert_eq!(found(Method::GET, "orders/7"), Some("GET /orders/{id}"));
-        assert_eq!(found(Method::GET, "orders//"), None, "an empty parameter does not match");
+        assert_eq!(found(Method::GET, "orders//"), None, "no parameter: empty segments are not one");
         assert_eq!(found(Method::GET, ""), Some("GET /"));
         assert_eq!(found(Method::PUT, "orders/7"), None, "another method: unrouted");
+    }
+
+    /// N2: no spelling of a path or a method escapes its route.
+    #[test]
+    fn every_spelling_of_a_path_finds_the_route_the_system_routes_it_to() {
+        let routes = Routes::new()
+            .route("POST", "/payments", RouteKind::KeyedWrite)
+            .and_then(|r| r.route("PATCH", "/payments/{id}", RouteKind::WriteOnce))
+            .unwrap();
+        let found = |method: &str, path: &str| {
+            routes.find(&Method::from_bytes(method.as_bytes()).unwrap(), path).map(Route::name)
+        };
+        for path in
+            ["payments", "/payments", "payments/", "pay%6Dents", "pay%6dents", "payments;x=1", "//payments//"]
+        {
+            assert_eq!(found("POST", path), Some("POST /payments"), "{path}");
+        }
+        assert_eq!(found("post", "payments"), Some("POST /payments"), "a method in any case");
+        for path in ["payments/7/", "payments//7", "payments/7;v=2", "payments/%37"] {
+            assert_eq!(found("PATCH", path), Some("PATCH /payments/{id}"), "{path}");
+        }
+        for path in ["Payments", "payments%2F", "payments%2F7", "payments/7/x"] {
+            assert_eq!(
+                found("POST", path),
+                None,
+                "{path}: another resource, or one the routes did not foresee"
+            );
+        }
+        assert_eq!(found("PATCH", "payments%2F7"), None, "an escaped slash stays in its segment");
+        let any_case = routes.clone().case_insensitive(true);
+        assert_eq!(any_case.find(&Method::POST, "PayMents").map(Route::name), Some("POST /payments"));
     }
 
     #[test]

@@ -14,7 +14,8 @@ use tracing::Instrument;
 
 use crate::classify;
 use crate::request::{Head, OnceRequest};
-use crate::routes::{Route, RouteKind, Routes};
+use crate::plan::{Plan, Planner};
+use crate::routes::{Route, Routes, Unrouted};
 use crate::system_policy::SystemPolicy;
 use crate::transport::{HyperTransport, OutBody, ReqwestTransport, Transport, TransportError};
 use crate::{parse_base_url, HttpError, Request, Response, RetryOn, SystemBuildError, DEFAULT_IDEMPOTENCY_HEADER};
@@ -136,6 +137,11 @@ pub struct HttpSystemBuilder {
     /// ```
     #[setters(generate)]
     routes: Routes,
+    /// What becomes of a write no route matches (default: refused unsent
+    /// when the system has routes, what its method and key make it when
+    /// it has none; see [`Unrouted`]).
+    #[setters(generate, strip_option)]
+    unrouted: Option<Unrouted>,
     /// Added to every request; the first bad name or value, for `build`.
     headers: Result<HeaderMap, String>,
     /// Treats the whole base URL as a secret (a Slack webhook's path is its
@@ -290,12 +296,21 @@ impl HttpSystemBuilder {
         };
         let mut headers = self.headers.map_err(|what| SystemBuildError::InvalidHeader { what })?;
         let base = Base::new(&url, &mut headers)?;
+        if let (Some(limiter), Some(ttl)) = (policy.rate_limiter(), self.key_ttl) {
+            // A write held past its key's TTL could no longer be deduplicated.
+            limiter.cap_holds(ttl);
+        }
         crate::metrics::describe_system(&self.name, &policy, self.critical);
         let system_policy = SystemPolicy::new(policy, self.dedupes_by_key, header, self.retry_on);
         Ok(HttpSystem {
             inner: Arc::new(Inner {
                 base,
                 route_calls: crate::metrics::RouteCounters::register(&self.name, &self.routes),
+                unrouted: self.unrouted.unwrap_or(if self.routes.is_empty() {
+                    Unrouted::ByMethod
+                } else {
+                    Unrouted::Refuse
+                }),
                 routes: self.routes,
                 transport,
                 system_policy,
@@ -443,6 +458,7 @@ pub struct HttpSystem {
 struct Inner {
     base: Base,
     routes: Routes,
+    unrouted: Unrouted,
     route_calls: crate::metrics::RouteCounters,
     transport: Transport,
     system_policy: SystemPolicy,
@@ -482,6 +498,7 @@ impl HttpSystem {
             key_ttl: None,
             service: None,
             routes: Routes::new(),
+            unrouted: None,
             headers: Ok(HeaderMap::new()),
             secret_url: false,
             #[cfg(feature = "queue")]
@@ -566,6 +583,18 @@ impl HttpSystem {
         self.inner.routes.find(method, path)
     }
 
+    /// The route a request with `headers` reaches: through a
+    /// method-override header when that route allows it
+    /// ([`Routes::reach`]), else by `method`.
+    pub fn reach(&self, method: &http::Method, path: &str, headers: &HeaderMap) -> Option<&Route> {
+        self.inner.routes.reach(method, path, headers).route()
+    }
+
+    /// What becomes of a write no route matches.
+    pub fn unrouted(&self) -> Unrouted {
+        self.inner.unrouted
+    }
+
     /// The system's routes.
     pub fn routes(&self) -> &Routes {
         &self.inner.routes
@@ -626,16 +655,16 @@ impl HttpSystem {
         match request.into() {
             OnceRequest::Buffered(request) => self.call(Operation::WriteOnce, request, false).await,
             OnceRequest::Streaming(request) => {
-                let route = self.route(&request.head.method, &request.head.path);
-                if let Err(e) = declared(Operation::WriteOnce, route, &request.head, false) {
-                    return Err(Failure::unsent(e));
-                }
-                let route_timeout = route.and_then(Route::attempt_timeout);
-                let (uri, headers) = match self.prepare(&request.head, Operation::WriteOnce) {
+                let head = &request.head;
+                let plan = match self.planner().declared(Operation::WriteOnce, head, false) {
+                    Ok(plan) => plan,
+                    Err(e) => return Err(Failure::unsent(self.refused(head, e))),
+                };
+                let route_timeout = plan.route().and_then(Route::attempt_timeout);
+                let (uri, headers) = match self.prepare(head, &plan) {
                     Ok(prepared) => prepared,
                     Err(e) => return Err(Failure::unsent(e)),
                 };
-                let head = &request.head;
                 let mut body = Some(request.body);
                 let call = self.inner.system_policy.run(Operation::WriteOnce, AllAnswersGood, |ctx| {
                     // write_once makes a single attempt, so the body is always there.
@@ -644,7 +673,8 @@ impl HttpSystem {
                     async move {
                         let body = body.ok_or_else(|| HttpError::invalid("a streaming body is sent once"))?;
                         let which = Which { keyed_write: false, attempt: ctx.attempt(), route_timeout };
-                        self.attempt(&head.method, uri, headers, body, which).await.and_then(failed)
+                        let attempt = self.attempt(&head.method, uri, headers, body, which);
+                        unknown_if_panicked(attempt).await.and_then(failed)
                     }
                 });
                 let span = self.call_span(head, &uri);
@@ -663,28 +693,71 @@ impl HttpSystem {
         request: Request,
         judged: bool,
     ) -> Result<Response, Failure<HttpError>> {
-        let found = self.inner.routes.position(&request.head.method, &request.head.path);
-        let (index, route) = (found.map(|(i, _)| i), found.map(|(_, route)| route));
-        let operation = match declared(operation, route, &request.head, request.is_read()) {
-            Ok(operation) => operation,
-            Err(e) => {
-                if let Some(index) = index {
-                    self.inner.route_calls.record(index, None);
-                }
-                return Err(Failure::unsent(e));
-            }
-        };
-        let route_timeout = route.and_then(Route::attempt_timeout);
-        let (uri, headers) = match self.prepare(&request.head, operation) {
+        match self.plan(operation, &request) {
+            Ok(plan) => self.run(plan, request, judged).await,
+            Err(e) => Err(Failure::unsent(e)),
+        }
+    }
+
+    /// `error`, a request refused by its plan, counted for the route it
+    /// reached (`unanswered`).
+    fn refused(&self, head: &Head, error: HttpError) -> HttpError {
+        let reached = self.inner.routes.reach(&head.method, &head.path, &head.headers);
+        if let Some((index, _)) = reached.found {
+            self.inner.route_calls.record(index, None);
+        }
+        error
+    }
+
+    /// The system's side of planning a call ([`crate::plan`]).
+    fn planner(&self) -> Planner<'_> {
+        Planner { routes: &self.inner.routes, unrouted: self.inner.unrouted, dedupes_by_key: self.dedupes_by_key() }
+    }
+
+    /// What `request`, declared by its caller as `operation`, is on this
+    /// system ([`crate::plan`]): how [`read`](Self::read), [`write`](Self::write),
+    /// [`write_once`](Self::write_once) and [`send`](Self::send) plan their
+    /// calls; give the plan to [`send_planned`](Self::send_planned).
+    pub fn plan<'a>(&'a self, operation: Operation<'a>, request: &Request) -> Result<Plan<'a>, HttpError> {
+        let head = &request.head;
+        self.planner().declared(operation, head, request.is_read()).map_err(|e| self.refused(head, e))
+    }
+
+    /// What a request nobody declared is on this system — by its route,
+    /// else its method and `key` (the table in [`crate::plan`]): how a
+    /// proxy or the gateway plans a call it forwards.
+    pub fn plan_by_method<'a>(
+        &'a self,
+        request: &Request,
+        key: Option<&'a IdempotencyKey>,
+    ) -> Result<Plan<'a>, HttpError> {
+        let head = &request.head;
+        self.planner().by_method(head, key).map_err(|e| self.refused(head, e))
+    }
+
+    /// Sends `request` as `plan` (from [`plan`](Self::plan) or
+    /// [`plan_by_method`](Self::plan_by_method) of this system and this
+    /// request) says, every answer handed back as an answer, as
+    /// [`send`](Self::send) does.
+    pub async fn send_planned(&self, plan: Plan<'_>, request: Request) -> Result<Response, Failure<HttpError>> {
+        self.run(plan, request, true).await
+    }
+
+    /// The call of a plan.
+    async fn run(&self, plan: Plan<'_>, request: Request, judged: bool) -> Result<Response, Failure<HttpError>> {
+        let operation = plan.operation();
+        let head = &request.head;
+        let route_timeout = plan.route().and_then(Route::attempt_timeout);
+        let (uri, headers) = match self.prepare(head, &plan) {
             Ok(prepared) => prepared,
             Err(e) => return Err(Failure::unsent(e)),
         };
-        let keyed_write = self.inner.system_policy.keyed_write(operation);
-        let (head, body) = (&request.head, &request.body);
+        let keyed_write = plan.is_deduplicated_write();
+        let body = &request.body;
         let attempt = |ctx: ballast::Context| {
             let (uri, headers, body) = (uri.clone(), headers.clone(), OutBody::Full(body.clone()));
             let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout };
-            self.attempt(&head.method, uri, headers, body, which)
+            unknown_if_panicked(self.attempt(&head.method, uri, headers, body, which))
         };
         let policy = &self.inner.system_policy;
         // One span (none without a subscriber that wants it) and the call
@@ -702,7 +775,7 @@ impl HttpSystem {
         if let Some(answer) = result.as_ref().ok().filter(|a| a.verdict.is_some()) {
             policy.answered_failure(answer.status);
         }
-        if let Some(index) = index {
+        if let Some(index) = plan.index() {
             let answered = match &result {
                 Ok(answer) => Some(answer.verdict.is_none()),
                 Err(failure) => failure.error().and_then(HttpError::status).map(|_| false),
@@ -730,15 +803,22 @@ impl HttpSystem {
         )
     }
 
-    /// The URI and headers of every attempt, or why the request cannot be sent.
-    fn prepare(&self, head: &Head, operation: Operation<'_>) -> Result<(http::Uri, HeaderMap), HttpError> {
+    /// The URI and headers of every attempt, or why the request cannot be
+    /// sent. A method-override header stays only when the request reached
+    /// its route through it.
+    fn prepare(&self, head: &Head, plan: &Plan<'_>) -> Result<(http::Uri, HeaderMap), HttpError> {
         head.check()?;
         let uri = self.inner.base.uri(head)?;
         let mut headers = head.headers.clone();
+        if !plan.reached.by_override {
+            for name in crate::routes::METHOD_OVERRIDE_HEADERS {
+                headers.remove(name);
+            }
+        }
         for (name, value) in &self.inner.headers {
             headers.insert(name, value.clone());
         }
-        self.inner.system_policy.set_key(operation, &mut headers)?;
+        self.inner.system_policy.set_key(plan.operation(), &mut headers)?;
         Ok((uri, headers))
     }
 
@@ -854,6 +934,26 @@ impl HttpSystem {
     }
 }
 
+/// `attempt`, with a panic inside it taken for what it is to the caller: an
+/// attempt whose request may have been applied and whose outcome is unknown
+/// ([`HttpError::Panicked`]), never a write that failed.
+async fn unknown_if_panicked(
+    attempt: impl std::future::Future<Output = Result<Response, HttpError>>,
+) -> Result<Response, HttpError> {
+    match futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(attempt)).await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned());
+            tracing::error!(%message, "an attempt panicked; its outcome is unknown and it is classified as transient");
+            Err(HttpError::Panicked { message })
+        }
+    }
+}
+
 /// Records a call's final status on its span.
 fn record_outcome(span: &tracing::Span, result: &Result<Response, Failure<HttpError>>) {
     if span.is_disabled() {
@@ -884,30 +984,6 @@ struct Which {
     attempt: u32,
     /// The route's own attempt timeout, if any.
     route_timeout: Option<Duration>,
-}
-
-/// What a call is, with its route's word over the caller's where the
-/// contract says more: a read of a route declared `read` may use any
-/// method; a route declared `keyed_write` takes no call without a key
-/// (R-RES-RE-1); a route declared `write_once` is sent once, key or not.
-fn declared<'a>(
-    operation: Operation<'a>,
-    route: Option<&Route>,
-    head: &Head,
-    is_read: bool,
-) -> Result<Operation<'a>, HttpError> {
-    let not_a_read = || HttpError::NotARead { method: head.method.clone() };
-    match (operation, route.map(Route::kind)) {
-        (Operation::Read, Some(RouteKind::Read)) => Ok(Operation::Read),
-        (Operation::Read, Some(_)) => Err(not_a_read()),
-        (Operation::Read, None) if is_read => Ok(Operation::Read),
-        (Operation::Read, None) => Err(not_a_read()),
-        (Operation::Write(_) | Operation::WriteOnce, Some(RouteKind::WriteOnce)) => Ok(Operation::WriteOnce),
-        (Operation::WriteOnce, Some(RouteKind::KeyedWrite)) => {
-            Err(HttpError::KeyRequired { route: route.map(Route::name).unwrap_or_default().to_owned() })
-        }
-        (operation, _) => Ok(operation),
-    }
 }
 
 /// What the policy makes of an answer: `None` for a success (1xx–3xx),

@@ -23,7 +23,8 @@ pub enum FailReason {
     Exhausted,
     /// The handler returned a permanent error (R-RES-RE-X2: never retried).
     Permanent,
-    /// The handler panicked.
+    /// The handler panicked on the last attempt allowed (a panic is an
+    /// unknown outcome: earlier ones are tried again like transient failures).
     Panicked,
     /// The payload did not deserialize into the handler's type.
     BadPayload,

@@ -68,6 +68,9 @@ pub struct NewTask {
     pub(crate) max_attempts: Option<u32>,
 }
 
+/// The furthest [`NewTask::run_after`] goes.
+const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 impl NewTask {
     /// A task of `kind` whose handler will receive `payload`.
     pub fn new<P: Serialize + ?Sized>(kind: impl Into<String>, payload: &P) -> Self {
@@ -80,10 +83,12 @@ impl NewTask {
         }
     }
 
-    /// Runs the task no earlier than `delay` from now.
+    /// Runs the task no earlier than `delay` from now (a delay past what
+    /// the clock holds is a century).
     #[must_use]
     pub fn run_after(self, delay: Duration) -> Self {
-        self.run_at(SystemTime::now() + delay)
+        let now = SystemTime::now();
+        self.run_at(now.checked_add(delay).unwrap_or(now + CENTURY))
     }
 
     /// The task kind.

@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use ballast::{Classification, Classify, IdempotencyKey};
 use ballast_queue::{
-    Alert, EnqueueOutcome, FailReason, FailedTask, Handler, Handover, HandoverError, ListFilter, NewTask,
-    Queue, RunSummary, TaskContext, TaskInfo, TaskState, TxConnection, Worker, WorkerBuilder, WriteOrDefer,
+    Alert, DurableBackoff, EnqueueOutcome, FailReason, FailedTask, Handler, Handover, HandoverError,
+    ListFilter, NewTask, Queue, RunSummary, TaskContext, TaskInfo, TaskState, TxConnection, Worker,
+    WorkerBuilder, WriteOrDefer,
 };
 use serde::{Deserialize, Serialize};
 use support::{wait_for, Db, Harness};
@@ -418,17 +419,26 @@ async fn permanent_error_fails_at_once(h: &Harness) {
     assert_eq!(alerts.all()[0].reason, FailReason::Permanent);
 }
 
-async fn panic_fails_the_task_and_the_worker_goes_on(h: &Harness) {
+/// N1: a panicking handler may have done its work (a delivery the upstream
+/// applied), so its outcome is unknown: it is tried again with its key, and
+/// fails as `panicked` — alerting once — only when its attempts are spent;
+/// the worker goes on.
+async fn a_panic_is_an_unknown_outcome_tried_again_and_the_worker_goes_on(h: &Harness) {
     let handler = Scripted::default();
     let alerts = Alerts::default();
-    let boom = enqueue(&h.queue, "panic").await;
-    let w = start(worker(&h.queue, handler.clone()).alert(alerts.clone()).concurrency(1));
+    let boom = h.queue.enqueue(NewTask::new("job", &job("panic")).max_attempts(2)).await.unwrap().id;
+    let quick = DurableBackoff::exponential(Duration::from_millis(20));
+    let w = start(worker(&h.queue, handler.clone()).alert(alerts.clone()).concurrency(1).backoff(quick));
     let task = wait_for(&h.queue, boom, SOON, |t| t.state == TaskState::Failed).await;
-    assert!(task.last_error.as_deref().unwrap().contains("boom in handler"), "{task:?}");
+    assert_eq!(task.attempt, 2, "tried again before failing: {task:?}");
+    let error = task.last_error.as_deref().unwrap();
+    assert!(error.contains("boom in handler") && error.contains("outcome is unknown"), "{error}");
     let after = enqueue(&h.queue, "ok").await;
     wait_for(&h.queue, after, SOON, |t| t.state == TaskState::Completed).await;
     w.stop().await;
-    assert_eq!(alerts.all()[0].reason, FailReason::Panicked);
+    assert_eq!(handler.calls().iter().filter(|c| c.id == boom).count(), 2);
+    let alerted: Vec<FailReason> = alerts.all().iter().map(|a| a.reason).collect();
+    assert_eq!(alerted, [FailReason::Panicked], "one alert, when the attempts are spent");
 }
 
 async fn bad_payload_fails_with_a_clear_error(h: &Harness) {
@@ -881,7 +891,7 @@ conformance!(
     permanent_error_fails_at_once,
     a_successful_attempt_keeps_its_result,
     failure_stores_its_alert_tasks_keyed_by_the_failure,
-    panic_fails_the_task_and_the_worker_goes_on,
+    a_panic_is_an_unknown_outcome_tried_again_and_the_worker_goes_on,
     bad_payload_fails_with_a_clear_error,
     lost_lease_cannot_overwrite_the_newer_attempt,
     heartbeat_keeps_a_long_handler_s_lease,

@@ -182,7 +182,10 @@ impl Server {
                     body_read_timeout: g.body_read_timeout,
                     probe_reserve: 0,
                 };
+                let hosts =
+                    origin::Hosts::gateway(listener.local_addr().unwrap_or(g.listen), &g.allowed_hosts);
                 let gateway = Gateway::new(systems.clone(), deferrals.clone(), g.max_body, token)
+                    .hosts(hosts)
                     .trust_forwarded(g.trust_forwarded)
                     .keep_alive_hint(g.header_read_timeout);
                 Some((gateway, listener, limits))

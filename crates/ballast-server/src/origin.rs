@@ -11,8 +11,11 @@
 //! - its state-changing requests (every POST of the dashboard) must also come
 //!   from its own origin when a browser says where they come from
 //!   (`Sec-Fetch-Site`, `Origin`): 403 otherwise;
-//! - the gateway serves services, not pages: a request a browser marks as
-//!   coming from another site is refused with 403 ([`from_another_site`]).
+//! - the gateway answers only its own names too (`[gateway] allowed_hosts`
+//!   adds some), so a rebound page cannot call the systems with their
+//!   credentials; and it serves services, not pages: a request a browser
+//!   marks as coming from another site is refused with 403
+//!   ([`from_another_site`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -25,18 +28,25 @@ use axum::response::{IntoResponse, Response};
 
 use crate::gateway::problem::{Problem, Reason};
 
-/// The names the admin listener answers to.
+/// The names a listener answers to.
 #[derive(Debug, Clone)]
 pub struct Hosts {
     listen: SocketAddr,
     allowed: Arc<[String]>,
+    /// The section whose `allowed_hosts` adds names, for the 421's advice.
+    section: &'static str,
 }
 
 impl Hosts {
-    /// The names of a listener on `listen`, plus `allowed` (host names, with
-    /// or without a port).
+    /// The names of the admin listener on `listen`, plus `allowed` (host
+    /// names, with or without a port).
     pub fn new(listen: SocketAddr, allowed: &[String]) -> Self {
-        Self { listen, allowed: allowed.iter().map(|h| h.to_ascii_lowercase()).collect() }
+        Self { listen, allowed: allowed.iter().map(|h| h.to_ascii_lowercase()).collect(), section: "serve" }
+    }
+
+    /// The names of the gateway on `listen`, plus `allowed`.
+    pub fn gateway(listen: SocketAddr, allowed: &[String]) -> Self {
+        Self { section: "gateway", ..Self::new(listen, allowed) }
     }
 
     /// Whether a request whose `Host` is `host` is for this listener.
@@ -81,19 +91,26 @@ fn strip_port(host: &str) -> &str {
 
 /// Answers 421 to a request whose `Host` is not one of the listener's names.
 pub async fn admit_host(State(hosts): State<Hosts>, request: Request, next: Next) -> Response {
-    let host = request.headers().get(HOST).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    match host {
-        Some(host) if !hosts.admits(&host) => {
-            tracing::debug!(%host, "request for another host refused");
-            let detail = format!(
-                "this listener answers to localhost, its loopback and listen addresses and [serve] allowed_hosts, \
-                 not to {host:?}; if you reach it by that name (a proxy, a DNS name of this host), add it to \
-                 [serve] allowed_hosts"
-            );
-            Problem::new(StatusCode::MISDIRECTED_REQUEST, Reason::UnknownHost, detail).into_response()
-        }
-        _ => next.run(request).await,
+    match misdirected(&hosts, &request) {
+        Some(refused) => refused,
+        None => next.run(request).await,
     }
+}
+
+/// The 421 for a request whose `Host` is not one of `hosts`, if it is not.
+pub(crate) fn misdirected(hosts: &Hosts, request: &Request) -> Option<Response> {
+    let host = request.headers().get(HOST).and_then(|v| v.to_str().ok())?;
+    if hosts.admits(host) {
+        return None;
+    }
+    tracing::debug!(%host, "request for another host refused");
+    let section = hosts.section;
+    let detail = format!(
+        "this listener answers to localhost, its loopback and listen addresses and [{section}] allowed_hosts, \
+         not to {host:?}; if you reach it by that name (a proxy, a DNS name of this host), add it to \
+         [{section}] allowed_hosts"
+    );
+    Some(Problem::new(StatusCode::MISDIRECTED_REQUEST, Reason::UnknownHost, detail).into_response())
 }
 
 /// Refuses a state-changing request that a browser says comes from another

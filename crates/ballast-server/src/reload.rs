@@ -2,8 +2,9 @@
 //! read and checked again; a file with lint errors is refused (its findings
 //! logged, the running systems keep serving), a good one replaces the
 //! systems. A system whose section did not change keeps its running policy —
-//! breaker state, bulkhead, budget — and its connection pool; calls in flight
-//! finish with the system they started on.
+//! breaker state, bulkhead, budget — and its connection pool, but forgets
+//! what it learned of its rate limit (an announced rate, a hold); calls in
+//! flight finish with the system they started on.
 //!
 //! Only `[systems.*]` is reloaded; listeners and the queue need a restart.
 //!
@@ -112,6 +113,11 @@ pub async fn reload(
     for name in config.system_names() {
         match systems.get(name) {
             Some(running) if current.system(name) == config.system(name) => {
+                // What the system said of its limit is forgotten: a reload
+                // is how an operator clears a hold it should not have asked for.
+                if let Some(limiter) = running.policy().rate_limiter() {
+                    limiter.reset();
+                }
                 done.kept.push(name.to_owned());
                 next.push(running);
             }

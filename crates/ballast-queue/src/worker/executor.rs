@@ -160,13 +160,22 @@ impl Attempts {
         let result = Arc::clone(&context.result);
         let probe = context.clone();
         let ran = AssertUnwindSafe(handler.call(context, &task.payload)).catch_unwind().await;
+        // A handler that panicked may have done its work (a delivery whose
+        // upstream applied the write): its outcome is unknown, so it is
+        // tried again like a transient failure — with the same key — and
+        // only fails, as `panicked`, when its attempts are spent.
+        let panicked = ran.is_err();
+        let ran = ran.unwrap_or_else(|panic| {
+            let message = format!("handler panicked: {}; the attempt's outcome is unknown", panic_message(&*panic));
+            Err(AttemptError::Failed { message, class: ballast::Classification::transient() })
+        });
         let (outcome, report) = match ran {
-            Ok(Ok(())) => {
+            Ok(()) => {
                 let result = result.lock().unwrap_or_else(PoisonError::into_inner).take();
                 (Outcome::Completed { lease: task.lease, result }, Report::Completed)
             }
-            Ok(Err(AttemptError::BadPayload(error))) => self.fail(&task, FailReason::BadPayload, error),
-            Ok(Err(AttemptError::Failed { message, class }))
+            Err(AttemptError::BadPayload(error)) => self.fail(&task, FailReason::BadPayload, error),
+            Err(AttemptError::Failed { message, class })
                 if class.is_transient() && (attempt < max || !probe.was_attempted()) =>
             {
                 let counted = probe.was_attempted();
@@ -182,14 +191,13 @@ impl Attempts {
                 let outcome = Outcome::Rescheduled { lease: task.lease, delay, error: message, counted };
                 (outcome, Report::Rescheduled { kind: task.kind, attempt, delay })
             }
-            Ok(Err(AttemptError::Failed { message, class })) if class.is_transient() => {
+            Err(AttemptError::Failed { message, .. }) if panicked => {
+                self.fail(&task, FailReason::Panicked, message)
+            }
+            Err(AttemptError::Failed { message, class }) if class.is_transient() => {
                 self.fail(&task, FailReason::Exhausted, message)
             }
-            Ok(Err(AttemptError::Failed { message, .. })) => self.fail(&task, FailReason::Permanent, message),
-            Err(panic) => {
-                let error = format!("handler panicked: {}", panic_message(&*panic));
-                self.fail(&task, FailReason::Panicked, error)
-            }
+            Err(AttemptError::Failed { message, .. }) => self.fail(&task, FailReason::Permanent, message),
         };
         settle(outcome, report)
     }

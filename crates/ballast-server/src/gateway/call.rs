@@ -1,34 +1,30 @@
 //! `/call/{system}/{path…}?{query}`: one request of a service, sent to the
-//! system's `base_url` through the system's policy (R-RES-RE-1):
-//!
-//! | request | operation |
-//! |---|---|
-//! | a route declared `read` (any method) | `Operation::Read`: retried on transient failures |
-//! | a route declared `keyed_write`, with an `Idempotency-Key` | `Operation::Write(key)` |
-//! | a route declared `keyed_write`, without one | refused unsent: 400 `key_required` (R-RES-RE-1) |
-//! | a route declared `write_once` | `Operation::WriteOnce`, key or not |
-//! | no route: GET, HEAD, OPTIONS | `Operation::Read`: retried on transient failures |
-//! | no route: any other method with an `Idempotency-Key` | `Operation::Write(key)`: retried only if the system dedupes by key; with `Prefer: respond-async`, the system's `write_or_defer` |
-//! | no route: any other method without one | `Operation::WriteOnce`: exactly one attempt (R-RES-RE-X1) |
+//! system's `base_url` through the system's policy, as the system plans it
+//! ([`HttpSystem::plan_by_method`]; the table of what a request is, by its
+//! route, method and key, is in [`ballast_http::plan`]) — the method in any
+//! case, the path in any spelling; a write the system's routes do not
+//! declare is refused unsent by default (400 `unrouted`, R-RES-RE-1). With
+//! `Prefer: respond-async`, a keyed write to a system that deduplicates by
+//! key goes through [`HttpSystem::write_or_defer_planned`]: 202 and a task
+//! handle when the queue takes it over.
 //!
 //! A request a route matched is answered with `Ballast-Route: POST
 //! /payments/{id}` — the template, never the path — which the server span's
 //! `http.route` and the route metrics carry too.
 //!
-//! The gateway adds no policy of its own: it decides what the request is,
-//! once, and calls [`HttpSystem::send`] or [`HttpSystem::write_or_defer`].
-//!
-//! The upstream's status, headers and body come back unchanged, a 4xx
-//! included; the gateway answers itself only when there is no answer to pass
-//! on (see [`Problem`]). Every response carries `Ballast-Attempts`.
+//! The gateway adds no policy of its own: it plans the request once and
+//! sends it as planned. The upstream's status, headers and body come back
+//! unchanged, a 4xx included; the gateway answers itself only when there is
+//! no answer to pass on (see [`Problem`]). Every response carries
+//! `Ballast-Attempts`.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderValue};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use ballast::{Failure, IdempotencyKey, Operation, Rejection, Rule, StopReason};
-use ballast_http::routes::{Route, RouteKind};
+use ballast::{Failure, IdempotencyKey, Rejection, Rule, StopReason};
+use ballast_http::routes::canonical_method;
 use ballast_http::{HttpError, HttpSystem};
 use ballast_queue::{Handover, HandoverError};
 use tracing::Instrument;
@@ -80,60 +76,68 @@ async fn handle(
         (Some(Ok(Err(e))), None) => return bad_key(&e.to_string()),
         (Some(Err(_)), None) => return bad_key("not visible ASCII"),
     };
-    let route = system.route(&parts.method, &path);
-    let (kind, name) = (route.map(Route::kind), route.and_then(|r| HeaderValue::from_str(r.name()).ok()));
-    let mut response = routed(gateway, system, parts, body, path, key, kind).await;
-    if let Some(name) = name {
-        response.headers_mut().insert(ROUTE, name);
-    }
-    response
-}
-
-/// The call, as its route (if any) declares it.
-async fn routed(
-    gateway: Gateway,
-    system: HttpSystem,
-    parts: axum::http::request::Parts,
-    body: Body,
-    path: String,
-    key: Option<IdempotencyKey>,
-    kind: Option<RouteKind>,
-) -> Response {
     let body = match read_body(body, &parts.headers, gateway.max_body()).await {
         Ok(body) => body,
         Err(problem) => return problem.into_response(),
     };
-    let writes = matches!(kind, None | Some(RouteKind::KeyedWrite));
-    let deferrable = writes && key.is_some() && wants_async(&parts.headers) && system.dedupes_by_key();
-    let safe = match kind {
-        Some(kind) => kind == RouteKind::Read,
-        None => ballast_http::routes::is_safe(&parts.method),
-    };
+    let may_defer = key.is_some() && wants_async(&parts.headers) && system.dedupes_by_key();
+    // `post` is `POST`: no spelling of a method escapes its route.
+    let method = canonical_method(&parts.method);
     let query = parts.uri.query().unwrap_or_default().to_owned();
     let headers = forwarded(parts.headers, gateway.has_token(), gateway.trusts_forwarded());
     let request =
-        ballast_http::Request::new(parts.method, &path).raw_query(&query).with_headers(headers).body(body);
-    if let Some(key) = key.clone().filter(|_| deferrable) {
+        ballast_http::Request::new(method, &path).raw_query(&query).with_headers(headers).body(body);
+    if may_defer {
         // Detached: a caller that hangs up must not take the deferral
         // with it — the write goes on, to the queue if need be.
-        let call =
-            tokio::spawn(async move { deferred(&gateway, &system, &key, request).await }.in_current_span());
+        let call = tokio::spawn(
+            async move { planned(&gateway, &system, request, key.as_ref(), true).await }.in_current_span(),
+        );
         return call.await.unwrap_or_else(|e| {
-            let detail = format!("the deferrable write stopped: {e}");
+            let detail =
+                format!("the deferrable write stopped ({e}); whether it reached the system is unknown");
             Problem::new(StatusCode::INTERNAL_SERVER_ERROR, Reason::QueueUnavailable, detail).into_response()
         });
     }
-    // What the request is, decided once: a read, a keyed write, a write once.
-    let operation = match &key {
-        _ if safe => Operation::Read,
-        Some(_) if kind == Some(RouteKind::WriteOnce) => Operation::WriteOnce,
-        Some(key) => Operation::Write(key),
-        None => Operation::WriteOnce,
+    planned(&gateway, &system, request, key.as_ref(), false).await
+}
+
+/// The call as the system plans it — deferred when `may_defer` and it is a
+/// keyed write the system deduplicates — answered with the route it reached.
+async fn planned(
+    gateway: &Gateway,
+    system: &HttpSystem,
+    request: ballast_http::Request,
+    key: Option<&IdempotencyKey>,
+    may_defer: bool,
+) -> Response {
+    let plan = match system.plan_by_method(&request, key) {
+        Ok(plan) => plan,
+        Err(refused) => {
+            let route = match &refused {
+                HttpError::KeyRequired { route } => HeaderValue::from_str(route).ok(),
+                _ => None,
+            };
+            let mut response = answer(Err(Failure::unsent(refused)), system);
+            if let Some(route) = route {
+                response.headers_mut().insert(ROUTE, route);
+            }
+            return response;
+        }
     };
-    // The call's future is large (the policy's state, the attempt, the
-    // transport's): boxed here once, the handler's stays small, so the
-    // router's layers move a pointer instead of copying it each.
-    answer(Box::pin(system.send(operation, request)).await, &system)
+    let route = plan.route().and_then(|r| HeaderValue::from_str(r.name()).ok());
+    let mut response = if may_defer && plan.is_deduplicated_write() {
+        deferred(gateway, system, plan, request).await
+    } else {
+        // The call's future is large (the policy's state, the attempt, the
+        // transport's): boxed here once, the handler's stays small, so the
+        // router's layers move a pointer instead of copying it each.
+        answer(Box::pin(system.send_planned(plan, request)).await, system)
+    };
+    if let Some(route) = route {
+        response.headers_mut().insert(ROUTE, route);
+    }
+    response
 }
 
 /// The system's name (percent-decoded) and the path after it, as sent.
@@ -184,15 +188,15 @@ async fn read_body(
 }
 
 /// A keyed write the caller lets the gateway defer: the system's own
-/// [`write_or_defer`](HttpSystem::write_or_defer), answered 202 with the
-/// task's handle when the queue takes it over.
+/// [`write_or_defer_planned`](HttpSystem::write_or_defer_planned), answered
+/// 202 with the task's handle when the queue takes it over.
 async fn deferred(
     gateway: &Gateway,
     system: &HttpSystem,
-    key: &IdempotencyKey,
+    plan: ballast_http::Plan<'_>,
     request: ballast_http::Request,
 ) -> Response {
-    match system.write_or_defer(key, gateway.queue(), request).await {
+    match system.write_or_defer_planned(plan, gateway.queue(), request).await {
         Ok(Handover::Done(response)) => upstream(response),
         Ok(Handover::Deferred { task_id, attempts }) => {
             // The task may be an earlier one with the same key: its handle is its own.
@@ -235,8 +239,8 @@ fn answer(outcome: Result<ballast_http::Response, Failure<HttpError>>, system: &
     };
     let attempts = failure.attempts();
     let rule = match failure.error() {
-        // Refused for want of the key a route requires: the rule is the key's.
-        Some(HttpError::KeyRequired { .. }) => Some(Rule::Re1),
+        // Refused for want of the key a route requires, or of a route: R-RES-RE-1.
+        Some(HttpError::KeyRequired { .. } | HttpError::Unrouted { .. }) => Some(Rule::Re1),
         _ => failure.stop_reason().rule(),
     };
     let problem = match &failure {
@@ -255,6 +259,9 @@ fn answer(outcome: Result<ballast_http::Response, Failure<HttpError>>, system: &
         // The system's route requires a key (R-RES-RE-1): refused unsent by the system.
         Failure::Operation { error: HttpError::KeyRequired { route }, attempts: 0, .. } => {
             Problem::new(StatusCode::BAD_REQUEST, Reason::KeyRequired, failure.to_string()).route(route)
+        }
+        Failure::Operation { error: HttpError::Unrouted { .. }, attempts: 0, .. } => {
+            Problem::new(StatusCode::BAD_REQUEST, Reason::Unrouted, failure.to_string())
         }
         Failure::Operation { error: HttpError::SealKeyMissing { .. }, attempts: 0, .. } => {
             Problem::new(StatusCode::BAD_REQUEST, Reason::SealKeyMissing, failure.to_string())

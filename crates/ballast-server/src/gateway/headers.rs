@@ -39,6 +39,20 @@ pub(super) fn end_to_end(mut headers: HeaderMap) -> HeaderMap {
     headers
 }
 
+/// Headers in which a caller could speak for another client or rewrite
+/// the request's target at a proxy behind the gateway (besides
+/// `X-Forwarded-*`): dropped unless `[gateway] trust_forwarded`.
+const SPOOFABLE: [&str; 8] = [
+    "forwarded",
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "cf-connecting-ip",
+    "x-cluster-client-ip",
+    "x-original-url",
+    "x-rewrite-url",
+];
+
 /// The `Via` pseudonym (RFC 9110 §7.6.3) the gateway adds to every request
 /// it forwards, and finds again in a request that has come round to it.
 pub(super) const VIA_NAME: &str = "ballast";
@@ -59,8 +73,9 @@ pub(super) fn came_through_us(headers: &HeaderMap) -> bool {
 /// client's `Idempotency-Key` (the system adds the key under its own header
 /// name), the gateway's token when it asks for one, and the
 /// `respond-async` preference, which is addressed to the gateway, and —
-/// unless `trust_forwarded` — the caller's `Forwarded`, `X-Forwarded-*` and
-/// `X-Real-IP`, which would let any caller speak for another; with
+/// unless `trust_forwarded` — the caller's `Forwarded`, `X-Forwarded-*`,
+/// `X-Real-IP` and the others of [`SPOOFABLE`], which would let any caller
+/// speak for another; with
 /// `Via: 1.1 ballast` added after any `Via` it came with.
 pub(super) fn forwarded(
     headers: HeaderMap,
@@ -73,7 +88,7 @@ pub(super) fn forwarded(
             .keys()
             .filter(|name| {
                 let name = name.as_str();
-                name == "forwarded" || name == "x-real-ip" || name.starts_with("x-forwarded-")
+                SPOOFABLE.contains(&name) || name.starts_with("x-forwarded-")
             })
             .cloned()
             .collect();
@@ -175,11 +190,24 @@ mod tests {
             ("x-forwarded-for", "10.0.0.9"),
             ("x-forwarded-host", "admin.internal"),
             ("x-real-ip", "10.0.0.9"),
+            ("true-client-ip", "10.0.0.9"),
+            ("x-client-ip", "10.0.0.9"),
+            ("cf-connecting-ip", "10.0.0.9"),
+            ("x-original-url", "/admin"),
             ("x-request-id", "r-1"),
         ]);
         let mut dropped: Vec<&str> = Vec::new();
         let out = forwarded(incoming.clone(), false, false);
-        for name in ["forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip"] {
+        for name in [
+            "forwarded",
+            "x-forwarded-for",
+            "x-forwarded-host",
+            "x-real-ip",
+            "true-client-ip",
+            "x-client-ip",
+            "cf-connecting-ip",
+            "x-original-url",
+        ] {
             assert!(!out.contains_key(name), "{name} dropped");
             dropped.push(name);
         }

@@ -32,7 +32,11 @@ use ballast_http::Systems;
 use ballast_queue::Queue;
 
 use crate::auth::Token;
+use crate::origin::Hosts;
 use problem::{Problem, Reason};
+
+/// The methods the gateway forwards, for a 405's `Allow`.
+const ALLOWED_METHODS: &str = "GET, HEAD, OPTIONS, POST, PUT, PATCH, DELETE";
 
 /// The header every gateway response carries: the attempts the call made.
 pub const ATTEMPTS: HeaderName = HeaderName::from_static("ballast-attempts");
@@ -58,6 +62,9 @@ struct Inner {
     keep_alive: Option<HeaderValue>,
     /// Whether caller-sent `Forwarded` / `X-Forwarded-*` / `X-Real-IP` pass.
     trust_forwarded: bool,
+    /// The `Host` names the gateway answers to; any `Host` when none are set
+    /// (a router mounted in a test or another server).
+    hosts: Option<Hosts>,
 }
 
 impl Gateway {
@@ -65,7 +72,15 @@ impl Gateway {
     /// bodies up to `max_body` bytes and, with a `token`, admits only requests
     /// that bring it.
     pub fn new(systems: Systems, queue: Queue, max_body: usize, token: Option<Token>) -> Self {
-        Self(Arc::new(Inner { systems, queue, max_body, token, keep_alive: None, trust_forwarded: false }))
+        Self(Arc::new(Inner {
+            systems,
+            queue,
+            max_body,
+            token,
+            keep_alive: None,
+            trust_forwarded: false,
+            hosts: None,
+        }))
     }
 
     /// Passes caller-sent `Forwarded`, `X-Forwarded-*` and `X-Real-IP`
@@ -73,6 +88,16 @@ impl Gateway {
     pub fn trust_forwarded(self, yes: bool) -> Self {
         let mut inner = Arc::unwrap_or_clone(self.0);
         inner.trust_forwarded = yes;
+        Self(Arc::new(inner))
+    }
+
+    /// Answers only requests for `hosts` (its loopback and listen addresses,
+    /// `localhost`, `[gateway] allowed_hosts`); any other `Host` gets 421, as
+    /// on the admin listener: a page that rebinds its own name to this host
+    /// must not reach the systems with their credentials.
+    pub fn hosts(self, hosts: Hosts) -> Self {
+        let mut inner = Arc::unwrap_or_clone(self.0);
+        inner.hosts = Some(hosts);
         Self(Arc::new(inner))
     }
 
@@ -119,11 +144,27 @@ impl Gateway {
     }
 }
 
-/// What every request meets first: refused if a browser marks it
+/// What every request meets first: refused if its `Host` is not one of
+/// the gateway's names (421), if its method is one the gateway never
+/// forwards (405: `TRACE` would echo the system's credentials back, RFC
+/// 9110 §9.3.8; `CONNECT` would open a tunnel), if a browser marks it
 /// cross-site ([`crate::origin`]) or if it lacks the gateway's token;
 /// answered with the keep-alive hint.
 async fn front(State(gateway): State<Gateway>, request: Request, next: Next) -> Response {
-    let mut response = if let Some(refused) = crate::origin::from_another_site(request.headers()) {
+    let foreign_host = gateway.0.hosts.as_ref().and_then(|hosts| crate::origin::misdirected(hosts, &request));
+    let method = request.method().as_str();
+    let mut response = if let Some(refused) = foreign_host {
+        refused
+    } else if method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("CONNECT") {
+        let detail = format!(
+            "the gateway never forwards {method}: TRACE would echo the system's credentials back, CONNECT \
+             would open a tunnel past the policy; nothing was sent"
+        );
+        let mut refused =
+            Problem::new(StatusCode::METHOD_NOT_ALLOWED, Reason::MethodNotAllowed, detail).into_response();
+        refused.headers_mut().insert(axum::http::header::ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+        refused
+    } else if let Some(refused) = crate::origin::from_another_site(request.headers()) {
         refused
     } else {
         match &gateway.0.token {

@@ -22,6 +22,12 @@ pub enum Reason {
     /// The request goes to a route declared `keyed_write` without an
     /// `Idempotency-Key`: refused unsent (R-RES-RE-1).
     KeyRequired,
+    /// A write that matches none of the routes of a system that declares
+    /// its writes (`unrouted = "refuse"`, the default with routes): refused
+    /// unsent (R-RES-RE-1).
+    Unrouted,
+    /// A method the gateway never forwards (`TRACE`, `CONNECT`).
+    MethodNotAllowed,
     /// The retry budget had no retry left for the system.
     BudgetExhausted,
     /// An attempt or the whole call timed out.

@@ -112,6 +112,12 @@ fn live_part(ui: &Ui) -> Markup {
                                 Some(limiter) => {
                                     (format!("{:.1} / {:.1}", rate.permits, limiter.rate()))
                                     @if limiter.limit().is_adaptive() { " " span class="tag" { "adaptive" } }
+                                    @let held = limiter.snapshot().held_for;
+                                    @if !held.is_zero() {
+                                        " " span class="tag held" title="the system asked for a pause (Retry-After or a spent quota); capped by max_hold" {
+                                            "held " (format!("{}s", held.as_secs().max(1)))
+                                        }
+                                    }
                                 }
                                 None => span class="muted" { "off" },
                             }

@@ -70,9 +70,9 @@ impl Rates {
             .retain(|name, _| all.iter().any(|s| s.name() == name));
         for system in &all {
             self.record(system.name(), Look::of(system, now));
-            // An adaptive limit's rate climbs between the events that set it.
+            // An adaptive limit's rate climbs, and its hold runs out, between the events that set them.
             if let Some(limiter) = system.policy().rate_limiter() {
-                ballast_http::metrics::record_rate_limit(system.name(), limiter.rate());
+                ballast_http::metrics::record_rate_limit(system.name(), limiter);
             }
         }
     }

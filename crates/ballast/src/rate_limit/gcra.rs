@@ -52,11 +52,6 @@ impl Gcra {
         nanos(Instant::now().saturating_duration_since(self.start))
     }
 
-    /// The instant `at` ns after the limiter was made.
-    pub(crate) fn instant(&self, at: u64) -> Instant {
-        self.start + Duration::from_nanos(at)
-    }
-
     /// Takes a permit at `now` for a rate of one permit per `interval` ns,
     /// reserving it if it is due within `max_wait`.
     pub(crate) fn take(&self, now: u64, interval: u64, max_wait: Duration) -> Grant {
@@ -89,6 +84,11 @@ impl Gcra {
     pub(crate) fn hold_until(&self, until: u64, interval: u64) {
         let tolerance = interval.saturating_mul(self.burst - 1);
         self.tat.fetch_max(until.saturating_add(tolerance), Ordering::AcqRel);
+    }
+
+    /// Every permit free again, as after a quiet spell.
+    pub(crate) fn reset(&self) {
+        self.tat.store(0, Ordering::Release);
     }
 
     /// Permits handed out so far.

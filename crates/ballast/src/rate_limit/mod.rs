@@ -15,6 +15,13 @@
 //! the HTTP integration reads `RateLimit`/`RateLimit-Policy` and
 //! `X-RateLimit-*` headers and tells the limiter
 //! ([`RateLimiter::announce`], [`RateLimiter::hold_until`]).
+//!
+//! What a system says is bounded, so one answer cannot stall it: an
+//! announced rate is never taken below [`adaptive::FLOOR`] of the
+//! configured one, and a hold (`Retry-After`, a spent quota) lasts at most
+//! [`RateLimit::max_hold`] (10 minutes unless set) — less where the caller
+//! caps it further ([`RateLimiter::cap_holds`]: an HTTP system caps it at its
+//! key's TTL). [`RateLimiter::reset`] forgets what was learned.
 
 pub mod adaptive;
 mod gcra;
@@ -33,6 +40,10 @@ use gcra::{nanos, Gcra};
 
 /// The most permits a second a limit may allow (one per microsecond).
 pub const MAX_RATE: f64 = 1_000_000.0;
+
+/// How long a system's word can hold every attempt at most, unless
+/// [`RateLimit::max_hold`] says otherwise.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(600);
 
 /// Rate limit settings: permits per period, burst, wait, adaptive.
 ///
@@ -53,13 +64,14 @@ pub struct RateLimit {
     burst: Option<u32>,
     wait: Duration,
     adaptive: bool,
+    max_hold: Duration,
 }
 
 impl RateLimit {
     /// `permits` attempts per `per`; a burst of `permits` at once, no wait,
     /// not adaptive.
     pub const fn new(permits: u32, per: Duration) -> Self {
-        Self { permits, per, burst: None, wait: Duration::ZERO, adaptive: false }
+        Self { permits, per, burst: None, wait: Duration::ZERO, adaptive: false, max_hold: DEFAULT_MAX_HOLD }
     }
 
     /// `permits` attempts a second.
@@ -86,6 +98,20 @@ impl RateLimit {
     pub const fn adaptive(mut self) -> Self {
         self.adaptive = true;
         self
+    }
+
+    /// The longest an adaptive limit holds every attempt on the system's
+    /// word — a `Retry-After`, a quota spent until its reset — however long
+    /// the system asks for (default [`DEFAULT_MAX_HOLD`], 10 minutes): a
+    /// `Retry-After: 999999999` must not stall a system for good.
+    pub const fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = max_hold;
+        self
+    }
+
+    /// The longest hold.
+    pub fn get_max_hold(&self) -> Duration {
+        self.max_hold
     }
 
     /// Permits per second.
@@ -162,6 +188,10 @@ pub struct RateLimiter {
     decided_at: AtomicU64,
     ceiling: AtomicU64,
     limited: AtomicU64,
+    /// The longest hold, ns; lowered by [`RateLimiter::cap_holds`].
+    hold_cap: AtomicU64,
+    /// Until when the system's word holds every attempt, ns on the limiter's clock.
+    held_until: AtomicU64,
     events: Emitter,
 }
 
@@ -176,6 +206,9 @@ pub struct RateSnapshot {
     pub granted: u64,
     /// Attempts refused for want of a permit since the policy was built.
     pub limited: u64,
+    /// How long the system's word (a `Retry-After`, a spent quota) still
+    /// holds every attempt; zero when it does not.
+    pub held_for: Duration,
 }
 
 impl RateLimiter {
@@ -189,6 +222,8 @@ impl RateLimiter {
             decided_at: AtomicU64::new(0),
             ceiling: AtomicU64::new(rate.to_bits()),
             limited: AtomicU64::new(0),
+            hold_cap: AtomicU64::new(nanos(limit.max_hold)),
+            held_until: AtomicU64::new(0),
             limit,
             events,
         }
@@ -211,6 +246,9 @@ impl RateLimiter {
             ceiling: f64::from_bits(self.ceiling.load(Ordering::Relaxed)),
             granted: self.gcra.granted(),
             limited: self.limited.load(Ordering::Relaxed),
+            held_for: Duration::from_nanos(
+                self.held_until.load(Ordering::Relaxed).saturating_sub(self.gcra.now()),
+            ),
         }
     }
 
@@ -266,19 +304,21 @@ impl RateLimiter {
             self.events.emit(EventKind::RateChanged { rate });
         }
         if let Some(after) = retry_after.filter(|after| *after > Duration::from_secs(1)) {
-            self.hold_until(Instant::now() + after);
+            self.hold_for(after);
         }
     }
 
     /// The system announced its rate (`RateLimit-Policy: q=100;w=60` is
     /// 100/60 a second): an adaptive limiter takes it as its rate and its
-    /// ceiling at once.
+    /// ceiling at once — never below [`adaptive::FLOOR`] of the configured
+    /// rate, so a `w` of a year cannot stop the system.
     pub fn announce(&self, rate: f64) {
         let Some(adaptive) = &self.adaptive else { return };
         if !(rate.is_finite() && rate > 0.0) {
             return;
         }
-        let rate = rate.min(MAX_RATE);
+        let configured = self.limit.rate().min(MAX_RATE);
+        let rate = rate.clamp(configured * adaptive::FLOOR, MAX_RATE);
         // Systems send their policy on every answer: the published ceiling
         // answers "unchanged" without the lock (checked again under it).
         if f64::from_bits(self.ceiling.load(Ordering::Relaxed)) == rate {
@@ -296,14 +336,41 @@ impl RateLimiter {
     }
 
     /// No permit before `until` (a quota spent until its reset: `RateLimit:
-    /// r=0;t=30`, `X-RateLimit-Remaining: 0`). Only an adaptive limiter
-    /// listens to the system.
+    /// r=0;t=30`, `X-RateLimit-Remaining: 0`), nor later than the longest
+    /// hold ([`RateLimit::max_hold`], [`cap_holds`](Self::cap_holds)) from
+    /// now. Only an adaptive limiter listens to the system.
     pub fn hold_until(&self, until: Instant) {
+        self.hold_for(until.saturating_duration_since(Instant::now()));
+    }
+
+    /// [`hold_until`](Self::hold_until) `for_` from now.
+    fn hold_for(&self, for_: Duration) {
         if self.adaptive.is_none() {
             return;
         }
-        let at = nanos(until.saturating_duration_since(self.gcra.instant(0)));
-        self.gcra.hold_until(at, self.interval_at(self.gcra.now()));
+        let now = self.gcra.now();
+        let at = now.saturating_add(nanos(for_).min(self.hold_cap.load(Ordering::Relaxed)));
+        self.held_until.fetch_max(at, Ordering::Relaxed);
+        self.gcra.hold_until(at, self.interval_at(now));
+    }
+
+    /// Holds last at most `cap` from now on, if that is shorter than
+    /// [`RateLimit::max_hold`] (an HTTP system's key TTL: a write held
+    /// longer could no longer be deduplicated).
+    pub fn cap_holds(&self, cap: Duration) {
+        self.hold_cap.fetch_min(nanos(cap), Ordering::Relaxed);
+    }
+
+    /// Forgets what the system said: the configured rate and burst again, no
+    /// hold (a configuration reload).
+    pub fn reset(&self) {
+        if let Some(adaptive) = &self.adaptive {
+            let mut aimd = adaptive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            *aimd = Aimd::new(self.limit.rate().min(MAX_RATE));
+            self.publish(&aimd);
+        }
+        self.held_until.store(0, Ordering::Relaxed);
+        self.gcra.reset();
     }
 
     /// Mirrors a decision for the lock-free path.
