@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use ballast_test_support::{eventually, send, Reply, Upstream};
 use serde_json::Value;
-use support::{ballast, client, queued, Served};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::{ballast, client, queued, raw, Served};
 
 fn problem_reason(body: &Value) -> &str {
     body["ballast"]["reason"].as_str().unwrap_or_default()
@@ -101,20 +100,6 @@ async fn a_409_while_the_original_is_in_flight_is_tried_again_not_failed() {
     let failed: Vec<Value> =
         queued(served.dir.path()).into_iter().filter(|t| t["state"] == "failed").collect();
     assert!(failed.is_empty(), "nothing failed, nobody paged: {failed:?}");
-}
-
-/// Sends `request` as raw bytes (so no client normalizes its path) and
-/// returns the status and the body.
-async fn raw(gateway: &str, request: &str) -> (u16, String) {
-    let addr = gateway.trim_start_matches("http://");
-    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
-    socket.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), socket.read_to_end(&mut answer)).await;
-    let answer = String::from_utf8_lossy(&answer).into_owned();
-    let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (status, body)
 }
 
 /// Dot segments in any spelling are refused with `bad_path`, nothing sent,

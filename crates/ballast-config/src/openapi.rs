@@ -19,8 +19,10 @@
 //! The document is read with `saphyr`, which keeps every node's line, so a
 //! finding names the line of the operation it is about.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
+use std::rc::Rc;
 
 use ballast::{Rule, Severity};
 use ballast_http::routes::{self, Route, RouteKind};
@@ -108,6 +110,19 @@ pub enum OpenApiError {
         /// What is missing.
         why: String,
     },
+    /// A path or method with a control character: no endpoint has one, and
+    /// printed into a configuration it could end a line and start a table.
+    #[error("{file}:{line}: the {what} {name} has a control character; fix the document")]
+    ControlCharacter {
+        /// The file.
+        file: String,
+        /// Where.
+        line: usize,
+        /// `path` or `method`.
+        what: &'static str,
+        /// The name, its control characters escaped.
+        name: String,
+    },
 }
 
 /// Reads the document at `path`; `key_header` is the system's idempotency header.
@@ -135,16 +150,25 @@ pub fn parse(file: &str, text: &str, key_header: &str) -> Result<Document, OpenA
         )));
     }
     let paths = get(root, "paths").and_then(mapping).ok_or_else(|| not("no `paths`"))?;
+    let refs = Refs::new(root);
     let mut operations = Vec::new();
     for (path_key, item) in paths {
         let Some(path) = text_of(path_key) else { continue };
-        let item = resolve(root, item);
-        let shared = params(root, get(item, "parameters"));
+        if path.chars().any(char::is_control) {
+            return Err(OpenApiError::ControlCharacter {
+                file: file.to_owned(),
+                line: path_key.span.start.line(),
+                what: "path",
+                name: format!("{path:?}"),
+            });
+        }
+        let item = refs.resolve(item);
+        let shared = refs.params(get(item, "parameters"));
         for (method_key, op) in mapping(item).into_iter().flatten() {
             let Some(method) = text_of(method_key).filter(|m| METHODS.contains(m)) else { continue };
             let method = method.to_ascii_uppercase();
             let mut header_params = shared.clone();
-            header_params.extend(params(root, get(op, "parameters")));
+            header_params.extend(refs.params(get(op, "parameters")));
             let takes_key = header_params.iter().any(|name| name.eq_ignore_ascii_case(key_header));
             let safe = is_safe_name(&method);
             let declared =
@@ -194,48 +218,78 @@ fn text_of<'a>(node: &'a MarkedYaml<'a>) -> Option<&'a str> {
     }
 }
 
-/// `node`, or what its `$ref` (within the document) points at.
-fn resolve<'a>(root: &'a MarkedYaml<'a>, mut node: &'a MarkedYaml<'a>) -> &'a MarkedYaml<'a> {
-    for _ in 0..MAX_REFS {
-        let Some(target) = get(node, "$ref").and_then(text_of) else { return node };
-        let Some(pointer) = target.strip_prefix("#/") else { return node };
-        let mut at = root;
-        for part in pointer.split('/') {
-            let part = part.replace("~1", "/").replace("~0", "~");
-            match get(at, &part) {
-                Some(next) => at = next,
-                None => return node,
-            }
-        }
-        node = at;
-    }
-    node
+/// `$ref`s within the document, followed through an index of each
+/// mapping they pass (made the first time one is passed): a document of
+/// 50,000 parameters referenced 50,000 times is read in linear time, not
+/// by scanning `components` once per reference.
+struct Refs<'a> {
+    root: &'a MarkedYaml<'a>,
+    /// Per mapping (by address), its entries by key.
+    index: std::cell::RefCell<HashMap<usize, Rc<HashMap<&'a str, &'a MarkedYaml<'a>>>>>,
 }
 
-/// The names of the header parameters in a `parameters` list.
-fn params<'a>(root: &'a MarkedYaml<'a>, list: Option<&'a MarkedYaml<'a>>) -> Vec<String> {
-    let YamlData::Sequence(items) = list.map(|l| &l.data).unwrap_or(&YamlData::BadValue) else {
-        return Vec::new();
-    };
-    items
-        .iter()
-        .map(|p| resolve(root, p))
-        .filter(|p| get(p, "in").and_then(text_of) == Some("header"))
-        .filter_map(|p| get(p, "name").and_then(text_of).map(str::to_owned))
-        .collect()
+impl<'a> Refs<'a> {
+    fn new(root: &'a MarkedYaml<'a>) -> Self {
+        Self { root, index: Default::default() }
+    }
+
+    /// `node`, or what its `$ref` (within the document) points at.
+    fn resolve(&self, mut node: &'a MarkedYaml<'a>) -> &'a MarkedYaml<'a> {
+        for _ in 0..MAX_REFS {
+            let Some(target) = get(node, "$ref").and_then(text_of) else { return node };
+            let Some(pointer) = target.strip_prefix("#/") else { return node };
+            let mut at = self.root;
+            for part in pointer.split('/') {
+                let part = part.replace("~1", "/").replace("~0", "~");
+                match self.entries(at).get(part.as_str()) {
+                    Some(next) => at = next,
+                    None => return node,
+                }
+            }
+            node = at;
+        }
+        node
+    }
+
+    /// The entries of the mapping `node`, indexed once.
+    fn entries(&self, node: &'a MarkedYaml<'a>) -> Rc<HashMap<&'a str, &'a MarkedYaml<'a>>> {
+        let address = node as *const MarkedYaml<'a> as usize;
+        let mut index = self.index.borrow_mut();
+        let entries = index.entry(address).or_insert_with(|| {
+            let entries = mapping(node).into_iter().flatten().filter_map(|(k, v)| Some((text_of(k)?, v)));
+            Rc::new(entries.collect())
+        });
+        Rc::clone(entries)
+    }
+
+    /// The names of the header parameters in a `parameters` list.
+    fn params(&self, list: Option<&'a MarkedYaml<'a>>) -> Vec<String> {
+        let YamlData::Sequence(items) = list.map(|l| &l.data).unwrap_or(&YamlData::BadValue) else {
+            return Vec::new();
+        };
+        items
+            .iter()
+            .map(|p| self.resolve(p))
+            .filter(|p| get(p, "in").and_then(text_of) == Some("header"))
+            .filter_map(|p| get(p, "name").and_then(text_of).map(str::to_owned))
+            .collect()
+    }
 }
 
 impl Document {
     /// The `[systems.SYSTEM.routes]` table of every operation, each with the
     /// rule that decided it and its line, ready to paste into a config.
+    /// Every name is written as TOML's own quoting writes it, so no path
+    /// of a document can close its string and start a key or a table of
+    /// its own in the pasted file.
     pub fn routes_toml(&self, system: &str) -> String {
-        let mut out = format!("[systems.{}.routes]\n", crate::report::printable(system));
-        let width = self.operations.iter().map(|o| o.name().len() + 2).max().unwrap_or(0);
-        for op in &self.operations {
-            let key = format!("\"{}\"", op.name());
-            let value = format!("\"{}\"", op.kind);
-            let _ =
-                writeln!(out, "{key:<width$} = {value:<13} # {}:{}: {}", self.file, op.location.line, op.why);
+        let mut out = format!("[systems.{}.routes]\n", toml_key(system));
+        let keys: Vec<String> = self.operations.iter().map(|op| toml_string(&op.name())).collect();
+        let width = keys.iter().map(|k| k.chars().count()).max().unwrap_or(0);
+        let file = crate::report::printable(&self.file).replace('\n', "\\n");
+        for (op, key) in self.operations.iter().zip(&keys) {
+            let value = toml_string(op.kind.as_str());
+            let _ = writeln!(out, "{key:<width$} = {value:<13} # {file}:{}: {}", op.location.line, op.why);
         }
         out
     }
@@ -314,6 +368,21 @@ impl Document {
     }
 }
 
+/// `text` as a TOML basic string, quoted and escaped by the `toml` crate.
+fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
+}
+
+/// `name` as a TOML key: bare when it may be, else quoted.
+fn toml_key(name: &str) -> String {
+    let bare = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if bare {
+        name.to_owned()
+    } else {
+        toml_string(name)
+    }
+}
+
 /// A path that matches `template`: each `{param}` filled in.
 fn sample(template: &str) -> String {
     template
@@ -367,6 +436,27 @@ paths:
                 ("PUT /payments/{id}".to_owned(), RouteKind::KeyedWrite, 23),
             ]
         );
+    }
+
+    /// N8: a path cannot inject keys or tables into the pasted file, and
+    /// a control character in one is refused.
+    #[test]
+    fn printed_routes_are_toml_whatever_the_document_names() {
+        let injected = "openapi: 3.0.0\npaths:\n  '/refunds\" = \"read\"\\n[[alerts.webhook]]\\nurl_env = \"X':\n    post: {}\n  /a\"b:\n    put: {}\n";
+        let doc = parse("evil.yaml", injected, "idempotency-key").unwrap();
+        let toml_text = doc.routes_toml("pay");
+        let parsed: toml::Table = toml_text.parse().unwrap_or_else(|e| panic!("{e}\n{toml_text}"));
+        let routes = parsed["systems"]["pay"]["routes"].as_table().unwrap();
+        assert_eq!(routes.len(), 2, "{toml_text}");
+        assert!(parsed.get("alerts").is_none(), "no table of its own: {toml_text}");
+        assert_eq!(routes["PUT /a\"b"].as_str(), Some("write_once"));
+        let control = "openapi: 3.0.0\npaths:\n  \"/a\\u001b[2Jb\":\n    post: {}\n";
+        let err = parse("c.yaml", control, "k").unwrap_err().to_string();
+        assert!(err.contains("control character") && !err.contains('\u{1b}'), "{err}");
+        assert!(parse("ok.yaml", "openapi: 3.0.0\npaths: {}\n", "k")
+            .unwrap()
+            .routes_toml("my sys")
+            .starts_with("[systems.\"my sys\".routes]"));
     }
 
     #[test]

@@ -42,7 +42,13 @@ fn calls_itself(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
         return Vec::new();
     };
     let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else { return Vec::new() };
-    let host_ip = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().ok();
+    // `[::ffff:127.0.0.1]` is 127.0.0.1.
+    let host_ip = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .ok()
+        .map(|ip| ip.to_canonical());
     let localhost = host.eq_ignore_ascii_case("localhost");
     let listen = |given: Option<&String>, default: std::net::SocketAddr| {
         given.map_or(Some(default), |l| l.parse::<std::net::SocketAddr>().ok())
@@ -55,11 +61,17 @@ fn calls_itself(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
             listen(gateway.listen.as_ref(), crate::GatewaySettings::default().listen),
         ));
     }
-    // A listener on 0.0.0.0 or :: answers on every address of the host, loopback included.
+    // A listener on 0.0.0.0 or :: answers on every address of the host,
+    // loopback included; a connection to 0.0.0.0 or :: reaches this host's
+    // loopback listeners.
     let names_host = |addr: std::net::SocketAddr| {
-        let ip = addr.ip();
+        let ip = addr.ip().to_canonical();
         match host_ip {
-            Some(h) => h == ip || (ip.is_unspecified() && (h.is_loopback() || h.is_unspecified())),
+            Some(h) => {
+                h == ip
+                    || (ip.is_unspecified() && (h.is_loopback() || h.is_unspecified()))
+                    || (h.is_unspecified() && ip.is_loopback())
+            }
             None => localhost && (ip.is_loopback() || ip.is_unspecified()),
         }
     };

@@ -193,7 +193,8 @@ pub enum TelemetryError {
     Endpoint {
         /// The variable.
         var: &'static str,
-        /// Its value.
+        /// Its value, its secrets masked ([`ballast::redact_url`]): a refused
+        /// URL may carry a password or a token.
         value: String,
         /// What is wrong with it.
         reason: &'static str,
@@ -383,7 +384,7 @@ impl TelemetrySettings {
             Some((var, url)) => {
                 check_endpoint(&url).map_err(|reason| TelemetryError::Endpoint {
                     var,
-                    value: url.clone(),
+                    value: ballast::redact_url(&url),
                     reason,
                 })?;
                 Some(if var == "OTEL_EXPORTER_OTLP_ENDPOINT" { with_traces_path(&url) } else { url })
@@ -764,8 +765,11 @@ mod tests {
             unset,
             TelemetryError::HeaderEnvUnset { header: "x-api-key".into(), var: "COLLECTOR_KEY".into() }
         );
-        let userinfo = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://user:pw@collector:4318")];
+        let userinfo =
+            [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://user:pw-secret@collector:4318/?token=tk-secret")];
         let err = TelemetrySettings::default().resolve(env(&userinfo)).unwrap_err();
         assert!(matches!(err, TelemetryError::Endpoint { .. }), "{err}");
+        let said = err.to_string();
+        assert!(!said.contains("pw-secret") && !said.contains("tk-secret"), "N11: printed redacted: {said}");
     }
 }

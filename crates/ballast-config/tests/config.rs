@@ -476,6 +476,10 @@ fn a_base_url_at_one_of_serve_s_own_listeners_is_an_error() {
         ("[gateway]\nlisten = \"0.0.0.0:8080\"\ntoken_env = \"T\"\n", "http://localhost:8080/api", true),
         ("", "http://127.0.0.1:9464", true),
         ("[serve]\nlisten = \"[::1]:7000\"\n", "http://[::1]:7000/", true),
+        // F13: every spelling of this host's own address.
+        ("[gateway]\n", "http://0.0.0.0:9465/", true),
+        ("[gateway]\n", "http://[::ffff:127.0.0.1]:9465/", true),
+        ("[gateway]\nlisten = \"[::1]:9465\"\n", "http://[::]:9465/", true),
         ("[gateway]\n", "http://127.0.0.1:9466/", false),
         ("", "http://10.0.0.1:9464/", false),
         ("[gateway]\nlisten = \"127.0.0.1:0\"\n", "http://127.0.0.1:0/", false),

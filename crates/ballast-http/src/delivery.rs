@@ -36,6 +36,7 @@ use http::Method;
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 
+use crate::seal::SealError;
 use crate::{HttpError, HttpSystem, Request, Response, Systems};
 
 /// The task kind of a [`Delivery`]: register a [`DeliveryHandler`] under it.
@@ -98,6 +99,33 @@ pub struct Delivery {
     /// sequential id alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<String>,
+    /// The id of the seal key that sealed [`sealed`](Self::sealed)
+    /// ([`SealKey::id`](crate::SealKey::id)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal_key: Option<String>,
+    /// The sealed envelope ([`crate::seal`]): the credential headers, the
+    /// body and the query, bound to every other field. With it, those
+    /// fields above are empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<String>,
+    /// What the envelope holds, by name — its header names, `body`,
+    /// `query` — for an operator to see (bound to the envelope like the rest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sealed_parts: Vec<String>,
+}
+
+/// What a delivery's envelope holds, sealed.
+#[derive(Debug, Serialize, Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+    /// The body's bytes, base64.
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    raw_query: Option<String>,
+    #[serde(default)]
+    query: Vec<(String, String)>,
 }
 
 /// A header stored sealed: its name in clear, its value sealed.
@@ -176,7 +204,24 @@ impl Delivery {
             body: Body::from_bytes(&request.body),
             first_attempt_at: Some(unix_millis(SystemTime::now())),
             access: None,
+            seal_key: None,
+            sealed: None,
+            sealed_parts: Vec::new(),
         })
+    }
+
+    /// What an envelope of this delivery, sealed with `key`, is bound to:
+    /// every part stored in clear that sending it reads.
+    fn bound(&self, key: &IdempotencyKey) -> Vec<u8> {
+        let first = self.first_attempt_at.map(|at| at.to_string()).unwrap_or_default();
+        let mut parts = vec![self.system.as_str(), key.as_str(), &self.method, &self.path, &first];
+        for (name, value) in &self.headers {
+            parts.push(name);
+            parts.push(value);
+        }
+        parts.push("sealed:");
+        parts.extend(self.sealed_parts.iter().map(String::as_str));
+        crate::seal::bound(&parts)
     }
 
     /// The handle of the task `task_id` holding this delivery:
@@ -199,9 +244,27 @@ impl Delivery {
     }
 
     /// The payload as an operator may see it (the dashboard's task page):
-    /// sealed values shown as `"(sealed)"`, names kept.
+    /// sealed values shown as `"(sealed)"`, names kept; query values in
+    /// clear (a delivery stored without a seal key) masked, as errors and
+    /// spans mask them.
     pub fn shown(payload: &serde_json::Value) -> serde_json::Value {
         let mut shown = payload.clone();
+        if let Some(sealed) = shown.get_mut("sealed") {
+            *sealed = serde_json::Value::from("(sealed)");
+        }
+        if let Some(raw) = shown.get_mut("raw_query") {
+            if let Some(text) = raw.as_str() {
+                *raw =
+                    serde_json::Value::from(ballast::redact_url(&format!("?{text}")).trim_start_matches('?'));
+            }
+        }
+        if let Some(pairs) = shown.get_mut("query").and_then(|q| q.as_array_mut()) {
+            for pair in pairs {
+                if let Some(value) = pair.get_mut(1) {
+                    *value = serde_json::Value::from("***");
+                }
+            }
+        }
         if let Some(sealed) = shown.get_mut("sealed_headers").and_then(|h| h.as_array_mut()) {
             for header in sealed {
                 if let Some(value) = header.get_mut("sealed") {
@@ -244,6 +307,9 @@ impl Delivery {
                 header.name
             )));
         }
+        if self.sealed.is_some() {
+            return Err(HttpError::invalid("the delivery is sealed: open it with HttpSystem::open_delivery"));
+        }
         self.plain_request()
     }
 
@@ -271,11 +337,12 @@ impl Delivery {
 
 impl HttpSystem {
     /// `request` as a [`Delivery`] to store for a later send with `key`:
-    /// the caller's credential headers (`Authorization`, `Proxy-Authorization`,
+    /// with the system's [seal key](crate::HttpSystemBuilder::seal_key), the
+    /// caller's credential headers (`Authorization`, `Proxy-Authorization`,
     /// `Cookie`, `X-Api-Key` and those of
-    /// [`seal_headers`](crate::HttpSystemBuilder::seal_headers)) sealed with
-    /// the system's [seal key](crate::HttpSystemBuilder::seal_key), and the body too when
-    /// there is a key; the trace context added with the `otel` feature.
+    /// [`seal_headers`](crate::HttpSystemBuilder::seal_headers)), the body
+    /// and the query sealed in one envelope bound to everything else
+    /// ([`crate::seal`]); the trace context added with the `otel` feature.
     /// Refused ([`HttpError::SealKeyMissing`]) when a credential header
     /// would have to be stored and there is no key: nothing is stored in clear.
     pub fn capture(&self, key: &IdempotencyKey, request: &Request) -> Result<Delivery, HttpError> {
@@ -288,42 +355,76 @@ impl HttpSystem {
             .into_iter()
             .partition(|(name, _)| sealed.iter().any(|s| s.as_str().eq_ignore_ascii_case(name)));
         delivery.headers = plain;
-        match (self.seal(), secret.first()) {
-            (None, Some((name, _))) => return Err(HttpError::SealKeyMissing { header: name.clone() }),
-            (None, None) => {}
-            (Some(seal), _) => {
-                delivery.sealed_headers = secret
-                    .into_iter()
-                    .map(|(name, value)| {
-                        let place = crate::seal::place(self.name(), key.as_str(), &name);
-                        SealedHeader { sealed: seal.seal(&place, value.as_bytes()), name }
-                    })
-                    .collect();
-                if !request.body.is_empty() {
-                    let place = crate::seal::place(self.name(), key.as_str(), "body");
-                    delivery.body = Some(Body::Sealed(seal.seal(&place, &request.body)));
-                }
-            }
-        }
         #[cfg(feature = "otel")]
         crate::otel::store(&mut delivery.headers);
+        let Some(seal) = self.seal_key() else {
+            return match secret.first() {
+                Some((name, _)) => Err(HttpError::SealKeyMissing { header: name.clone() }),
+                None => Ok(delivery),
+            };
+        };
+        let envelope = Envelope {
+            headers: secret,
+            body: (!request.body.is_empty()).then(|| BASE64.encode(&request.body)),
+            raw_query: delivery.raw_query.take(),
+            query: std::mem::take(&mut delivery.query),
+        };
+        delivery.sealed_parts = envelope.headers.iter().map(|(name, _)| name.clone()).collect();
+        if envelope.body.is_some() {
+            delivery.sealed_parts.push("body".to_owned());
+        }
+        if envelope.raw_query.is_some() || !envelope.query.is_empty() {
+            delivery.sealed_parts.push("query".to_owned());
+        }
+        delivery.body = None;
+        let plain = serde_json::to_vec(&envelope).map_err(HttpError::invalid)?;
+        delivery.sealed = Some(seal.seal(&delivery.bound(key), &plain));
+        delivery.seal_key = Some(seal.id().to_owned());
         Ok(delivery)
     }
 
     /// The request a stored `delivery` with `key` sends: its sealed parts
-    /// opened with the system's seal key.
+    /// opened with the system's seal keys. A delivery that does not open —
+    /// sealed with a key no longer configured, or changed since it was
+    /// stored — is [`HttpError::Unseal`]: never sent.
     pub fn open_delivery(&self, key: &IdempotencyKey, delivery: &Delivery) -> Result<Request, HttpError> {
+        let unsealed = |source| HttpError::Unseal { part: "envelope".to_owned(), source };
+        if let Some(sealed) = &delivery.sealed {
+            let seal = self.seal_key().ok_or(unsealed(SealError::NoKey))?;
+            let opened =
+                seal.open(delivery.seal_key.as_deref(), &delivery.bound(key), sealed).map_err(unsealed)?;
+            let envelope: Envelope = serde_json::from_slice(&opened)
+                .map_err(|e| HttpError::invalid(format!("the sealed envelope: {e}")))?;
+            let body = envelope.body.map(Body::Base64);
+            let plain = Delivery {
+                raw_query: envelope.raw_query,
+                query: envelope.query,
+                body,
+                sealed: None,
+                sealed_parts: Vec::new(),
+                ..delivery.clone()
+            };
+            let mut request = plain.plain_request()?;
+            for (name, value) in envelope.headers {
+                request = request.header(name.as_str(), value.as_str());
+            }
+            return Ok(request);
+        }
+        self.open_first_format(key, delivery)
+    }
+
+    /// A delivery sealed value by value, as deliveries were before the
+    /// envelope: each opens with any key of the ring.
+    fn open_first_format(&self, key: &IdempotencyKey, delivery: &Delivery) -> Result<Request, HttpError> {
         let sealed_body = matches!(delivery.body, Some(Body::Sealed(_)));
         if delivery.sealed_headers.is_empty() && !sealed_body {
             return delivery.plain_request();
         }
         let unseal = |part: &str, text: &str| -> Result<Vec<u8>, HttpError> {
-            let seal = self.seal().ok_or_else(|| HttpError::Unseal {
-                part: part.to_owned(),
-                source: crate::seal::SealError::DoesNotOpen,
-            })?;
+            let unsealed = |source| HttpError::Unseal { part: part.to_owned(), source };
+            let seal = self.seal_key().ok_or(unsealed(SealError::NoKey))?;
             let place = crate::seal::place(self.name(), key.as_str(), part);
-            seal.open(&place, text).map_err(|source| HttpError::Unseal { part: part.to_owned(), source })
+            seal.open(None, &place, text).map_err(unsealed)
         };
         let mut plain = Delivery { sealed_headers: Vec::new(), ..delivery.clone() };
         if let Some(Body::Sealed(text)) = &delivery.body {
@@ -458,6 +559,9 @@ pub struct DeliveryHandler {
 /// looked at again.
 const HOLD_UNKNOWN: Duration = Duration::from_secs(30);
 
+/// How long a delivery that does not open waits before it is tried again.
+const HOLD_SEALED: Duration = Duration::from_secs(300);
+
 impl DeliveryHandler {
     /// Delivers to `systems`, found by name.
     pub fn new(systems: impl IntoIterator<Item = HttpSystem>) -> Self {
@@ -506,7 +610,22 @@ impl Handler for DeliveryHandler {
             return Err(DeliveryError::UnknownSystem { system: delivery.system.clone() });
         };
         let key = task.key().ok_or(DeliveryError::NoKey { task_id: task.id() })?;
-        let request = system.open_delivery(key, &delivery).map_err(DeliveryError::Invalid)?;
+        let request = match system.open_delivery(key, &delivery) {
+            Ok(request) => request,
+            Err(HttpError::Unseal { source, .. }) => {
+                // Held, not failed: the key may come back (a rotation that
+                // dropped the old key too soon); bounded by send_by.
+                task.not_attempted();
+                tracing::warn!(
+                    system = %delivery.system,
+                    task_id = task.id(),
+                    error = %source,
+                    "delivery held: it does not open; looked at again in {HOLD_SEALED:?}, until it may no longer be sent"
+                );
+                return Err(DeliveryError::Sealed { system: delivery.system.clone(), source });
+            }
+            Err(e) => return Err(DeliveryError::Invalid(e)),
+        };
         let span = if tracing::dispatcher::has_been_set() {
             tracing::info_span!(
                 "ballast.delivery",
@@ -602,6 +721,16 @@ pub enum DeliveryError {
     /// The stored delivery is not a valid request.
     #[error("the stored delivery is not a valid request: {0}")]
     Invalid(#[source] HttpError),
+    /// The stored delivery does not open (a seal key no longer configured,
+    /// or the delivery changed since it was stored): held, not failed, until
+    /// the key returns or the delivery may no longer be sent.
+    #[error("delivery to {system} held: {source}")]
+    Sealed {
+        /// The system named by the delivery.
+        system: String,
+        /// Why it does not open.
+        source: SealError,
+    },
     /// The system answered the write with a 4xx or 5xx.
     #[error("{}", answered_message(system, *dedupes_by_key, *status, *verdict, *attempts))]
     Answered {
@@ -691,6 +820,7 @@ impl Classify for DeliveryError {
             DeliveryError::UnknownSystem { .. } => {
                 return Classification::transient().with_retry_after(HOLD_UNKNOWN)
             }
+            DeliveryError::Sealed { .. } => return Classification::transient().with_retry_after(HOLD_SEALED),
             _ => return Classification::permanent(),
         };
         match failure {

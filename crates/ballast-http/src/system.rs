@@ -534,9 +534,10 @@ impl HttpSystem {
         self.inner.key_ttl
     }
 
-    /// The key sealing deferred writes' credentials, if configured.
+    /// The keys sealing and opening deferred writes, if configured.
     #[cfg(feature = "queue")]
-    pub(crate) fn seal(&self) -> Option<&crate::SealKey> {
+    #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+    pub fn seal_key(&self) -> Option<&crate::SealKey> {
         self.inner.seal.as_ref()
     }
 

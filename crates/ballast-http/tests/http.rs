@@ -778,3 +778,42 @@ async fn a_failure_reads_as_one_sentence() {
     let failure = crm.read(Request::get("x")).await.unwrap_err().to_string();
     assert_eq!(failure.matches("R-RES-RE-X2").count(), 1, "{failure}");
 }
+
+/// N1: a panic inside an attempt (here, the transport's) is an unknown
+/// outcome, never a failed write: a read is tried again, a write sent once
+/// reports that its request may have been applied.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_attempt_is_an_unknown_outcome() {
+    let calls = Arc::new(Mutex::new(0u32));
+    let counted = Arc::clone(&calls);
+    let transport = tower::service_fn(move |_: http::Request<ballast_http::transport::OutBody>| {
+        let n = {
+            let mut calls = counted.lock().unwrap();
+            *calls += 1;
+            *calls
+        };
+        async move {
+            if n == 1 {
+                panic!("cannot convert float seconds to Duration");
+            }
+            Ok::<_, ballast_http::transport::TransportError>(http::Response::new(bytes::Bytes::from_static(
+                b"{}",
+            )))
+        }
+    });
+    let crm = HttpSystem::builder("crm", "http://crm.test/")
+        .policy(|_| policy("crm"))
+        .transport(transport)
+        .build()
+        .unwrap();
+    let answer = crm.read(Request::get("leads/7")).await.unwrap();
+    assert_eq!((answer.status().as_u16(), answer.attempts()), (200, 2), "the read was tried again");
+
+    *calls.lock().unwrap() = 0;
+    let failure = crm.write_once(Request::post("leads")).await.unwrap_err();
+    let error = failure.error().unwrap();
+    assert!(matches!(error, HttpError::Panicked { .. }), "{failure}");
+    assert!(ballast::Classify::classify(error).is_transient(), "unknown, like a reset connection");
+    assert!(!error.nothing_sent() && failure.to_string().contains("may have been applied"), "{failure}");
+    assert_eq!(*calls.lock().unwrap(), 1, "a write sent once is not tried again");
+}

@@ -8,6 +8,16 @@
 //! that are stored in the same transaction that marks the task failed, each
 //! keyed by [`FailedTask::failure_key`]. A crash cannot lose the alert, and a
 //! redelivery carries the same key.
+//!
+//! **The durable alert task is the exactly-once path**: it exists if and only
+//! if the failure was stored by its attempt's own fenced write — never for a
+//! stale attempt whose outcome was refused — and it is delivered by a
+//! worker like any task. [`Alert::task_failed`], the in-process hook, is
+//! best effort: it runs after the failure is known to be stored, so a
+//! worker killed between the commit and the hook, or one whose answer from
+//! the database was lost, may skip it. Page humans from the task, log from
+//! the hook. A worker is refused at build when its alert enqueues tasks of
+//! a kind it has no handler for.
 
 use std::time::SystemTime;
 
@@ -71,6 +81,22 @@ pub struct FailedTask {
 }
 
 impl FailedTask {
+    /// A failure of a made-up kind, to ask an [`Alert`] which kinds of task
+    /// it enqueues.
+    pub(crate) fn probe() -> Self {
+        FailedTask {
+            id: 0,
+            kind: "ballast.probe".to_owned(),
+            key: None,
+            attempt: 1,
+            max_attempts: 1,
+            reason: FailReason::Exhausted,
+            error: String::new(),
+            failed_at: SystemTime::UNIX_EPOCH,
+            failure_id: Uuid::nil(),
+        }
+    }
+
     /// The idempotency key of this failure's alert to `purpose` (a sink's
     /// name): derived from the task id, the attempt and that attempt's lease,
     /// so every redelivery of one alert carries the same key and a later
@@ -84,7 +110,8 @@ impl FailedTask {
 /// Told about every task that reaches the `failed` state
 /// (R-RES-RE-5: "a human is alerted"). Wire it to paging or a ticket system.
 pub trait Alert: Send + Sync + 'static {
-    /// Called once per failed task, after the failure is stored.
+    /// Called once per failed task, after the failure is stored — at most
+    /// once: best effort, see the module docs.
     fn task_failed(&self, task: &FailedTask);
 
     /// Tasks to enqueue in the same transaction that marks `task` failed

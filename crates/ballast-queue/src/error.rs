@@ -36,6 +36,16 @@ pub enum Error {
     /// same database.
     #[error("a SQLite queue must be a file (sqlite://path/to/file.db): an in-memory database cannot be shared by the queue's connections")]
     InMemorySqlite,
+    /// The queue's SQLite file was removed or replaced while the queue had
+    /// it open: what is written now goes to a file nobody opens again.
+    #[error(
+        "the queue's SQLite file {path:?} was removed or replaced since it was opened: a task stored now \
+         would be lost at the next start, so none is; restore the file (or accept its loss) and restart"
+    )]
+    FileGone {
+        /// The file's path.
+        path: std::path::PathBuf,
+    },
     /// A task's payload could not be turned into JSON.
     #[error("payload of task kind {kind:?} cannot be serialized to JSON: {source}")]
     Payload {

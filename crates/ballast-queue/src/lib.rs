@@ -108,6 +108,7 @@ with_runtime! {
     mod monitor;
     mod outcome;
     mod queue;
+    mod quiet;
     mod retention;
     mod store;
     mod task;

@@ -33,6 +33,10 @@ pub struct QueueSnapshot {
     pub error: Option<String>,
     /// When the last refresh ended, successful or not.
     pub checked_at: Option<SystemTime>,
+    /// Why the queue cannot store a task, when the monitor checks storage
+    /// ([`QueueMonitorBuilder::storage`]) and the last check failed: a disk
+    /// that refuses writes, a SQLite file removed or replaced.
+    pub storage_error: Option<String>,
 }
 
 /// Configures a [`QueueMonitor`]; see [`QueueMonitor::builder`].
@@ -47,6 +51,12 @@ pub struct QueueMonitorBuilder {
     /// unreachable (default 5 s).
     #[setters(generate)]
     timeout: Duration,
+    /// Also checks at each refresh that this queue — the one tasks are
+    /// stored through — can store one ([`Queue::check_storage`]): readiness
+    /// then fails on a full disk or a removed file, not only on a database
+    /// that does not answer (default: not checked).
+    #[setters(generate, strip_option)]
+    storage: Option<Queue>,
 }
 
 impl QueueMonitorBuilder {
@@ -61,7 +71,7 @@ impl QueueMonitorBuilder {
         });
         let monitor = QueueMonitor { shared: Arc::clone(&shared) };
         let every = self.every.max(Duration::from_millis(10));
-        tokio::spawn(refresh_loop(self.queue, shared, every, self.timeout, shutdown));
+        tokio::spawn(refresh_loop(self.queue, self.storage, shared, every, self.timeout, shutdown));
         monitor
     }
 }
@@ -105,7 +115,7 @@ impl QueueMonitor {
     /// queue connected for it alone, so its scan never takes a connection a
     /// worker is waiting for.
     pub fn builder(queue: Queue) -> QueueMonitorBuilder {
-        QueueMonitorBuilder { queue, every: Duration::from_secs(5), timeout: Duration::from_secs(5) }
+        QueueMonitorBuilder { queue, every: Duration::from_secs(5), timeout: Duration::from_secs(5), storage: None }
     }
 
     /// The latest snapshot. Never touches the database.
@@ -131,6 +141,7 @@ impl QueueMonitor {
 
 async fn refresh_loop(
     queue: Queue,
+    storage: Option<Queue>,
     shared: Arc<Published>,
     every: Duration,
     timeout: Duration,
@@ -140,6 +151,17 @@ async fn refresh_loop(
         let outcome = tokio::select! {
             () = shutdown.cancelled() => return,
             outcome = tokio::time::timeout(timeout, queue.stats()) => outcome,
+        };
+        let storage_error = match &storage {
+            None => None,
+            Some(storage) => tokio::select! {
+                () = shutdown.cancelled() => return,
+                checked = tokio::time::timeout(timeout, storage.check_storage()) => match checked {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(_) => Some(format!("a write took longer than {timeout:?}")),
+                },
+            },
         };
         let previous = Arc::clone(&shared.snapshot.borrow());
         let now = SystemTime::now();
@@ -152,15 +174,25 @@ async fn refresh_loop(
                     reachable: true,
                     error: None,
                     checked_at: Some(now),
+                    storage_error,
                 }
             }
-            Ok(Err(e)) => unreachable(&previous, e.to_string(), now),
-            Err(_) => unreachable(&previous, format!("no answer within {timeout:?}"), now),
+            Ok(Err(e)) => QueueSnapshot { storage_error, ..unreachable(&previous, e.to_string(), now) },
+            Err(_) => QueueSnapshot {
+                storage_error,
+                ..unreachable(&previous, format!("no answer within {timeout:?}"), now)
+            },
         };
         if next.reachable != previous.reachable || previous.checked_at.is_none() {
             match &next.error {
                 None => tracing::info!("queue database reachable"),
                 Some(e) => tracing::warn!(error = %e, "queue database unreachable; readiness reports it"),
+            }
+        }
+        if next.storage_error != previous.storage_error {
+            match &next.storage_error {
+                None => tracing::info!("the queue stores tasks again"),
+                Some(e) => tracing::error!(error = %e, "the queue cannot store a task; readiness reports it"),
             }
         }
         shared.reachable.set(if next.reachable { 1.0 } else { 0.0 });

@@ -272,6 +272,16 @@ impl Queue {
         self.store.migrate().await
     }
 
+    /// Whether the queue can store a task now: writes one row that must
+    /// reach the disk (a full disk, a read-only file system, an unreachable
+    /// database fail it) and, for SQLite, checks that the file opened is
+    /// still the one at its path ([`Error::FileGone`]). What
+    /// [`QueueMonitorBuilder::storage`](crate::QueueMonitorBuilder::storage)
+    /// runs for readiness.
+    pub async fn check_storage(&self) -> Result<()> {
+        self.store.probe_write().await
+    }
+
     /// Enqueues one task. With a key that already exists for the kind, returns
     /// the existing task with `created: false`.
     pub async fn enqueue(&self, task: NewTask) -> Result<EnqueueOutcome> {

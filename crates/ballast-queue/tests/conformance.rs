@@ -372,11 +372,23 @@ impl Alert for Pager {
     }
 }
 
+/// Takes a page: the alert's own tasks need a handler on the worker.
+struct Paged;
+
+impl Handler for Paged {
+    type Payload = serde_json::Value;
+    type Error = ballast::Classified;
+
+    async fn handle(&self, _: TaskContext, _: serde_json::Value) -> Result<(), ballast::Classified> {
+        Ok(())
+    }
+}
+
 async fn failure_stores_its_alert_tasks_keyed_by_the_failure(h: &Harness) {
     let handler = Scripted::default();
     let pager = Pager::default();
     let id = enqueue(&h.queue, "permanent").await;
-    let w = start(worker(&h.queue, handler.clone()).alert(pager.clone()));
+    let w = start(worker(&h.queue, handler.clone()).handler("page", Paged).alert(pager.clone()));
     wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Failed).await;
     let pages = h.queue.list(&ListFilter::default().kind("page")).await.unwrap();
     assert_eq!(pages.len(), 1, "{pages:?}");

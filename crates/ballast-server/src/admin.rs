@@ -17,7 +17,7 @@ use ballast_queue::QueueMonitor;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use serde::Serialize;
 
-use crate::auth::Token;
+use crate::auth::{Check, Token};
 
 /// Installs the global Prometheus recorder `ballast serve` records into,
 /// with call durations as a histogram
@@ -57,7 +57,7 @@ impl std::fmt::Debug for Admin {
 /// The body of `/health/ready`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Readiness {
-    /// No critical system's breaker is open and the queue database answers.
+    /// No critical system's breaker is open, and the queue database answers and stores.
     pub ready: bool,
     /// Each external system's breaker.
     pub systems: Vec<SystemHealth>,
@@ -76,6 +76,10 @@ pub struct QueueHealth {
     /// Seconds since the Unix epoch of that refresh.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checked_at: Option<f64>,
+    /// Why the queue cannot store a task (a full disk, a removed file), if
+    /// it cannot: deferred writes would be refused or lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage_error: Option<String>,
 }
 
 impl Admin {
@@ -110,8 +114,10 @@ impl Admin {
             reachable: snapshot.reachable,
             error: snapshot.error.clone(),
             checked_at: snapshot.checked_at.map(seconds),
+            storage_error: snapshot.storage_error.clone(),
         };
-        Readiness { ready: systems.ready && queue.reachable, systems: systems.systems, queue }
+        let ready = systems.ready && queue.reachable && queue.storage_error.is_none();
+        Readiness { ready, systems: systems.systems, queue }
     }
 }
 
@@ -125,12 +131,18 @@ async fn admit(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    match &admin.token {
-        Some(token) if !token.admits(request.headers()) => {
+    match admin.token.as_ref().map(|t| t.check_bearer(request.headers(), crate::auth::peer(&request))) {
+        Some(Check::Refused) => {
             (StatusCode::UNAUTHORIZED, "this endpoint asks for `Authorization: Bearer <token>`\n")
                 .into_response()
         }
-        _ => next.run(request).await,
+        Some(Check::Throttled(wait)) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, wait.as_secs().max(1).to_string())],
+            "too many wrong tokens lately; try again later\n",
+        )
+            .into_response(),
+        Some(Check::Admitted) | None => next.run(request).await,
     }
 }
 
@@ -144,8 +156,9 @@ async fn live() -> &'static str {
     "live\n"
 }
 
-/// 200 when ready, 503 while a critical system's breaker is open or the
-/// queue database does not answer; the body says which.
+/// 200 when ready, 503 while a critical system's breaker is open, the
+/// queue database does not answer or the queue cannot store a task (a full
+/// disk, a removed SQLite file); the body says which.
 async fn ready(State(admin): State<Admin>) -> impl IntoResponse {
     let report = admin.readiness();
     let status = if report.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };

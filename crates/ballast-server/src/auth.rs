@@ -2,12 +2,57 @@
 //! loopback must ask every request for `Authorization: Bearer <token>`, the
 //! token read from an environment variable the configuration names (never
 //! written in the file itself).
+//!
+//! **Guessing is throttled, for every way a token is presented** — the
+//! dashboard's login form, a bearer token on `/ui`, `/metrics` or the
+//! gateway: each check goes through the token's one [`Token::check`], which
+//! counts only wrong tokens, in two GCRA buckets:
+//!
+//! - per client address ([`PEER_BURST`] wrong tokens at once, then one every
+//!   [`PEER_EVERY`]; IPv6 addresses by their /64, which one host controls
+//!   whole), so one client cannot guess quickly;
+//! - per listener ([`LISTENER_BURST`], then one every [`LISTENER_EVERY`]),
+//!   so rotating through addresses does not help either.
+//!
+//! A throttled check is answered 429 with `Retry-After` before the token is
+//! compared. A right token spends nothing, and an address that presented the
+//! right token within [`TRUSTED_FOR`] is not held back by the listener's
+//! bucket: others' guessing does not lock an operator out (a new address
+//! waits while guessing goes on). Every refusal is counted in
+//! `ballast_auth_failures_total{listener, reason}` (`wrong_token`,
+//! `missing_token`, `throttled`), not logged line by line.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderMap;
 use subtle::ConstantTimeEq;
+
+/// Wrong tokens a client address may present at once.
+pub const PEER_BURST: u32 = 5;
+
+/// How often a client address may present a wrong token once its burst is spent.
+pub const PEER_EVERY: Duration = Duration::from_secs(6);
+
+/// Wrong tokens a listener takes at once, from every address together.
+pub const LISTENER_BURST: u32 = 50;
+
+/// How often a listener takes a wrong token once its burst is spent.
+pub const LISTENER_EVERY: Duration = Duration::from_millis(100);
+
+/// How long an address that presented the right token is not held back by
+/// the listener's bucket.
+pub const TRUSTED_FOR: Duration = Duration::from_secs(12 * 3600);
+
+/// The counter of refused token checks, by listener and reason.
+pub const AUTH_FAILURES: &str = "ballast_auth_failures_total";
+
+/// Entries the per-address maps hold before the stale ones are dropped.
+const PRUNE_AT: usize = 10_000;
 
 /// Why a listener's token setting cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,9 +95,13 @@ pub enum TokenError {
 /// guessing even at the login's rate limit.
 pub const MIN_TOKEN_LEN: usize = 16;
 
-/// A secret every request must present; compared in constant time.
+/// A secret every request must present; compared in constant time, every
+/// check throttled (see the module docs). Clones share the throttle.
 #[derive(Clone)]
-pub struct Token(Box<[u8]>);
+pub struct Token {
+    secret: Arc<[u8]>,
+    guard: Arc<Guard>,
+}
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -60,11 +109,27 @@ impl std::fmt::Debug for Token {
     }
 }
 
+/// What a token check decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// The right token.
+    Admitted,
+    /// No token, or a wrong one.
+    Refused,
+    /// Too many wrong tokens lately (from this address, or at this
+    /// listener): not compared; ask again after this long.
+    Throttled(Duration),
+}
+
 impl Token {
     /// A token with this value (for tests and embedding; `ballast serve` reads it
     /// with [`for_listener`](Self::for_listener)).
     pub fn new(value: impl AsRef<[u8]>) -> Self {
-        Self(value.as_ref().into())
+        Self::on("embedded", value)
+    }
+
+    fn on(listener: &'static str, value: impl AsRef<[u8]>) -> Self {
+        Self { secret: value.as_ref().into(), guard: Arc::new(Guard::new(listener)) }
     }
 
     /// The token of a listener at `addr` whose configuration names `token_env`:
@@ -79,7 +144,7 @@ impl Token {
             None if addr.ip().is_loopback() => Ok(None),
             None => Err(TokenError::Required { section, addr }),
             Some(var) => match std::env::var(var) {
-                Ok(value) if value.len() >= MIN_TOKEN_LEN => Ok(Some(Token::new(value))),
+                Ok(value) if value.len() >= MIN_TOKEN_LEN => Ok(Some(Token::on(section, value))),
                 Ok(value) if !value.is_empty() => {
                     Err(TokenError::TooShort { section, var: var.to_owned(), min: MIN_TOKEN_LEN })
                 }
@@ -89,19 +154,149 @@ impl Token {
     }
 
     /// Whether `presented` is this token, in time that does not depend on
-    /// where they differ.
-    pub fn matches(&self, presented: &[u8]) -> bool {
-        bool::from(self.0.ct_eq(presented))
+    /// where they differ. Not throttled: requests go through
+    /// [`check`](Self::check).
+    fn matches(&self, presented: &[u8]) -> bool {
+        bool::from(self.secret.ct_eq(presented))
     }
 
-    /// Whether `headers` carry `Authorization: Bearer <this token>`.
-    pub fn admits(&self, headers: &HeaderMap) -> bool {
-        let bearer = headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
-        bearer.is_some_and(|presented| self.matches(presented.trim().as_bytes()))
+    /// Checks `presented` (none: no token sent) from `peer`, throttled as
+    /// the module docs say, and counts a refusal.
+    pub fn check(&self, presented: Option<&[u8]>, peer: Option<IpAddr>) -> Check {
+        let guard = &self.guard;
+        let Some(presented) = presented else {
+            // Asking without a token guesses nothing: counted, not throttled.
+            guard.count("missing_token");
+            return Check::Refused;
+        };
+        let peer = peer_key(peer);
+        let now = guard.now();
+        if let Some(wait) = guard.throttled(peer, now) {
+            guard.count("throttled");
+            return Check::Throttled(wait);
+        }
+        if self.matches(presented) {
+            guard.trust(peer, now);
+            return Check::Admitted;
+        }
+        guard.failed(peer, now);
+        guard.count("wrong_token");
+        Check::Refused
     }
+
+    /// [`check`](Self::check) of `headers`' `Authorization: Bearer`.
+    pub fn check_bearer(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Check {
+        self.check(bearer(headers), peer)
+    }
+}
+
+/// The token of `Authorization: Bearer <token>`, if sent.
+fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))?;
+    Some(token.trim().as_bytes())
+}
+
+/// The client address of a request a [`listener`](crate::listener) served.
+pub fn peer<B>(request: &axum::http::Request<B>) -> Option<IpAddr> {
+    request.extensions().get::<axum::extract::ConnectInfo<SocketAddr>>().map(|info| info.0.ip())
+}
+
+/// An address as the throttle keys it: IPv4 as is (also when mapped into
+/// IPv6), IPv6 by its /64; `0` for a request whose address is unknown.
+fn peer_key(peer: Option<IpAddr>) -> u128 {
+    match peer.map(|ip| ip.to_canonical()) {
+        Some(IpAddr::V4(v4)) => u128::from(u32::from(v4)),
+        Some(IpAddr::V6(v6)) => u128::from(v6) & !u128::from(u64::MAX),
+        None => 0,
+    }
+}
+
+/// The throttle of one listener's token checks: GCRA buckets that count
+/// wrong tokens only, per address and for the listener, and the addresses
+/// that presented the right token lately.
+struct Guard {
+    listener: &'static str,
+    start: Instant,
+    /// When each address's next wrong token is due, ns since `start`.
+    peers: Mutex<HashMap<u128, u64>>,
+    /// The same for the whole listener.
+    all: AtomicU64,
+    /// Until when each address is trusted, ns since `start`.
+    trusted: Mutex<HashMap<u128, u64>>,
+}
+
+impl Guard {
+    fn new(listener: &'static str) -> Self {
+        Self {
+            listener,
+            start: Instant::now(),
+            peers: Mutex::default(),
+            all: AtomicU64::new(0),
+            trusted: Mutex::default(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        nanos(self.start.elapsed())
+    }
+
+    /// How long `peer` must wait before a token of its is compared, if it must.
+    fn throttled(&self, peer: u128, now: u64) -> Option<Duration> {
+        let own = self.peers.lock().unwrap_or_else(PoisonError::into_inner).get(&peer).copied();
+        let own = wait(own.unwrap_or(0), now, PEER_BURST, PEER_EVERY);
+        let trusted = self
+            .trusted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&peer)
+            .is_some_and(|until| *until > now);
+        let all = if trusted {
+            None
+        } else {
+            wait(self.all.load(Ordering::Acquire), now, LISTENER_BURST, LISTENER_EVERY)
+        };
+        own.into_iter().chain(all).max()
+    }
+
+    /// A wrong token from `peer`: both buckets move on.
+    fn failed(&self, peer: u128, now: u64) {
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        if peers.len() >= PRUNE_AT {
+            peers.retain(|_, tat| *tat > now);
+        }
+        let tat = peers.entry(peer).or_insert(0);
+        *tat = (*tat).max(now) + nanos(PEER_EVERY);
+        drop(peers);
+        let _ = self.all.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+            Some(tat.max(now) + nanos(LISTENER_EVERY))
+        });
+    }
+
+    /// The right token from `peer`.
+    fn trust(&self, peer: u128, now: u64) {
+        let mut trusted = self.trusted.lock().unwrap_or_else(PoisonError::into_inner);
+        if trusted.len() >= PRUNE_AT {
+            trusted.retain(|_, until| *until > now);
+        }
+        trusted.insert(peer, now + nanos(TRUSTED_FOR));
+    }
+
+    fn count(&self, reason: &'static str) {
+        metrics::counter!(AUTH_FAILURES, "listener" => self.listener, "reason" => reason).increment(1);
+    }
+}
+
+/// How long until a bucket whose next failure is due at `tat` takes one,
+/// with `burst` at once and one every `every`; `None` if it takes one now.
+fn wait(tat: u64, now: u64, burst: u32, every: Duration) -> Option<Duration> {
+    let tolerance = nanos(every) * u64::from(burst.max(1) - 1);
+    let due = tat.saturating_sub(tolerance);
+    (due > now).then(|| Duration::from_nanos(due - now))
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -112,13 +307,14 @@ mod tests {
     fn bearer_tokens_are_checked_and_required_beyond_loopback() {
         let token = Token::new("s3cret");
         let mut headers = HeaderMap::new();
-        assert!(!token.admits(&headers));
+        let peer = Some(IpAddr::from([10, 0, 0, 1]));
+        assert_eq!(token.check_bearer(&headers, peer), Check::Refused);
         headers.insert(AUTHORIZATION, "Bearer s3cret".parse().unwrap());
-        assert!(token.admits(&headers));
+        assert_eq!(token.check_bearer(&headers, peer), Check::Admitted);
         headers.insert(AUTHORIZATION, "Bearer s3cre".parse().unwrap());
-        assert!(!token.admits(&headers));
+        assert_eq!(token.check_bearer(&headers, peer), Check::Refused);
         headers.insert(AUTHORIZATION, "Basic s3cret".parse().unwrap());
-        assert!(!token.admits(&headers));
+        assert_eq!(token.check_bearer(&headers, peer), Check::Refused);
         assert_eq!(format!("{token:?}"), "Token(***)");
 
         let local: SocketAddr = "127.0.0.1:9465".parse().unwrap();
@@ -127,5 +323,48 @@ mod tests {
         assert!(matches!(Token::for_listener("gateway", public, None), Err(TokenError::Required { .. })));
         let missing = Token::for_listener("gateway", public, Some("BALLAST_TEST_SURELY_UNSET_VAR"));
         assert!(matches!(missing, Err(TokenError::Missing { .. })));
+    }
+
+    /// N7: wrong tokens are throttled per address (an IPv6 /64 is one) and
+    /// per listener; the right token spends nothing, and an address it came
+    /// from is not held back by others' guessing.
+    #[test]
+    fn guessing_is_throttled_per_address_and_per_listener_and_the_operator_gets_in() {
+        let token = Token::new("the-right-token-0123");
+        let check = |peer: IpAddr, presented: &str| token.check(Some(presented.as_bytes()), Some(peer));
+        let guesser = IpAddr::from([10, 0, 0, 9]);
+        for _ in 0..PEER_BURST {
+            assert_eq!(check(guesser, "guess"), Check::Refused);
+        }
+        assert!(matches!(check(guesser, "guess"), Check::Throttled(_)), "one address guesses slowly");
+        assert!(
+            matches!(check(guesser, "the-right-token-0123"), Check::Throttled(_)),
+            "its own guessing holds it"
+        );
+        let v6 = |last: u16| IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]);
+        for last in 0..PEER_BURST as u16 {
+            assert_eq!(check(v6(last), "guess"), Check::Refused);
+        }
+        assert!(matches!(check(v6(999), "guess"), Check::Throttled(_)), "a /64 is one address");
+
+        let operator = IpAddr::from([10, 0, 0, 1]);
+        assert_eq!(check(operator, "the-right-token-0123"), Check::Admitted);
+        for n in 0..LISTENER_BURST {
+            let _ = check(IpAddr::from([10, 1, (n / 256) as u8, n as u8]), "guess");
+        }
+        assert!(
+            matches!(check(IpAddr::from([10, 2, 0, 1]), "guess"), Check::Throttled(_)),
+            "rotating addresses does not help"
+        );
+        assert!(
+            matches!(check(IpAddr::from([10, 2, 0, 2]), "the-right-token-0123"), Check::Throttled(_)),
+            "a new address waits while guessing goes on"
+        );
+        assert_eq!(
+            check(operator, "the-right-token-0123"),
+            Check::Admitted,
+            "the operator is not locked out"
+        );
+        assert_eq!(token.check(None, Some(guesser)), Check::Refused, "no token: refused, not throttled");
     }
 }

@@ -152,10 +152,12 @@ impl Server {
         let monitor = QueueMonitor::builder(counts)
             .every(settings.stats_interval)
             .timeout(settings.stats_interval)
+            .storage(queue.clone())
             .spawn(background.clone());
         // Readiness reflects the database from the first request on.
         monitor.first_refresh().await;
         queue_settings.retention().spawn(queue.clone(), background.clone());
+        warn_unopenable(&queue, &systems).await;
         let webhooks = Webhooks::from_settings(&config.alerts()?)?;
         let deferrals = queue.clone();
         let worker = queue_settings
@@ -281,6 +283,26 @@ impl Server {
             let _ = gateway.await;
         }
         worker.await.map_err(|_| ServeError::WorkerPanicked)
+    }
+}
+
+/// Says at start which waiting deliveries were sealed with a key none of
+/// the configured ones is: they are held, not sent, until it comes back
+/// (a rotation that dropped the old key too soon).
+async fn warn_unopenable(queue: &ballast_queue::Queue, systems: &Systems) {
+    let Ok(by_key) = queue.unfinished_by(DELIVERY_KIND, "seal_key").await else { return };
+    let all = systems.all();
+    for (id, waiting) in by_key.into_iter().filter(|(id, _)| !id.is_empty()) {
+        if !all.iter().any(|s| s.seal_key().is_some_and(|key| key.opens_id(&id))) {
+            tracing::warn!(
+                key_id = %id,
+                waiting,
+                "deliveries sealed with a key no configured seal key is are waiting: they are held, not sent, \
+                 until the key is back — put it after the current key in the variable [queue] seal_key_env \
+                 names, comma-separated, and restart; held deliveries are looked at every 5 minutes (Run now \
+                 on the dashboard for at once)"
+            );
+        }
     }
 }
 

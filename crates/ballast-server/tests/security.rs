@@ -247,8 +247,9 @@ async fn without_a_seal_key_a_credential_is_never_stored() {
     assert!(err.contains("SECURITY_TEST_SURELY_UNSET") && err.contains("not set"), "{err}");
 }
 
-/// Logins are rate limited per peer and counted; tokens shorter than 16
-/// bytes are refused at start; sessions end after `session_ttl`.
+/// Wrong tokens are throttled per peer and counted, by the form and as a
+/// bearer token alike; tokens shorter than 16 bytes are refused at start;
+/// sessions end after `session_ttl`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logins_are_limited_and_sessions_expire() {
     std::env::set_var("SECURITY_TEST_ADMIN_TOKEN", "operator-token-0123456789");
@@ -275,16 +276,22 @@ async fn logins_are_limited_and_sessions_expire() {
     for _ in 0..8 {
         statuses.push(try_token("a-guess-at-the-token").await.unwrap().status().as_u16());
     }
-    // The right login spent one of the 5; the rest of the burst are refused guesses.
-    assert_eq!(statuses[..4], [401; 4], "{statuses:?}");
-    assert!(statuses[4..].iter().all(|s| *s == 429), "{statuses:?}");
+    // The right login spent nothing; a burst of 5 refused guesses, then 429.
+    assert_eq!(statuses[..5], [401; 5], "{statuses:?}");
+    assert!(statuses[5..].iter().all(|s| *s == 429), "{statuses:?}");
     let limited = try_token("operator-token-0123456789").await.unwrap();
-    assert_eq!(limited.status().as_u16(), 429, "even the right token waits its turn");
+    assert_eq!(limited.status().as_u16(), 429, "the right token waits while its own address guesses");
     assert!(limited.headers().contains_key("retry-after"));
+    let bearer = client().get(&ui).bearer_auth("another-guess").send().await.unwrap();
+    assert_eq!(bearer.status().as_u16(), 429, "a bearer token on /ui is the same check");
     let metrics =
         client().get(format!("{}/metrics", served.admin)).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("ballast_ui_login_failures_total{reason=\"wrong_token\"} 4"), "{metrics}");
-    assert!(metrics.contains("ballast_ui_login_failures_total{reason=\"rate_limited\"} 5"), "{metrics}");
+    for line in [
+        "ballast_auth_failures_total{listener=\"serve\",reason=\"wrong_token\"} 5",
+        "ballast_auth_failures_total{listener=\"serve\",reason=\"throttled\"} 5",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
 
     std::env::set_var("SECURITY_TEST_SHORT_TOKEN", "short-token");
     let dir = tempfile::tempdir().unwrap();
@@ -295,6 +302,38 @@ async fn logins_are_limited_and_sessions_expire() {
     let err =
         ballast_server::Server::bind(&config, support::prometheus(), None).await.unwrap_err().to_string();
     assert!(err.contains("shorter than 16 bytes") && !err.contains("short-token"), "{err}");
+}
+
+/// N7: guessing the gateway's token from many addresses (all of 127/8 is
+/// this host) is throttled for the listener; the operator's own address,
+/// which presented the right token before, is not locked out by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guessing_from_many_addresses_is_throttled_and_the_operator_gets_through() {
+    std::env::set_var("SECURITY_TEST_GATEWAY_TOKEN", "gateway-token-0123456789");
+    let upstream = Upstream::start(|_, _| Reply::body(200, "ok")).await;
+    let served = start(&upstream, &config("", "", "token_env = \"SECURITY_TEST_GATEWAY_TOKEN\"", PAY)).await;
+    let url = format!("{}/call/pay/orders/1", served.gateway);
+    let from = |last: u8| {
+        reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from([127, 0, 3, last]))
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap()
+    };
+    let operator = from(1);
+    let first = operator.get(&url).bearer_auth("gateway-token-0123456789").send().await.unwrap();
+    assert_eq!(first.status().as_u16(), 200);
+    let mut statuses = Vec::new();
+    for last in 2..=120u8 {
+        let guess = from(last).get(&url).bearer_auth(format!("guess-{last}")).send().await.unwrap();
+        statuses.push(guess.status().as_u16());
+    }
+    let refused = statuses.iter().filter(|s| **s == 401).count();
+    assert!((50..=55).contains(&refused), "a listener's burst of wrong tokens, then 429: {statuses:?}");
+    assert_eq!(statuses.last(), Some(&429), "rotating addresses does not help");
+    let again = operator.get(&url).bearer_auth("gateway-token-0123456789").send().await.unwrap();
+    assert_eq!(again.status().as_u16(), 200, "the operator is not locked out by others' guessing");
+    assert_eq!(upstream.count(), 2, "only the operator's calls went through");
 }
 
 /// Every `/ui` answer tells the browser what it may load and that it may

@@ -46,25 +46,16 @@ impl Served {
             rest.replace("{up}", &upstream.addr.to_string())
         );
         std::fs::write(dir.path().join("ballast.toml"), text).unwrap();
-        let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ballast"))
-            .args(["serve", "--config"])
-            .arg(dir.path().join("ballast.toml"))
-            .args(["--listen", "127.0.0.1:0"])
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut address = |what: &str| {
-            let line = lines.next().and_then(Result::ok).unwrap_or_default();
-            let addr = line.split("http://").nth(1).and_then(|s| s.split(' ').next()).map(str::to_owned);
-            addr.unwrap_or_else(|| panic!("no {what} address in {line:?}"))
-        };
-        let admin = format!("http://{}", address("admin"));
-        let gateway = format!("http://{}", address("gateway"));
+        let (child, admin, gateway, lines) = spawn(dir.path(), env);
         Served { child, dir, admin, gateway, lines }
+    }
+
+    /// Stops this `ballast serve` and starts another on the same file and
+    /// queue, with `env`; its log goes on in the same file.
+    pub fn restart(&mut self, env: &[(&str, String)]) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        (self.child, self.admin, self.gateway, self.lines) = spawn(self.dir.path(), env);
     }
 
     pub fn config(&self) -> PathBuf {
@@ -98,6 +89,35 @@ impl Served {
     }
 }
 
+/// `ballast serve` on `dir`'s `ballast.toml`, its log appended to `stderr.log`.
+fn spawn(
+    dir: &Path,
+    env: &[(&str, String)],
+) -> (Child, String, String, std::io::Lines<BufReader<std::process::ChildStdout>>) {
+    let stderr = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("stderr.log")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ballast"))
+        .args(["serve", "--config"])
+        .arg(dir.join("ballast.toml"))
+        .args(["--listen", "127.0.0.1:0"])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut address = |what: &str| {
+        let line = lines.next().and_then(Result::ok).unwrap_or_default();
+        let addr = line.split("http://").nth(1).and_then(|s| s.split(' ').next()).map(str::to_owned);
+        addr.unwrap_or_else(|| {
+            let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+            panic!("no {what} address in {line:?}; serve's log:\n{log}")
+        })
+    };
+    let admin = format!("http://{}", address("admin"));
+    let gateway = format!("http://{}", address("gateway"));
+    (child, admin, gateway, lines)
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
 }
@@ -113,4 +133,19 @@ pub fn queued(dir: &Path) -> Vec<Value> {
     let listed: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     listed.as_array().cloned().unwrap_or_default()
+}
+
+/// Sends `request` as raw bytes (so no client normalizes its method, path
+/// or headers) and returns the status and the body.
+pub async fn raw(gateway: &str, request: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = gateway.trim_start_matches("http://");
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), socket.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
 }

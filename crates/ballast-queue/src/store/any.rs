@@ -64,6 +64,9 @@ impl Store for AnyStore {
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
         dispatch!(self, s => s.heartbeat(leases, lease))
     }
+    async fn probe_write(&self) -> Result<()> {
+        dispatch!(self, s => s.probe_write())
+    }
     async fn listen(&self, wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>> {
         dispatch!(self, s => s.listen(wake))
     }

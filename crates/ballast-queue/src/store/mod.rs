@@ -16,6 +16,8 @@ use crate::outcome::Outcome;
 use crate::types::{EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
 
 pub(crate) mod any;
+#[cfg(test)]
+mod fenced_batch;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
@@ -92,6 +94,10 @@ pub(crate) trait Store: Send + Sync {
     async fn settle_and_claim(&self, outcomes: &[Outcome], claim: &ClaimRequest) -> Result<Exchange>;
     /// Extends the leases still held; returns those extended.
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>>;
+    /// Writes one row that must reach the disk, and checks that the
+    /// database is still the one opened (a SQLite file removed or replaced
+    /// under the process is [`Error::FileGone`](crate::Error::FileGone)).
+    async fn probe_write(&self) -> Result<()>;
     /// Wakes `wake` whenever another process enqueues; `None` if the backend
     /// cannot tell.
     async fn listen(&self, wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>>;

@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/postgres/0001_tasks.sql")),
     (2, include_str!("../../migrations/postgres/0002_live_index.sql")),
     (3, include_str!("../../migrations/postgres/0003_task_result.sql")),
+    (4, include_str!("../../migrations/postgres/0004_probe.sql")),
 ];
 
 /// Serializes concurrent `migrate()` calls across processes.
@@ -43,13 +44,25 @@ const COLUMNS: &str = "id, kind, payload::text AS payload, idempotency_key, stat
 ///
 /// The outcomes arrive as parallel arrays, one element per task: id, lease
 /// token, outcome (`c` completed, `r` rescheduled, `f` failed, `x` released),
-/// result (JSON text), delay (µs), error, counted. Each row changes only
-/// while it is still `running` under its token; the ids it returns are the
-/// outcomes applied. One walk of the live index, in `run_at` order, finds
-/// both due pending tasks and running ones whose lease expired (a running
-/// task's `run_at` is in the past, so an expired one comes early); rows
-/// settled here are never re-claimed. The claim changes no indexed column,
-/// so its row versions can be HOT.
+/// result (JSON text), delay (µs), error, counted, sorted by id. Each row
+/// changes only while it is still `running` under its token; the leases it
+/// returns (id and token: two outcomes of one task, a stale attempt's and
+/// the current one's, are told apart) are the outcomes applied. The token
+/// stays on a settled row until a claim replaces it, so an outcome this
+/// worker wrote in a round trip whose answer was lost is recognised when it
+/// writes it again ([`WRITTEN`]).
+///
+/// The settle runs to its end before the claim starts (the claim reads its
+/// count: an init plan), and takes its rows in id order; the claim never
+/// waits (`SKIP LOCKED`). So two workers' statements cannot wait on each
+/// other in a circle: a claim that took a row another settle needs does not
+/// wait for anything before it commits.
+///
+/// One walk of the live index, in `run_at` order, finds both due pending
+/// tasks and running ones whose lease expired (a running task's `run_at` is
+/// in the past, so an expired one comes early); rows settled here are never
+/// re-claimed. The claim changes no indexed column, so its row versions can
+/// be HOT.
 ///
 /// The claim's `LIMIT` is written into the text (`{limit}`, see
 /// [`Statements`]) and the claimed rows are found by `id = ANY(ARRAY(…))`,
@@ -78,15 +91,16 @@ settled AS (
                       || jsonb_build_array(jsonb_build_object('attempt', t.attempt,
                              'at', (extract(epoch FROM now()) * 1000000)::bigint, 'error', i.error)) END,
         finalized_at = CASE WHEN i.outcome IN ('c', 'f') THEN now() END,
-        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+        lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
     FROM input i
     WHERE t.id = i.id AND t.lease_token = i.token AND t.state = 'running'
-    RETURNING t.id
+    RETURNING t.id, i.token
 ),
 picked AS (
     SELECT id FROM ballast_tasks
     WHERE finalized_at IS NULL AND run_at <= now() AND kind = ANY($8)
       AND (state = 'pending' OR (lease_expires_at <= now() AND id <> ALL($1)))
+      AND (SELECT count(*) FROM settled) >= 0
     ORDER BY run_at
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
@@ -103,7 +117,26 @@ claimed AS (
 SELECT true AS claimed, id, kind, payload, idempotency_key, attempt, max_attempts, lease_token
 FROM claimed
 UNION ALL
-SELECT false, id, NULL, NULL, NULL, NULL, NULL, NULL FROM settled";
+SELECT false, id, NULL, NULL, NULL, NULL, NULL, token FROM settled";
+
+/// Of the leases given, those whose own outcome is already written: the
+/// task is no longer running and still carries the attempt's token.
+const WRITTEN: &str = "
+SELECT t.id, t.lease_token FROM ballast_tasks t
+JOIN unnest($1::bigint[], $2::uuid[]) AS c(id, token) ON t.id = c.id AND t.lease_token = c.token
+WHERE t.state <> 'running'";
+
+/// The monitor's write (see `0004_probe.sql`).
+const PROBE: &str = "INSERT INTO ballast_probe (id, probes) VALUES (1, 1)
+    ON CONFLICT (id) DO UPDATE SET probes = ballast_probe.probes + 1";
+
+/// SQLSTATEs of a transaction PostgreSQL aborted to break a deadlock or a
+/// serialization conflict: retried at once, not reported.
+const RETRIED_STATES: [&str; 2] = ["40P01", "40001"];
+
+/// How many times a settle-and-claim PostgreSQL aborted is sent again
+/// before the error is the worker's to report.
+const RETRIES: usize = 3;
 
 /// Inserts a whole batch in one statement. Each task gets its id from the
 /// identity sequence up front, so every input row is reported, in order, with
@@ -200,7 +233,10 @@ async fn settle_and_claim(
         (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut results, mut delays, mut errors, mut counted) =
         (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    for outcome in outcomes {
+    // In id order, as every settle takes its rows (see SETTLE_AND_CLAIM).
+    let mut sorted: Vec<&Outcome> = outcomes.iter().collect();
+    sorted.sort_by_key(|o| o.lease().id);
+    for outcome in sorted {
         let lease = outcome.lease();
         ids.push(lease.id);
         tokens.push(lease.token);
@@ -229,7 +265,7 @@ async fn settle_and_claim(
         .fetch_all(&mut *conn)
         .await?;
     let mut exchange = Exchange::default();
-    let mut settled = Vec::with_capacity(n);
+    let mut settled = std::collections::HashSet::with_capacity(n);
     for row in rows {
         if row.try_get::<bool, _>("claimed")? {
             exchange.claimed.push(ClaimedTask {
@@ -241,14 +277,19 @@ async fn settle_and_claim(
                 max_attempts: row.try_get("max_attempts")?,
             });
         } else {
-            settled.push(row.try_get::<i64, _>("id")?);
+            settled.insert(Lease { id: row.try_get("id")?, token: row.try_get("lease_token")? });
         }
     }
     if settled.len() != n {
-        exchange.refused = outcomes.iter().map(Outcome::lease).filter(|l| !settled.contains(&l.id)).collect();
+        let unsettled: Vec<Lease> = outcomes.iter().map(Outcome::lease).filter(|l| !settled.contains(l)).collect();
+        let (ids, tokens) = split(&unsettled);
+        let written: Vec<(i64, Uuid)> =
+            sqlx::query_as(WRITTEN).bind(&ids).bind(&tokens).fetch_all(&mut *conn).await?;
+        exchange.refused =
+            unsettled.into_iter().filter(|l| !written.contains(&(l.id, l.token))).collect();
     }
     let released =
-        outcomes.iter().any(|o| matches!(o, Outcome::Released { lease } if settled.contains(&lease.id)));
+        outcomes.iter().any(|o| matches!(o, Outcome::Released { lease } if settled.contains(lease)));
     if released {
         sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(&mut *conn).await?;
     }
@@ -286,6 +327,29 @@ fn task_info(row: &PgRow) -> Result<TaskInfo> {
             .transpose()
             .map_err(|e| decode(e.into()))?,
     })
+}
+
+impl PgStore {
+    /// One settle-and-claim: in a transaction with the follow-ups when any
+    /// outcome has some (a failure's alert tasks exist only if the failure
+    /// was stored, by its own fenced write).
+    async fn settle_and_claim_once(&self, outcomes: &[Outcome], claim: &ClaimRequest) -> Result<Exchange> {
+        let sql = self.statements.settle_and_claim(claim.limit);
+        if outcomes.iter().all(|o| o.follow_ups().is_empty()) {
+            let mut conn = self.pool.acquire().await?;
+            return settle_and_claim(&mut conn, &sql, outcomes, claim).await;
+        }
+        let mut tx = self.pool.begin().await?;
+        let exchange = settle_and_claim(&mut tx, &sql, outcomes, claim).await?;
+        // An outcome written before (a lost answer) enqueued its follow-ups then.
+        for outcome in outcomes.iter().filter(|o| !exchange.refused.contains(&o.lease())) {
+            for task in outcome.follow_ups() {
+                enqueue_one(&mut tx, task).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(exchange)
+    }
 }
 
 impl Store for PgStore {
@@ -386,22 +450,18 @@ impl Store for PgStore {
     }
 
     async fn settle_and_claim(&self, outcomes: &[Outcome], claim: &ClaimRequest) -> Result<Exchange> {
-        let sql = self.statements.settle_and_claim(claim.limit);
-        let follow_ups = outcomes.iter().any(|o| !o.follow_ups().is_empty());
-        if !follow_ups {
-            let mut conn = self.pool.acquire().await?;
-            return settle_and_claim(&mut conn, &sql, outcomes, claim).await;
-        }
-        // A failure's alert tasks exist only if the failure was stored.
-        let mut tx = self.pool.begin().await?;
-        let exchange = settle_and_claim(&mut tx, &sql, outcomes, claim).await?;
-        for outcome in outcomes.iter().filter(|o| !exchange.refused.contains(&o.lease())) {
-            for task in outcome.follow_ups() {
-                enqueue_one(&mut tx, task).await?;
+        let mut tries = 0;
+        loop {
+            match self.settle_and_claim_once(outcomes, claim).await {
+                Err(crate::Error::Database(sqlx::Error::Database(e)))
+                    if tries < RETRIES && e.code().is_some_and(|c| RETRIED_STATES.contains(&&*c)) =>
+                {
+                    tries += 1;
+                    tracing::debug!(error = %e, "settle-and-claim aborted by PostgreSQL (deadlock or conflict); sent again");
+                }
+                other => return other,
             }
         }
-        tx.commit().await?;
-        Ok(exchange)
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
@@ -419,6 +479,11 @@ impl Store for PgStore {
         .fetch_all(&self.pool)
         .await?;
         Ok(extended.into_iter().map(|(id, token)| Lease { id, token }).collect())
+    }
+
+    async fn probe_write(&self) -> Result<()> {
+        sqlx::query(PROBE).execute(&self.pool).await?;
+        Ok(())
     }
 
     async fn listen(&self, wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>> {

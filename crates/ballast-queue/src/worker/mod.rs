@@ -203,6 +203,18 @@ impl WorkerBuilder {
         for kind in self.handlers.keys() {
             crate::task::check_kind(kind)?;
         }
+        // An alert whose tasks no handler runs would page nobody, silently:
+        // its tasks would wait forever. Asked with a failure of a kind no
+        // alert keeps to itself.
+        let probe = crate::alert::FailedTask::probe();
+        let unhandled = |kind: &&str| crate::task::check_kind(kind).is_ok() && !self.handlers.contains_key(*kind);
+        if let Some(kind) = self.alert.enqueue(&probe).iter().map(|t| t.kind()).find(unhandled) {
+            return Err(Error::Config(format!(
+                "the alert enqueues tasks of kind {kind:?}, which this worker has no handler for: they would \
+                 wait forever and nobody would be told of a failure (R-RES-RE-5); register its handler with \
+                 .handler({kind:?}, ..) on this worker"
+            )));
+        }
         if self.concurrency == 0 || self.batch == 0 {
             return Err(Error::Config("concurrency and batch must be at least 1".into()));
         }
@@ -307,6 +319,7 @@ impl Worker {
             poll_interval,
             linger_until: None,
             retry_at: None,
+            quiet: crate::quiet::Quiet::default(),
         };
         run.until(&shutdown).await;
         run.finish(grace).await
@@ -350,6 +363,8 @@ struct Run {
     linger_until: Option<Instant>,
     /// After a database error: no round trip before then.
     retry_at: Option<Instant>,
+    /// Repeated errors, logged once an interval.
+    quiet: crate::quiet::Quiet,
 }
 
 impl Run {
@@ -441,7 +456,15 @@ impl Run {
         self.asking -= answer.want;
         match answer.result {
             Err(e) => {
-                tracing::error!(error = %e, "settling and claiming tasks failed; retrying shortly");
+                let error = e.to_string();
+                if let Some(held_back) = self.quiet.let_through(&error) {
+                    tracing::error!(
+                        %error,
+                        held_back,
+                        "settling and claiming tasks failed; retrying every second (the same error is logged once in {:?}, with how many were held back)",
+                        crate::quiet::QUIET_FOR
+                    );
+                }
                 self.completer.put_back(answer.batch);
                 self.producer.failed();
                 self.retry_at = Some(Instant::now() + self.poll_interval.min(Duration::from_secs(1)));
@@ -549,6 +572,26 @@ mod tests {
         fn text(&self) -> String {
             String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
         }
+    }
+
+    /// C3: an alert whose tasks no handler of the worker runs would page
+    /// nobody; the worker is refused when it is built.
+    #[tokio::test]
+    async fn an_alert_whose_tasks_no_handler_runs_is_refused() {
+        struct Pager;
+        impl Alert for Pager {
+            fn task_failed(&self, _: &crate::FailedTask) {}
+            fn enqueue(&self, failed: &crate::FailedTask) -> Vec<NewTask> {
+                vec![NewTask::new("page", &failed.id).key(failed.failure_key("page"))]
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let queue =
+            Queue::connect(&format!("sqlite://{}", dir.path().join("queue.db").display())).await.unwrap();
+        let builder = || Worker::builder(queue.clone()).handler("k", Failing(Classification::permanent())).alert(Pager);
+        let refused = builder().build().unwrap_err().to_string();
+        assert!(refused.contains("\"page\"") && refused.contains("R-RES-RE-5"), "{refused}");
+        assert!(builder().handler("page", Failing(Classification::permanent())).build().is_ok());
     }
 
     /// A worker built on a queue follows the queue's schedule unless told otherwise.

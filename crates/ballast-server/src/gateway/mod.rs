@@ -31,7 +31,7 @@ use axum::Router;
 use ballast_http::Systems;
 use ballast_queue::Queue;
 
-use crate::auth::Token;
+use crate::auth::{Check, Token};
 use crate::origin::Hosts;
 use problem::{Problem, Reason};
 
@@ -167,8 +167,10 @@ async fn front(State(gateway): State<Gateway>, request: Request, next: Next) -> 
     } else if let Some(refused) = crate::origin::from_another_site(request.headers()) {
         refused
     } else {
-        match &gateway.0.token {
-            Some(token) if !token.admits(request.headers()) => {
+        let check =
+            gateway.0.token.as_ref().map(|t| t.check_bearer(request.headers(), crate::auth::peer(&request)));
+        match check {
+            Some(Check::Refused) => {
                 let detail = "this gateway asks for `Authorization: Bearer <token>`";
                 let mut response =
                     Problem::new(StatusCode::UNAUTHORIZED, Reason::Unauthorized, detail).into_response();
@@ -177,7 +179,14 @@ async fn front(State(gateway): State<Gateway>, request: Request, next: Next) -> 
                     .insert(axum::http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 response
             }
-            _ => next.run(request).await,
+            Some(Check::Throttled(wait)) => {
+                let detail =
+                    "too many wrong tokens lately, from this address or at this gateway: try again later";
+                Problem::new(StatusCode::TOO_MANY_REQUESTS, Reason::Unauthorized, detail)
+                    .retry_after(wait)
+                    .into_response()
+            }
+            Some(Check::Admitted) | None => next.run(request).await,
         }
     };
     if let Some(hint) = &gateway.0.keep_alive {

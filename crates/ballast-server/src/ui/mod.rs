@@ -35,7 +35,6 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Token;
 use rates::Rates;
 use session::Sessions;
-pub use session::{LOGIN_BURST, LOGIN_EVERY, LOGIN_FAILURES};
 
 /// How long a dashboard login lasts unless configured.
 pub const DEFAULT_SESSION_TTL: Duration = ballast_config::DEFAULT_SESSION_TTL;

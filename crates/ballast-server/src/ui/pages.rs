@@ -148,6 +148,9 @@ fn live_part(ui: &Ui) -> Markup {
             }
             @if let Some(at) = snapshot.taken_at { span class="muted" { " · counted " (ago(at)) } }
         }
+        @if let Some(e) = &snapshot.storage_error {
+            p { span class="state unreachable" { "cannot store tasks" } ": " (e) }
+        }
         table {
             thead { tr {
                 th { "kind" }

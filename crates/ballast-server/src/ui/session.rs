@@ -4,20 +4,17 @@
 //! `HttpOnly`, `SameSite=Strict` session cookie that lasts `[serve]
 //! session_ttl` (12 h by default), on the server as in the cookie's `Max-Age`.
 //!
-//! Logins are rate limited per peer address (governor's GCRA: a burst of
-//! [`LOGIN_BURST`], then one every [`LOGIN_EVERY`]), so a token cannot be
-//! guessed at thousands of tries a second; each refused login is counted in
-//! `ballast_ui_login_failures_total`, not logged line by line.
+//! Both ways are checked by the token itself ([`Token::check`]), throttled
+//! per address and per listener like every other check of the admin
+//! listener's token ([`crate::auth`]): a token cannot be guessed at
+//! thousands of tries a second, from one address or from many.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::num::NonZeroU32;
+use std::net::SocketAddr;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::extract::ConnectInfo;
-use governor::{DefaultKeyedRateLimiter, Quota};
-
 use axum::extract::{Request, State};
 use axum::http::header::{COOKIE, RETRY_AFTER, SET_COOKIE};
 use axum::http::{HeaderMap, StatusCode};
@@ -26,34 +23,23 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
 use serde::Deserialize;
 
+use crate::auth::Check;
+
 use super::{pages, secret, Ui};
 
 /// The session cookie's name.
 const COOKIE_NAME: &str = "ballast_session";
-
-/// Logins a peer may try at once.
-pub const LOGIN_BURST: u32 = 5;
-
-/// How often a peer may try again once its burst is spent.
-pub const LOGIN_EVERY: Duration = Duration::from_secs(6);
-
-/// The counter of refused dashboard logins.
-pub const LOGIN_FAILURES: &str = "ballast_ui_login_failures_total";
 
 /// The sessions opened through the login form, each until it expires, in
 /// memory: a restart logs everyone out.
 pub(super) struct Sessions {
     open: Mutex<HashMap<String, Instant>>,
     ttl: Duration,
-    logins: DefaultKeyedRateLimiter<IpAddr>,
 }
 
 impl Sessions {
     pub(super) fn new(ttl: Duration) -> Self {
-        let quota = Quota::with_period(LOGIN_EVERY)
-            .expect("a period above zero")
-            .allow_burst(NonZeroU32::new(LOGIN_BURST).expect("a burst above zero"));
-        Self { open: Mutex::default(), ttl, logins: DefaultKeyedRateLimiter::keyed(quota) }
+        Self { open: Mutex::default(), ttl }
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
@@ -76,14 +62,6 @@ impl Sessions {
     fn close(&self, id: &str) {
         self.sessions().remove(id);
     }
-
-    /// Whether `peer` may try a login now; else how long until it may.
-    fn may_try(&self, peer: IpAddr) -> Result<(), Duration> {
-        self.logins.retain_recent();
-        self.logins.check_key(&peer).map_err(|not_until| {
-            not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()))
-        })
-    }
 }
 
 /// Who made a request, for the log of actions.
@@ -101,21 +79,38 @@ fn session_id(headers: &HeaderMap) -> Option<&str> {
 
 /// Lets a request in, marked with who it is, or sends it to the login form.
 pub(super) async fn require(State(ui): State<Ui>, mut request: Request, next: Next) -> Response {
-    let operator = match &ui.0.token {
-        None => Some(Operator("an operator on loopback".to_owned())),
-        Some((token, name)) => {
-            let by_session = session_id(request.headers()).is_some_and(|id| ui.0.sessions.contains(id));
-            (by_session || token.admits(request.headers())).then(|| Operator(format!("the holder of {name}")))
+    let check = match &ui.0.token {
+        None => Check::Admitted,
+        Some(_) if session_id(request.headers()).is_some_and(|id| ui.0.sessions.contains(id)) => {
+            Check::Admitted
         }
+        Some((token, _)) => token.check_bearer(request.headers(), crate::auth::peer(&request)),
     };
-    match operator {
-        Some(operator) => {
+    match check {
+        Check::Admitted => {
+            let operator = match &ui.0.token {
+                None => Operator("an operator on loopback".to_owned()),
+                Some((_, name)) => Operator(format!("the holder of {name}")),
+            };
             request.extensions_mut().insert(operator);
             next.run(request).await
         }
-        None if request.method() == axum::http::Method::GET => Redirect::to("/ui/login").into_response(),
-        None => (StatusCode::UNAUTHORIZED, "log in at /ui/login first\n").into_response(),
+        Check::Throttled(wait) => throttled(wait, None),
+        Check::Refused if request.method() == axum::http::Method::GET => {
+            Redirect::to("/ui/login").into_response()
+        }
+        Check::Refused => (StatusCode::UNAUTHORIZED, "log in at /ui/login first\n").into_response(),
     }
+}
+
+/// 429 with `Retry-After`: too many wrong tokens lately.
+fn throttled(wait: Duration, peer: Option<std::net::IpAddr>) -> Response {
+    let secs = wait.as_secs().max(1);
+    let from = peer.map(|p| format!(" from {p}")).unwrap_or_default();
+    let page = pages::login(Some(&format!(
+        "Too many wrong tokens lately{from} or at this listener; try again in {secs} s."
+    )));
+    (StatusCode::TOO_MANY_REQUESTS, [(RETRY_AFTER, secs.to_string())], page).into_response()
 }
 
 /// The login form's fields.
@@ -135,22 +130,19 @@ pub(super) async fn login(
 ) -> Response {
     let Some((token, name)) = &ui.0.token else { return Redirect::to("/ui/").into_response() };
     // The listener records every connection's peer; a router mounted
-    // elsewhere without it shares one limit.
-    let peer = peer.map_or(IpAddr::from([0, 0, 0, 0]), |Extension(ConnectInfo(addr))| addr.ip());
-    if let Err(wait) = ui.0.sessions.may_try(peer) {
-        metrics::counter!(LOGIN_FAILURES, "reason" => "rate_limited").increment(1);
-        let secs = wait.as_secs().max(1);
-        let page = pages::login(Some(&format!("Too many tries from {peer}; try again in {secs} s.")));
-        return (StatusCode::TOO_MANY_REQUESTS, [(RETRY_AFTER, secs.to_string())], page).into_response();
-    }
-    if !token.matches(form.token.as_bytes()) {
-        metrics::counter!(LOGIN_FAILURES, "reason" => "wrong_token").increment(1);
-        tracing::debug!(%peer, "dashboard login refused: the token does not match {name}");
-        let page = pages::login(Some("That is not the token."));
-        return (StatusCode::UNAUTHORIZED, page).into_response();
+    // elsewhere without it is throttled as one unknown address.
+    let peer = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
+    match token.check(Some(form.token.as_bytes()), peer) {
+        Check::Admitted => {}
+        Check::Throttled(wait) => return throttled(wait, peer),
+        Check::Refused => {
+            tracing::debug!(?peer, "dashboard login refused: the token does not match {name}");
+            let page = pages::login(Some("That is not the token."));
+            return (StatusCode::UNAUTHORIZED, page).into_response();
+        }
     }
     let id = ui.0.sessions.open();
-    tracing::info!(%peer, "dashboard login with {name}");
+    tracing::info!(?peer, "dashboard login with {name}");
     let max_age = ui.0.sessions.ttl.as_secs();
     let cookie = format!("{COOKIE_NAME}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={max_age}");
     ([(SET_COOKIE, cookie)], Redirect::to("/ui/")).into_response()

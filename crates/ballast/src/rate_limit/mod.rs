@@ -430,6 +430,35 @@ mod tests {
         );
     }
 
+    /// N3: whatever a system says, a hold lasts at most `max_hold` (and
+    /// what `cap_holds` lowers it to), an announced rate is floored, and a
+    /// reset forgets it all.
+    #[tokio::test(start_paused = true)]
+    async fn what_a_system_says_is_bounded_and_forgotten_on_reset() {
+        let limiter =
+            limiter(RateLimit::per_second(100).burst(1).adaptive().max_hold(Duration::from_secs(600)));
+        limiter.throttled(Some(Duration::from_secs(999_999_999)));
+        assert_eq!(limiter.snapshot().held_for, Duration::from_secs(600));
+        match limiter.take(Duration::MAX) {
+            Grant::Refused(retry_in) => assert!(retry_in <= Duration::from_secs(601), "{retry_in:?}"),
+            other => panic!("{other:?}"),
+        }
+        limiter.cap_holds(Duration::from_secs(60));
+        limiter.reset();
+        limiter.hold_until(Instant::now() + Duration::from_secs(3600));
+        assert_eq!(limiter.snapshot().held_for, Duration::from_secs(60), "capped by the key's TTL");
+        limiter.announce(1.0 / 31_536_000.0);
+        assert_eq!(limiter.snapshot().ceiling, 100.0 * adaptive::FLOOR, "a year's window is floored");
+        limiter.reset();
+        let now = limiter.snapshot();
+        assert_eq!((now.rate, now.ceiling, now.held_for), (100.0, 100.0, Duration::ZERO));
+        assert_eq!(
+            limiter.take(Duration::MAX),
+            Grant::After(Duration::ZERO),
+            "a permit at once after a reset"
+        );
+    }
+
     #[test]
     fn settings_are_checked() {
         let mut out = Vec::new();

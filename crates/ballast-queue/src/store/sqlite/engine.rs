@@ -46,15 +46,18 @@ macro_rules! push_error {
     };
 }
 
-/// Fenced: each changes the row only while it is `running` under `?2`.
+/// Fenced: each changes the row only while it is `running` under `?2`. The
+/// token stays on the row after it is settled (a new claim replaces it), so
+/// an outcome written in a transaction whose answer was lost is known for
+/// this worker's own when the worker writes it again ([`WRITTEN`]).
 const COMPLETE: &str = "UPDATE ballast_tasks
-    SET state = 'completed', result = coalesce(?3, result), lease_owner = NULL, lease_token = NULL,
+    SET state = 'completed', result = coalesce(?3, result), lease_owner = NULL,
         lease_expires_at = NULL, updated_at = ?4, finalized_at = ?4
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running'";
 
 const RESCHEDULE: &str = concat!(
     "UPDATE ballast_tasks
-    SET state = 'pending', run_at = ?4 + ?5, lease_owner = NULL, lease_token = NULL,
+    SET state = 'pending', run_at = ?4 + ?5, lease_owner = NULL,
         lease_expires_at = NULL, last_error = ?3, updated_at = ?4,
         attempt = attempt - CASE WHEN ?6 THEN 0 ELSE 1 END, ",
     push_error!("?4", "?3"),
@@ -63,7 +66,7 @@ const RESCHEDULE: &str = concat!(
 
 const FAIL: &str = concat!(
     "UPDATE ballast_tasks
-    SET state = 'failed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    SET state = 'failed', lease_owner = NULL, lease_expires_at = NULL,
         last_error = ?3, updated_at = ?4, finalized_at = ?4, ",
     push_error!("?4", "?3"),
     " WHERE id = ?1 AND lease_token = ?2 AND state = 'running'"
@@ -71,8 +74,15 @@ const FAIL: &str = concat!(
 
 const RELEASE: &str = "UPDATE ballast_tasks
     SET state = 'pending', run_at = ?3, attempt = max(attempt - 1, 0), lease_owner = NULL,
-        lease_token = NULL, lease_expires_at = NULL, updated_at = ?3
+        lease_expires_at = NULL, updated_at = ?3
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running'";
+
+/// Whether the attempt of `?2` already settled the task: its own outcome,
+/// written by a round trip whose answer never came back.
+const WRITTEN: &str = "SELECT 1 FROM ballast_tasks WHERE id = ?1 AND lease_token = ?2 AND state <> 'running'";
+
+const PROBE: &str = "INSERT INTO ballast_probe (id, probes) VALUES (1, 1)
+    ON CONFLICT (id) DO UPDATE SET probes = probes + 1";
 
 const RENEW: &str = "UPDATE ballast_tasks SET lease_expires_at = ?3, updated_at = ?4
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running'";
@@ -210,7 +220,10 @@ impl Engine {
             let mut settled_due = Vec::new();
             for outcome in &outcomes {
                 if !apply(tx, outcome, now)? {
-                    exchange.refused.push(outcome.lease());
+                    if !written(tx, outcome.lease())? {
+                        exchange.refused.push(outcome.lease());
+                    }
+                    // Written before, follow-ups and all: nothing to add.
                     continue;
                 }
                 for task in outcome.follow_ups() {
@@ -224,6 +237,16 @@ impl Engine {
                 exchange.claimed = claim_due(tx, &claim, now, &settled_due)?;
             }
             Ok(exchange)
+        })
+        .await
+    }
+
+    /// The monitor's write (see `0004_probe.sql`): a disk that refuses it
+    /// fails it.
+    pub async fn probe(&self) -> Result<()> {
+        self.transaction(|tx| {
+            tx.prepare_cached(PROBE)?.execute([])?;
+            Ok(())
         })
         .await
     }
@@ -347,6 +370,11 @@ fn apply(tx: &rusqlite::Transaction<'_>, outcome: &Outcome, now: i64) -> rusqlit
         Outcome::Released { .. } => tx.prepare_cached(RELEASE)?.execute(params![id, token, now])?,
     };
     Ok(changed == 1)
+}
+
+/// Whether `lease`'s own outcome is already written (see [`WRITTEN`]).
+fn written(tx: &rusqlite::Transaction<'_>, lease: Lease) -> rusqlite::Result<bool> {
+    tx.prepare_cached(WRITTEN)?.exists(params![lease.id, lease.token.as_bytes()])
 }
 
 /// Whether `outcome` leaves its task pending and due at once.

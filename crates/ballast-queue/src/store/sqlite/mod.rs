@@ -16,8 +16,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 mod engine;
+mod file;
 
 use engine::Engine;
+use file::OpenedFile;
 
 use super::{ClaimRequest, Exchange, Lease, Store, ValidTask};
 use crate::error::Result;
@@ -30,6 +32,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../../migrations/sqlite/0001_tasks.sql")),
     (2, include_str!("../../../migrations/sqlite/0002_live_index.sql")),
     (3, include_str!("../../../migrations/sqlite/0003_task_result.sql")),
+    (4, include_str!("../../../migrations/sqlite/0004_probe.sql")),
 ];
 
 const COLUMNS: &str = "id, kind, payload, idempotency_key, state, attempt, max_attempts, run_at, \
@@ -44,12 +47,20 @@ pub(crate) struct SqliteStore {
     pool: SqlitePool,
     /// Claims, outcomes and renewals: the workers' side of the table.
     engine: Engine,
+    /// The file opened, checked before a task is stored.
+    file: Option<Arc<OpenedFile>>,
 }
 
 impl SqliteStore {
     /// The queue's store on `pool`'s file; `read_only` as the pool was opened.
     pub fn new(pool: SqlitePool, read_only: bool) -> Self {
-        Self { engine: Engine::new(pool.clone(), read_only), pool }
+        let file = OpenedFile::at(pool.connect_options().get_filename()).map(Arc::new);
+        Self { engine: Engine::new(pool.clone(), read_only), pool, file }
+    }
+
+    /// `Err` if the queue's file was removed or replaced since it was opened.
+    fn check_file(&self) -> Result<()> {
+        self.file.as_ref().map_or(Ok(()), |file| file.check())
     }
 }
 
@@ -158,6 +169,8 @@ impl Store for SqliteStore {
     }
 
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
+        // A task stored in a file nobody will open again is lost: refused.
+        self.check_file()?;
         self.engine.enqueue(tasks).await
     }
 
@@ -167,6 +180,11 @@ impl Store for SqliteStore {
 
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
         self.engine.heartbeat(leases, lease).await
+    }
+
+    async fn probe_write(&self) -> Result<()> {
+        self.check_file()?;
+        self.engine.probe().await
     }
 
     async fn listen(&self, _wake: Arc<Notify>) -> Result<Option<JoinHandle<()>>> {
