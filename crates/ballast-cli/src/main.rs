@@ -1,7 +1,7 @@
 //! `ballast` — the command line of ballast: check (`lint`) and explain
 //! (`explain`) resilience configurations, run the end-to-end `demo`,
-//! administer the durable queue (`queue`) and run the worker that delivers
-//! its deferred writes (`serve`).
+//! administer the durable queue (`queue`), run the worker that delivers its
+//! deferred writes (`serve`) and list the replicas of a fleet (`fleet`).
 //!
 //! The binary parses arguments, calls the libraries (`ballast-config`,
 //! `ballast-queue`, `ballast-server`) and prints; everything a library user
@@ -9,6 +9,7 @@
 
 mod demo;
 mod explain;
+mod fleet;
 mod format;
 mod lint;
 mod openapi;
@@ -45,6 +46,10 @@ enum Command {
     /// Work with a system's OpenAPI document: `import` prints its routes
     /// table (reads, keyed writes, writes sent once).
     Openapi(openapi::OpenapiArgs),
+    /// List the replicas of `ballast serve` on the configuration's
+    /// PostgreSQL queue: live or gone, version, configuration digest (drift
+    /// flagged), clock.
+    Fleet(fleet::FleetArgs),
     /// Run the durable worker that delivers deferred writes to the configured
     /// systems, serving /metrics, /health/live and /health/ready; exit 1 if
     /// the configuration has errors, 0 after SIGTERM or Ctrl-C.
@@ -71,6 +76,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Queue(args) => queue::run(&args),
         Command::Openapi(args) => openapi::run(&args),
+        Command::Fleet(args) => fleet::run(&args),
         Command::Serve(args) => serve::run(&args),
     };
     result.unwrap_or_else(|e| {

@@ -408,6 +408,14 @@ pub struct BreakerSection {
     pub min_throughput: Option<u64>,
     /// `half_open_after`: wait before a probe (default [`ballast::Breaker::DEFAULT_HALF_OPEN`], 30 s).
     pub half_open_after: Option<ConfigDuration>,
+    /// `scope`: `"replica"` (each `ballast serve` keeps its own breaker, the
+    /// default) or `"fleet"` (the replicas on one PostgreSQL queue hold it
+    /// together: it opens on every replica once `quorum` see the system
+    /// failing, and one replica at a time probes).
+    pub scope: Option<String>,
+    /// `quorum` (`scope = "fleet"`): replicas that must see the system
+    /// failing before it opens for the fleet (default 2).
+    pub quorum: Option<u64>,
 }
 
 /// `[systems.NAME.bulkhead]`.
@@ -435,6 +443,10 @@ pub struct RateLimitSection {
     /// system's word (`Retry-After`, a quota spent until its reset); default
     /// 10 minutes, and never longer than the system's `key_ttl`.
     pub max_hold: Option<ConfigDuration>,
+    /// `scope`: `"replica"` (each `ballast serve` holds the rate on its own:
+    /// N replicas send N times it; the default) or `"fleet"` (the replicas on
+    /// one PostgreSQL queue hold it together).
+    pub scope: Option<String>,
 }
 
 /// `[systems.NAME.timeout]`.
@@ -566,6 +578,8 @@ const SYSTEM_KEYS: &[(&str, Schema)] = &[
             ("duration", Value),
             ("min_throughput", Value),
             ("half_open_after", Value),
+            ("scope", Value),
+            ("quorum", Value),
         ]),
     ),
     ("bulkhead", Table(&[("limit", Value), ("queue", Value)])),
@@ -577,6 +591,7 @@ const SYSTEM_KEYS: &[(&str, Schema)] = &[
             ("wait", Value),
             ("adaptive", Value),
             ("max_hold", Value),
+            ("scope", Value),
         ]),
     ),
     ("routes", Named(&[("kind", Value), ("timeout", Value), ("method_override", Value)])),

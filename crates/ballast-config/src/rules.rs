@@ -32,6 +32,52 @@ pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
     out.extend(key_outlives_retries(file, name, sys, builder.worst_case()));
     out.extend(system_ranges(name, sys));
     out.extend(calls_itself(file, name, sys));
+    out.extend(fleet_scope(file, name, sys));
+    out
+}
+
+/// A part held by a fleet needs the database the fleet shares; a rate a
+/// replica holds on its own, on a queue several replicas may share, is
+/// worth a note of what N of them send.
+fn fleet_scope(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
+    let shared = file
+        .queue
+        .as_ref()
+        .and_then(|q| q.url.as_deref())
+        .and_then(ballast_queue::Backend::from_url)
+        .is_some_and(|b| b == ballast_queue::Backend::Postgres);
+    let rate = sys.rate_limit.as_ref();
+    let breaker = sys.breaker.as_ref().and_then(|b| b.section());
+    let mut out = Vec::new();
+    for (section, scope) in [
+        ("rate_limit", rate.and_then(|r| r.scope.as_deref())),
+        ("breaker", breaker.and_then(|b| b.scope.as_deref())),
+    ] {
+        if scope == Some("fleet") && !shared {
+            out.push(KeyFinding::error(
+                None,
+                system_path(name, &[section, "scope"]),
+                format!(
+                    "{section} scope = \"fleet\" needs a PostgreSQL queue: the replicas of a fleet hold it together in \
+                     the database they share, and a SQLite queue has one replica"
+                ),
+                "set [queue] url = \"postgres://…\", or leave scope out",
+            ));
+        }
+    }
+    if let Some(rate) = rate.filter(|r| shared && r.scope.as_deref().is_none_or(|s| s == "replica")) {
+        let said = rate.rate.as_deref().unwrap_or("the rate");
+        out.push(KeyFinding::at(
+            None,
+            Severity::Note,
+            system_path(name, &["rate_limit", "rate"]),
+            format!(
+                "every replica of `ballast serve` on this PostgreSQL queue holds {said} on its own: N replicas send up \
+                 to N × {said}"
+            ),
+            "if the system allows that rate in all, say `scope = \"fleet\"`: the replicas hold it together",
+        ));
+    }
     out
 }
 

@@ -4,7 +4,7 @@
 //! builder both start here, so they read every value the same way.
 
 use ballast::{
-    guide, Backoff, Breaker, Budget, Bulkhead, Policy, PolicyBuilder, RateLimit, Retry, Rule, Timeout,
+    guide, Backoff, Breaker, Budget, Bulkhead, Policy, PolicyBuilder, RateLimit, Retry, Rule, Scope, Timeout,
 };
 
 use crate::finding::{system_path, KeyFinding};
@@ -286,6 +286,9 @@ fn rate_limit(
     if let Some(max_hold) = r.max_hold {
         limit = limit.max_hold(max_hold.get());
     }
+    if scope(name, "rate_limit", r.scope.as_deref(), problems) == Scope::Fleet {
+        limit = limit.fleet();
+    }
     Some(limit)
 }
 
@@ -447,10 +450,43 @@ fn breaker(name: &str, b: &BreakerSection, problems: &mut Vec<KeyFinding>) -> Op
             }
         }
     };
-    Some(match b.half_open_after {
+    let breaker = match b.half_open_after {
         Some(d) => breaker.half_open_after(d.get()),
         None => breaker,
+    };
+    let fleet = scope(name, "breaker", b.scope.as_deref(), problems) == Scope::Fleet;
+    if b.quorum.is_some() && !fleet {
+        problems.push(KeyFinding::error(
+            None,
+            system_path(name, &["breaker", "quorum"]),
+            "`quorum` applies to a breaker the fleet holds".to_owned(),
+            "add `scope = \"fleet\"`, or remove `quorum`",
+        ));
+    }
+    Some(match fleet {
+        true => breaker.fleet(u32::try_from(b.quorum.unwrap_or(DEFAULT_QUORUM)).unwrap_or(u32::MAX)),
+        false => breaker,
     })
+}
+
+/// The quorum of a fleet's breaker unless `quorum` says otherwise.
+pub const DEFAULT_QUORUM: u64 = 2;
+
+/// A part's `scope`, checked.
+fn scope(name: &str, section: &str, scope: Option<&str>, problems: &mut Vec<KeyFinding>) -> Scope {
+    match scope {
+        None | Some("replica") => Scope::Replica,
+        Some("fleet") => Scope::Fleet,
+        Some(other) => {
+            problems.push(KeyFinding::error(
+                None,
+                system_path(name, &[section, "scope"]),
+                format!("scope \"{other}\" does not exist"),
+                one_of(other, &["replica", "fleet"]),
+            ));
+            Scope::Replica
+        }
+    }
 }
 
 fn missing(name: &str, section: &str, key: &str, help: &str) -> KeyFinding {

@@ -897,6 +897,9 @@ impl HttpSystem {
             Ok(answer) => {
                 let (parts, body) = answer.into_parts();
                 self.learn_rate(&parts.headers);
+                if parts.status == http::StatusCode::TOO_MANY_REQUESTS {
+                    self.inner.system_policy.throttled();
+                }
                 let verdict = verdict(retry_on, parts.status, &parts.headers, keyed_write);
                 Ok(Response {
                     status: parts.status,

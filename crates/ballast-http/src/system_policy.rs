@@ -28,6 +28,7 @@ pub(crate) struct SystemPolicy {
     warned: AtomicBool,
     calls: AtomicU64,
     attempts: AtomicU64,
+    throttled: AtomicU64,
     last_error: Mutex<Option<(SystemTime, String)>>,
 }
 
@@ -39,6 +40,8 @@ pub struct CallStats {
     pub calls: u64,
     /// Attempts made, the first of each call included.
     pub attempts: u64,
+    /// Attempts the system answered 429 (too many requests).
+    pub throttled: u64,
     /// The last call that failed: when, and why.
     pub last_error: Option<(SystemTime, String)>,
 }
@@ -55,6 +58,7 @@ impl SystemPolicy {
             warned: AtomicBool::new(false),
             calls: AtomicU64::new(0),
             attempts: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
             last_error: Mutex::new(None),
         }
     }
@@ -64,6 +68,7 @@ impl SystemPolicy {
         CallStats {
             calls: self.calls.load(Ordering::Relaxed),
             attempts: self.attempts.load(Ordering::Relaxed),
+            throttled: self.throttled.load(Ordering::Relaxed),
             last_error: self.last_error.lock().unwrap_or_else(PoisonError::into_inner).clone(),
         }
     }
@@ -136,6 +141,11 @@ impl SystemPolicy {
                 Some((SystemTime::now(), failure.to_string()));
         }
         result
+    }
+
+    /// Counts an attempt the system answered 429.
+    pub(crate) fn throttled(&self) {
+        self.throttled.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Remembers a call that ended on a failed answer (a 503 after its

@@ -35,6 +35,7 @@
 pub mod admin;
 pub mod alerts;
 pub mod auth;
+mod fleet;
 pub mod gateway;
 pub mod listener;
 pub mod origin;
@@ -99,6 +100,14 @@ pub enum ServeError {
     /// The worker task panicked.
     #[error("the delivery worker panicked")]
     WorkerPanicked,
+    /// This replica could not join the fleet of its PostgreSQL queue.
+    #[error("cannot join the fleet at {url}: {source}")]
+    Fleet {
+        /// The queue's URL, its secrets masked.
+        url: String,
+        /// Why.
+        source: ballast_fleet::FleetError,
+    },
 }
 
 /// A service built from a configuration, its listeners bound, not yet running.
@@ -116,6 +125,8 @@ pub struct Server {
     queue: ballast_queue::Queue,
     queue_url: String,
     prometheus: PrometheusHandle,
+    /// This replica in the fleet of its PostgreSQL queue.
+    fleet: Option<ballast_fleet::Fleet>,
     /// Stops the background tasks started by `bind` (the queue monitor).
     background: CancellationToken,
 }
@@ -197,6 +208,14 @@ impl Server {
         // Refused before anything listens: beyond loopback only with a token.
         let admin_token = Token::for_listener("serve", addr, settings.token_env.as_deref())?;
         let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
+        let fleet = match deferrals.backend() {
+            ballast_queue::Backend::Postgres => {
+                let admin = listener.local_addr().map_or_else(|_| addr.to_string(), |a| a.to_string());
+                let joined = fleet::join(&queue_settings.url, config.source().text(), admin).await;
+                Some(joined.map_err(|source| ServeError::Fleet { url: queue_url.clone(), source })?)
+            }
+            ballast_queue::Backend::Sqlite => None,
+        };
         let hosts = origin::Hosts::new(addr, &settings.allowed_hosts);
         let limits = Limits {
             max_connections: settings.max_connections,
@@ -210,7 +229,8 @@ impl Server {
             monitor.clone(),
             admin_token.clone().zip(settings.token_env.clone()),
             settings.session_ttl,
-        );
+        )
+        .fleet(fleet.as_ref().map(|f| (f.view().clone(), f.id())));
         let admin = match (&admin_token, settings.protect_metrics) {
             (Some(token), true) => {
                 Admin::new(prometheus.clone(), systems.clone(), monitor).protected(token.clone())
@@ -230,8 +250,14 @@ impl Server {
             queue: deferrals,
             queue_url,
             prometheus,
+            fleet,
             background,
         })
+    }
+
+    /// This replica in the fleet of its PostgreSQL queue, if it is on one.
+    pub fn fleet(&self) -> Option<&ballast_fleet::Fleet> {
+        self.fleet.as_ref()
     }
 
     /// The admin listener's address (the port chosen, when bound to port 0).
@@ -267,6 +293,7 @@ impl Server {
     pub async fn run(self, shutdown: CancellationToken) -> Result<RunSummary, ServeError> {
         let _stop_background = self.background.drop_guard();
         tokio::spawn(upkeep(self.prometheus, shutdown.clone()));
+        let fleet = self.fleet.map(|fleet| fleet.run(fleet::members(&self.systems), shutdown.clone()));
         tokio::spawn(reload::on_sighup(self.config, self.systems, self.queue, shutdown.clone()));
         tokio::spawn(self.ui.clone().sample_rates(shutdown.clone()));
         let worker = tokio::spawn(self.worker.run(shutdown.clone()));
@@ -281,6 +308,10 @@ impl Server {
         listener::serve(self.listener, router, self.limits, shutdown).await;
         if let Some(gateway) = gateway {
             let _ = gateway.await;
+        }
+        // Marks this replica stopped: the others see it gone at once.
+        if let Some(fleet) = fleet {
+            let _ = fleet.await;
         }
         worker.await.map_err(|_| ServeError::WorkerPanicked)
     }

@@ -7,7 +7,8 @@
 //! test can count what reached the external system and what took effect
 //! (tower-test and linkerd's `app/test` play this part for their projects);
 //! an OTLP/HTTP trace receiver ([`otlp`]); a loopback port that refuses
-//! every connection ([`Refusing`]); and [`send`], a request with its headers.
+//! every connection ([`Refusing`]); a relay to a service a test can cut
+//! ([`Relay`]); and [`send`], a request with its headers.
 //!
 //! ```
 //! use ballast_test_support::{Reply, Upstream};
@@ -23,11 +24,13 @@
 mod drip;
 pub mod otlp;
 mod refusing;
+mod relay;
 mod reply;
 mod seen;
 mod upstream;
 
 pub use refusing::Refusing;
+pub use relay::Relay;
 pub use reply::Reply;
 pub use seen::Seen;
 pub use upstream::Upstream;

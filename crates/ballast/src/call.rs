@@ -330,14 +330,18 @@ impl<F, J> Call<'_, F, J> {
         if let Some(limiter) = &inner.rate_limit {
             // Never a wait past the total deadline: the permit is not taken then.
             let room = self.deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
-            match limiter.take(room) {
+            let grant = match limiter.take(room) {
+                Grant::Pending(wait) => Box::pin(limiter.take_granted(wait, room)).await,
+                grant => grant,
+            };
+            match grant {
                 Grant::After(wait) if wait.is_zero() => {}
                 Grant::After(wait) => {
                     if !Box::pin(self.sleep(wait)).await {
                         return Step::Stopped(Err(self.gave_up(Failure::Cancelled { attempts: done })));
                     }
                 }
-                Grant::Refused(retry_in) => {
+                Grant::Refused(retry_in) | Grant::Pending(retry_in) => {
                     let rejection = Rejection::RateLimited { retry_in };
                     return Step::Stopped(Err(self.rejected::<T, E>(rejection, done, None)));
                 }

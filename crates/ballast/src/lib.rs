@@ -86,7 +86,7 @@ pub use key::{IdempotencyKey, KeyError, KEY_NAMESPACE, MAX_KEY_LEN};
 pub use op::{Context, OpKind, Operation};
 pub use outcome::{Failure, Rejection, StopReason, TimeoutKind};
 pub use policy::{Policy, PolicyBuilder, Scoped, WINDOW_ERROR, WINDOW_WARNING};
-pub use rate_limit::{RateLimit, RateLimiter, RateSnapshot};
+pub use rate_limit::{RateLimit, RateLimiter, RateSnapshot, Scope};
 pub use redact::redact_url;
 pub use retry::{Retry, MAX_ATTEMPTS};
 pub use rules::{BuildError, Rule, Severity, Violation};

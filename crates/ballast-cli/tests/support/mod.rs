@@ -50,6 +50,15 @@ impl Served {
         Served { child, dir, admin, gateway, lines }
     }
 
+    /// Starts `ballast serve` on the whole configuration `text` (its own
+    /// temp dir), with `env` set for the process.
+    pub fn start_text(text: &str, env: &[(&str, String)]) -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ballast.toml"), text).unwrap();
+        let (child, admin, gateway, lines) = spawn(dir.path(), env);
+        Served { child, dir, admin, gateway, lines }
+    }
+
     /// Stops this `ballast serve` and starts another on the same file and
     /// queue, with `env`; its log goes on in the same file.
     pub fn restart(&mut self, env: &[(&str, String)]) {

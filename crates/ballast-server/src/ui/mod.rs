@@ -8,6 +8,8 @@
 //! - **Tasks**: filtered by kind and state, newest first, a page at a time;
 //!   a task's page shows its payload, key, attempts, schedule, error history
 //!   and lease.
+//! - **Fleet**: the replicas on one PostgreSQL queue and, per system, the
+//!   fleet's calls, 429s and breakers over the last 15 minutes ([`fleet`]).
 //! - **Actions**: retry or cancel a task, retry every failed task of a kind.
 //!   Each is a POST form carrying the page's CSRF token, and is logged with
 //!   who and when.
@@ -19,6 +21,7 @@
 
 mod actions;
 mod assets;
+mod fleet;
 mod pages;
 mod rates;
 mod session;
@@ -80,6 +83,8 @@ struct Inner {
     sessions: Sessions,
     /// The token and the name of the variable it came from.
     token: Option<(Token, String)>,
+    /// The fleet this replica is part of, and its own id.
+    fleet: std::sync::OnceLock<(ballast_fleet::FleetView, uuid::Uuid)>,
 }
 
 impl std::fmt::Debug for Ui {
@@ -109,7 +114,17 @@ impl Ui {
             csrf,
             sessions: Sessions::new(session_ttl),
             token,
+            fleet: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Shows `fleet` (a view of it, and this replica's id) on the Fleet page.
+    pub fn fleet(self, fleet: Option<(ballast_fleet::FleetView, uuid::Uuid)>) -> Self {
+        if let Some(fleet) = fleet {
+            // Set once, when the dashboard is made.
+            let _ = self.0.fleet.set(fleet);
+        }
+        self
     }
 
     /// Samples the systems' totals for the calls/s and attempts/s columns
@@ -125,6 +140,7 @@ impl Ui {
             .route("/ui/live", get(pages::live))
             .route("/ui/tasks", get(pages::tasks))
             .route("/ui/tasks/{id}", get(pages::task))
+            .route("/ui/fleet", get(fleet::page))
             .route("/ui/tasks/{id}/retry", post(actions::retry))
             .route("/ui/tasks/{id}/cancel", post(actions::cancel))
             .route("/ui/kinds/{kind}/retry-failed", post(actions::retry_failed))

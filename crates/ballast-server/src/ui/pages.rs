@@ -15,9 +15,9 @@ use super::Ui;
 /// Tasks per page.
 const PAGE: u32 = 50;
 
-fn layout(ui: &Ui, title: &str, body: Markup) -> Html<String> {
+pub(super) fn layout(ui: &Ui, title: &str, body: Markup) -> Html<String> {
     let navigation = html! {
-        nav { a href="/ui/" { "Overview" } a href="/ui/tasks" { "Tasks" } }
+        nav { a href="/ui/" { "Overview" } a href="/ui/tasks" { "Tasks" } a href="/ui/fleet" { "Fleet" } }
         @if ui.0.token.is_some() {
             form class="inline" method="post" action="/ui/logout" {
                 input type="hidden" name="csrf" value=(ui.csrf());
@@ -50,7 +50,7 @@ fn document(title: &str, navigation: Markup, body: Markup) -> Html<String> {
     Html(page.into_string())
 }
 
-fn when(t: SystemTime) -> String {
+pub(super) fn when(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 

@@ -125,6 +125,12 @@ pub struct Breaker {
     /// means the system answered, which is a success for the breaker.
     #[setters(generate)]
     permanent_is_failure: bool,
+    /// The replicas of a fleet hold this breaker together: it opens on
+    /// every replica once this many see the system failing, and one replica
+    /// at a time probes (kept by `ballast-fleet`; without it each replica
+    /// keeps its own breaker, as without the setting).
+    #[setters(generate, strip_option, rename = "fleet")]
+    quorum: Option<u32>,
 }
 
 impl Breaker {
@@ -145,7 +151,13 @@ impl Breaker {
             half_open_after: HalfOpenAfter::Fixed(Self::DEFAULT_HALF_OPEN),
             probes: 1,
             permanent_is_failure: false,
+            quorum: None,
         }
+    }
+
+    /// The quorum of a breaker the fleet holds ([`fleet`](Self::fleet)).
+    pub fn fleet_quorum(&self) -> Option<u32> {
+        self.quorum
     }
 
     /// Opens after `n` failures in a row.
@@ -252,6 +264,14 @@ impl Breaker {
             )),
             HalfOpenAfter::Backoff(b) => b.check("breaker.half_open_after", "breaker.half_open_after", out),
             HalfOpenAfter::Fixed(_) => {}
+        }
+        if self.quorum == Some(0) {
+            out.push(Violation::error(
+                None,
+                "breaker.quorum",
+                "a quorum of 0 replicas would open the fleet's breaker with no failure seen".into(),
+                "open the fleet when a few replicas see the system failing, e.g. quorum = 2",
+            ));
         }
         if self.probes == 0 {
             out.push(Violation::error(
@@ -406,6 +426,12 @@ impl CircuitBreaker {
     /// How long the breaker has been in its current state.
     pub fn in_state_for(&self) -> Duration {
         self.lock().since.elapsed()
+    }
+
+    /// How long it would stay open if it opened now (the first delay of a
+    /// backoff, when `half_open_after` is one).
+    pub fn open_for(&self) -> Duration {
+        self.peek_reopen_delay(&self.lock())
     }
 
     /// When open: the time left until a probe is let through.
@@ -613,7 +639,8 @@ impl CircuitBreaker {
         self.episode.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn config(&self) -> &Breaker {
+    /// Its settings.
+    pub fn config(&self) -> &Breaker {
         &self.cfg
     }
 }

@@ -35,6 +35,9 @@ pub(crate) enum Grant {
     After(Duration),
     /// No permit within the wait allowed; the next is due in this long.
     Refused(Duration),
+    /// A fleet's permits: none on hand, one is being asked for; wait at
+    /// most this long for the grant, then take again.
+    Pending(Duration),
 }
 
 impl Gcra {

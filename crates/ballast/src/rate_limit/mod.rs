@@ -25,6 +25,7 @@
 
 pub mod adaptive;
 mod gcra;
+pub mod shared;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -37,6 +38,7 @@ use crate::rules::{Rule, Violation};
 use adaptive::Aimd;
 pub(crate) use gcra::Grant;
 use gcra::{nanos, Gcra};
+use shared::{Granted, SharedPermits};
 
 /// The most permits a second a limit may allow (one per microsecond).
 pub const MAX_RATE: f64 = 1_000_000.0;
@@ -65,13 +67,44 @@ pub struct RateLimit {
     wait: Duration,
     adaptive: bool,
     max_hold: Duration,
+    scope: Scope,
+}
+
+/// Whose limit a [`RateLimit`] is: this process's, or a fleet's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Scope {
+    /// Each replica (process) holds the limit on its own: N replicas send N
+    /// times the rate.
+    #[default]
+    Replica,
+    /// The replicas of a fleet hold it together: permits come from a bucket
+    /// they share ([`shared`]), kept by `ballast-fleet` in PostgreSQL.
+    Fleet,
+}
+
+impl Scope {
+    /// `"replica"` or `"fleet"`, as a file writes it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Scope::Replica => "replica",
+            Scope::Fleet => "fleet",
+        }
+    }
 }
 
 impl RateLimit {
     /// `permits` attempts per `per`; a burst of `permits` at once, no wait,
     /// not adaptive.
     pub const fn new(permits: u32, per: Duration) -> Self {
-        Self { permits, per, burst: None, wait: Duration::ZERO, adaptive: false, max_hold: DEFAULT_MAX_HOLD }
+        Self {
+            permits,
+            per,
+            burst: None,
+            wait: Duration::ZERO,
+            adaptive: false,
+            max_hold: DEFAULT_MAX_HOLD,
+            scope: Scope::Replica,
+        }
     }
 
     /// `permits` attempts a second.
@@ -112,6 +145,20 @@ impl RateLimit {
     /// The longest hold.
     pub fn get_max_hold(&self) -> Duration {
         self.max_hold
+    }
+
+    /// Holds the limit for a whole fleet of replicas rather than for this
+    /// process: the permits come from a bucket the replicas share (see
+    /// [`shared`]). Until something keeps that bucket — `ballast serve` on a
+    /// PostgreSQL queue does — the limiter runs on a local one at the rate.
+    pub const fn fleet(mut self) -> Self {
+        self.scope = Scope::Fleet;
+        self
+    }
+
+    /// Whose limit it is.
+    pub fn get_scope(&self) -> Scope {
+        self.scope
     }
 
     /// Permits per second.
@@ -192,6 +239,10 @@ pub struct RateLimiter {
     hold_cap: AtomicU64,
     /// Until when the system's word holds every attempt, ns on the limiter's clock.
     held_until: AtomicU64,
+    /// A fleet's permits, for a fleet-wide limit; and the local interval
+    /// while the fleet cannot be reached.
+    shared: Option<SharedPermits>,
+    degraded_interval: AtomicU64,
     events: Emitter,
 }
 
@@ -224,6 +275,8 @@ impl RateLimiter {
             limited: AtomicU64::new(0),
             hold_cap: AtomicU64::new(nanos(limit.max_hold)),
             held_until: AtomicU64::new(0),
+            shared: (limit.scope == Scope::Fleet).then(|| SharedPermits::new(rate)),
+            degraded_interval: AtomicU64::new(interval(rate)),
             limit,
             events,
         }
@@ -234,9 +287,47 @@ impl RateLimiter {
         &self.limit
     }
 
-    /// Permits a second now.
+    /// Permits a second now: a fleet's rate for a fleet-wide limit (this
+    /// replica's local one while the fleet cannot be reached).
     pub fn rate(&self) -> f64 {
-        self.rate_at(self.gcra.now())
+        match &self.shared {
+            Some(shared) if !shared.is_degraded() => shared.fleet_rate(),
+            Some(_) => 1e9 / self.degraded_interval.load(Ordering::Relaxed) as f64,
+            None => self.rate_at(self.gcra.now()),
+        }
+    }
+
+    /// The fleet's permits on this replica, for a fleet-wide limit.
+    pub fn shared(&self) -> Option<&SharedPermits> {
+        self.shared.as_ref()
+    }
+
+    /// Hands this replica permits of the fleet's bucket (a fleet-wide limit
+    /// only): the limiter takes them, not its local bucket, from now on.
+    pub fn grant(&self, grant: Granted) {
+        if let Some(shared) = &self.shared {
+            shared.grant(grant, self.gcra.now());
+            shared.set_degraded(false);
+        }
+    }
+
+    /// A keeper of the fleet's bucket took this limiter on: calls wait for
+    /// its grants (a fleet-wide limit only) rather than run on the local
+    /// bucket a limiter without a keeper runs on.
+    pub fn expect_grants(&self) {
+        if let Some(shared) = &self.shared {
+            shared.set_degraded(false);
+        }
+    }
+
+    /// The fleet's bucket cannot be reached: this replica takes permits from
+    /// its local bucket at `rate` (the fleet's rate over the replicas last
+    /// seen) until the next [`grant`](Self::grant).
+    pub fn degrade(&self, rate: f64) {
+        if let Some(shared) = &self.shared {
+            self.degraded_interval.store(interval(rate.min(MAX_RATE)), Ordering::Relaxed);
+            shared.set_degraded(true);
+        }
     }
 
     /// The state now.
@@ -244,12 +335,16 @@ impl RateLimiter {
         RateSnapshot {
             rate: self.rate(),
             ceiling: f64::from_bits(self.ceiling.load(Ordering::Relaxed)),
-            granted: self.gcra.granted(),
+            granted: self.gcra.granted() + self.shared.as_ref().map_or(0, |s| s.demand().taken),
             limited: self.limited.load(Ordering::Relaxed),
-            held_for: Duration::from_nanos(
-                self.held_until.load(Ordering::Relaxed).saturating_sub(self.gcra.now()),
-            ),
+            held_for: self.held_for(),
         }
+    }
+
+    fn held_for(&self) -> Duration {
+        let now = self.gcra.now();
+        let local = Duration::from_nanos(self.held_until.load(Ordering::Relaxed).saturating_sub(now));
+        local.max(self.shared.as_ref().map_or(Duration::ZERO, |s| s.held_for(now)))
     }
 
     fn rate_at(&self, now: u64) -> f64 {
@@ -276,7 +371,35 @@ impl RateLimiter {
     /// and within `room` (what is left of the call's deadline).
     pub(crate) fn take(&self, room: Duration) -> Grant {
         let now = self.gcra.now();
-        let grant = self.gcra.take(now, self.interval_at(now), self.limit.wait.min(room));
+        let wait = self.limit.wait.min(room);
+        let grant = match &self.shared {
+            Some(shared) if !shared.is_degraded() => shared.take(now, wait),
+            Some(shared) => {
+                let grant = self.gcra.take(now, self.degraded_interval.load(Ordering::Relaxed), wait);
+                shared.local(grant);
+                grant
+            }
+            None => self.gcra.take(now, self.interval_at(now), wait),
+        };
+        self.counted(grant)
+    }
+
+    /// [`take`](Self::take) for a fleet's permits none of which was on
+    /// hand ([`Grant::Pending`]): waits up to `wait` for the keeper's grant
+    /// and takes again, refused if there is still none.
+    pub(crate) async fn take_granted(&self, wait: Duration, room: Duration) -> Grant {
+        let Some(shared) = &self.shared else { return self.take(room) };
+        shared.next_grant(wait.min(room)).await;
+        let now = self.gcra.now();
+        let grant = match shared.take(now, Duration::ZERO) {
+            Grant::Pending(_) => shared.refused(now),
+            grant => grant,
+        };
+        self.counted(grant)
+    }
+
+    /// `grant`, a refusal counted and told.
+    fn counted(&self, grant: Grant) -> Grant {
         if let Grant::Refused(retry_in) = grant {
             self.limited.fetch_add(1, Ordering::Relaxed);
             self.events.emit(EventKind::RateLimited { retry_in });
@@ -291,6 +414,14 @@ impl RateLimiter {
     /// only slows the rate.
     pub fn throttled(&self, retry_after: Option<Duration>) {
         let Some(adaptive) = &self.adaptive else { return };
+        if let Some(shared) = &self.shared {
+            // The fleet decides its rate from every replica's throttles.
+            shared.signal(|s| s.throttles += 1);
+            if let Some(after) = retry_after.filter(|after| *after > Duration::from_secs(1)) {
+                self.hold_for(after);
+            }
+            return;
+        }
         let now = self.gcra.now();
         let decided = {
             let mut aimd = adaptive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -319,6 +450,10 @@ impl RateLimiter {
         }
         let configured = self.limit.rate().min(MAX_RATE);
         let rate = rate.clamp(configured * adaptive::FLOOR, MAX_RATE);
+        if let Some(shared) = &self.shared {
+            shared.signal(|s| s.announced = Some(rate));
+            return;
+        }
         // Systems send their policy on every answer: the published ceiling
         // answers "unchanged" without the lock (checked again under it).
         if f64::from_bits(self.ceiling.load(Ordering::Relaxed)) == rate {
@@ -349,9 +484,16 @@ impl RateLimiter {
             return;
         }
         let now = self.gcra.now();
-        let at = now.saturating_add(nanos(for_).min(self.hold_cap.load(Ordering::Relaxed)));
+        let capped = nanos(for_).min(self.hold_cap.load(Ordering::Relaxed));
+        let at = now.saturating_add(capped);
         self.held_until.fetch_max(at, Ordering::Relaxed);
         self.gcra.hold_until(at, self.interval_at(now));
+        if let Some(shared) = &self.shared {
+            // Held here at once; the fleet holds from the next grant on.
+            shared.drop_permits();
+            let hold = Duration::from_nanos(capped);
+            shared.signal(|s| s.hold = Some(s.hold.map_or(hold, |h| h.max(hold))));
+        }
     }
 
     /// Holds last at most `cap` from now on, if that is shorter than
