@@ -17,6 +17,8 @@
 //!   PostgreSQL beside the bare SQL loop, for the `queue_bench` bin.
 //! - `gateway_bench`: the overhead of one hop through ballast's gateway
 //!   beside a direct call and nginx's `proxy_pass`, for the `gateway_bench` bin.
+//! - `fleet_bench`: the cost of a rate limit a fleet holds on PostgreSQL
+//!   beside one each replica holds alone, for the `fleet_bench` bin.
 //! - `throttling`: a partner API that answers 429 beyond 50 requests a
 //!   second, called at 200 a second without a rate limit, with a fixed one
 //!   and an adaptive one, on the paused clock, for the `throttling` bin.
@@ -25,6 +27,7 @@ pub mod amplification;
 pub mod contention;
 #[cfg(feature = "peers")]
 pub mod failure_path;
+pub mod fleet_bench;
 pub mod gateway_bench;
 pub mod policies;
 pub mod queue_bench;

@@ -687,3 +687,34 @@ fn routes_are_checked_built_and_explained() {
         typo.findings
     );
 }
+
+/// A part the fleet holds needs the database the fleet shares; a rate each
+/// replica holds alone on a shared queue is noted with what N of them send.
+#[test]
+fn a_fleet_scope_needs_postgres_and_a_replica_scope_on_postgres_is_noted() {
+    let system =
+        "[systems.crm]\nbase_url = \"http://127.0.0.1:1/\"\n[systems.crm.rate_limit]\nrate = \"20/s\"\n";
+    let fleet = "scope = \"fleet\"\n[systems.crm.breaker]\nkind = \"consecutive\"\nthreshold = 3\nscope = \"fleet\"\nquorum = 2\n";
+    let lint = |queue: &str, rest: &str| {
+        let text = format!("[queue]\nurl = \"{queue}\"\n{system}{rest}");
+        Config::parse("t.toml", text.as_str()).unwrap().lint()
+    };
+    let sqlite = lint("sqlite://q.db", fleet);
+    let errors: Vec<&str> = sqlite.iter().filter(|f| f.is_error()).map(|f| f.message.as_str()).collect();
+    assert_eq!(errors.len(), 2, "{sqlite:?}");
+    assert!(errors.iter().all(|m| m.contains("needs a PostgreSQL queue")), "{errors:?}");
+
+    let postgres = lint("postgres://db/q", fleet);
+    assert!(!postgres.iter().any(|f| f.is_error() || f.message.contains("N replicas")), "{postgres:?}");
+    let alone = lint("postgres://db/q", "");
+    let note = alone.iter().find(|f| f.message.contains("N × 20/s")).expect("the note");
+    assert_eq!(note.severity, ballast::Severity::Note);
+    assert!(note.help.contains("scope = \"fleet\""), "{note:?}");
+
+    let quorum_alone =
+        lint("postgres://db/q", "[systems.crm.breaker]\nkind = \"consecutive\"\nthreshold = 3\nquorum = 2\n");
+    assert!(
+        quorum_alone.iter().any(|f| f.is_error() && f.message.contains("`quorum` applies")),
+        "{quorum_alone:?}"
+    );
+}

@@ -20,7 +20,7 @@ pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 pub const WINDOW: Duration = Duration::from_secs(15 * 60);
 
 /// The width of one point of a series.
-pub const STEP: Duration = Duration::from_secs(30);
+pub const STEP: Duration = Duration::from_secs(10);
 
 /// One point of a system's series.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]

@@ -16,6 +16,8 @@ pub enum Who {
     Threads(&'static str),
     /// A process and its children (nginx's master and workers).
     Process(u32),
+    /// Every process of this name (a database server's backends).
+    Named(&'static str),
 }
 
 /// User and system time used so far; `None` where `/proc` cannot tell.
@@ -40,6 +42,13 @@ pub fn used(who: Who) -> Option<Duration> {
             }
             ticks
         }
+        Who::Named(name) => std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter_map(|entry| Stat::read(&entry.path()))
+            .filter(|stat| stat.comm == name)
+            .map(|stat| stat.ticks)
+            .sum(),
     };
     Some(Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND))
 }

@@ -86,7 +86,9 @@ fn system(series: &Series) -> Markup {
     html! {
         section class="fleet-system" data-system=(series.system) {
             h2 { (series.system) " "
-                span class="muted" { (format!("{:.1} calls/s, {:.1} 429/s now", last.calls, last.throttled)) } }
+                span class="legend calls" { (format!("{:.1} calls/s", last.calls)) } " "
+                span class="legend throttled" { (format!("{:.1} 429/s", last.throttled)) } " "
+                span class="muted" { "now; shaded: a breaker open" } }
             (PreEscaped(chart(&series.points)))
         }
     }
@@ -98,7 +100,8 @@ fn chart(points: &[Point]) -> String {
     let window = ballast_fleet::samples::WINDOW.as_secs_f64();
     let step = ballast_fleet::samples::STEP.as_secs_f64();
     let top = points.iter().map(|p| p.calls.max(p.throttled)).fold(1.0_f64, f64::max) * 1.1;
-    let x = |ago: f64| WIDTH * (1.0 - (ago + step / 2.0) / window);
+    // A point covers its step: from `ago + step` to `ago` before now.
+    let x = |ago: f64| (WIDTH * (1.0 - ago / window)).clamp(0.0, WIDTH);
     let y = |v: f64| HEIGHT - HEIGHT * v / top;
     let mut svg = format!(
         "<svg class=\"chart\" viewBox=\"0 0 {WIDTH} {}\" role=\"img\" aria-label=\"calls and 429s a second, last 15 minutes\">",
@@ -112,15 +115,18 @@ fn chart(points: &[Point]) -> String {
         let _ = write!(
             svg,
             "<rect class=\"{class}\" x=\"{:.1}\" y=\"0\" width=\"{:.1}\" height=\"{HEIGHT}\"/>",
-            x(p.ago + step / 2.0),
+            x(p.ago + step),
             WIDTH * step / window
         );
     }
     for (class, value) in
         [("calls", (|p: &Point| p.calls) as fn(&Point) -> f64), ("throttled", |p: &Point| p.throttled)]
     {
-        let line: Vec<String> =
-            points.iter().map(|p| format!("{:.1},{:.1}", x(p.ago), y(value(p)))).collect();
+        // A step line: each point level across its step, so one point shows too.
+        let line: Vec<String> = points
+            .iter()
+            .flat_map(|p| [x(p.ago + step), x(p.ago)].map(|at| format!("{at:.1},{:.1}", y(value(p)))))
+            .collect();
         let _ = write!(svg, "<polyline class=\"{class}\" points=\"{}\"/>", line.join(" "));
     }
     let _ = write!(

@@ -9,7 +9,8 @@
 //! passes, unless `BALLAST_TEST_BROWSER` is set (as in CI): then a missing
 //! browser fails it. The overview test saves a screenshot of the overview to
 //! `target/dashboard-overview.png`, and with `BALLAST_UPDATE_SCREENSHOT=1`
-//! also to `docs/dashboard-overview.png`, the README's picture.
+//! also to `docs/dashboard-overview.png`, the README's picture; the fleet
+//! test (which needs `BALLAST_TEST_PG` too) likewise `fleet.png`.
 
 mod chromium;
 #[path = "../support/mod.rs"]
@@ -114,14 +115,14 @@ fn upstream_script(seen: &Seen, _: usize) -> Reply {
     }
 }
 
-fn save_screenshot(png: &[u8]) {
+fn save_screenshot(png: &[u8], name: &str) {
     assert!(png.starts_with(b"\x89PNG"), "the screenshot is a PNG");
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("the target directory");
-    std::fs::write(target.join("dashboard-overview.png"), png).unwrap();
+    std::fs::write(target.join(name), png).unwrap();
     if std::env::var_os(SCREENSHOT_ENV).is_some_and(|v| v == "1") {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
         std::fs::create_dir_all(&docs).unwrap();
-        std::fs::write(docs.join("dashboard-overview.png"), png).unwrap();
+        std::fs::write(docs.join(name), png).unwrap();
     }
 }
 
@@ -151,7 +152,7 @@ async fn an_operator_follows_a_failed_task_and_retries_it() {
     })
     .await;
     browser.until_text("tr[data-kind='charge'] a.failed", |n| n == "1").await;
-    save_screenshot(&browser.client.screenshot().await.unwrap());
+    save_screenshot(&browser.client.screenshot().await.unwrap(), "dashboard-overview.png");
 
     // The link is in the refreshed part: the swap may replace it mid-click.
     let failed = "/ui/tasks?kind=charge&state=failed";
@@ -223,4 +224,53 @@ async fn with_a_token_the_browser_logs_in_first() {
     until("logged out", || async { (browser.at().await == "/ui/login").then_some(()) }).await;
     browser.goto(&format!("{}/ui/", served.admin)).await;
     assert_eq!(browser.at().await, "/ui/login", "the session is closed");
+}
+
+/// Two replicas on one PostgreSQL queue: the Fleet page of either lists
+/// both, live, and draws each system's calls over the last minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_page_shows_every_replica_and_the_fleet_s_calls() {
+    let Ok(pg) = std::env::var("BALLAST_TEST_PG") else {
+        eprintln!("skipped: BALLAST_TEST_PG not set");
+        return;
+    };
+    let Some(browser) = Browser::start(Scripts::On).await else { return };
+    let schema = format!("fleet_ui_{}", uuid::Uuid::now_v7().simple());
+    let admin = sqlx::PgPool::connect(&pg).await.unwrap();
+    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
+    let separator = if pg.contains('?') { '&' } else { '?' };
+    let queue = format!("{pg}{separator}options=-c%20search_path%3D{schema}");
+    let upstream = Upstream::start(upstream_script).await;
+    let text = format!(
+        "[queue]\nurl = \"{queue}\"\n[serve]\nlisten = \"127.0.0.1:0\"\n[gateway]\nlisten = \"127.0.0.1:0\"\n\
+         [systems.pay]\nbase_url = \"http://{{upstream}}/\"\n[systems.pay.rate_limit]\nrate = \"50/s\"\nscope = \"fleet\"\n"
+    );
+    let replicas = [
+        support::serve_text(&upstream.addr.to_string(), &text).await,
+        support::serve_text(&upstream.addr.to_string(), &text).await,
+    ];
+    let started = std::time::Instant::now();
+    // Samples are written every 5 s: a few of them make a line.
+    while started.elapsed() < Duration::from_secs(16) {
+        for replica in &replicas {
+            client().get(format!("{}/call/pay/orders/1", replica.gateway)).send().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    browser
+        .reload_until(&format!("{}/ui/fleet", replicas[0].admin), "#replicas tbody", |rows| {
+            rows.matches("live").count() == 2
+        })
+        .await;
+    browser.until_text("#replicas tbody", |rows| rows.contains("this one") && !rows.contains("drift")).await;
+    browser
+        .until_text("section[data-system='pay'] h2", |h| h.contains("calls/s") && h.contains("429/s"))
+        .await;
+    let lines = browser
+        .client
+        .find_all(Locator::Css("section[data-system='pay'] svg.chart polyline.calls"))
+        .await
+        .unwrap();
+    assert_eq!(lines.len(), 1, "the fleet's calls a second, drawn");
+    save_screenshot(&browser.client.screenshot().await.unwrap(), "fleet.png");
 }

@@ -1,0 +1,66 @@
+//! Replicas on a real PostgreSQL (when `BALLAST_TEST_PG` is set; skipped,
+//! and said so, otherwise): joining, the live count, drift, a clock off the
+//! database's, and a stopped replica seen gone at once.
+
+use ballast_fleet::{Fleet, FleetView, Identity, ReplicaState};
+
+async fn database() -> Option<String> {
+    let Ok(url) = std::env::var("BALLAST_TEST_PG") else {
+        eprintln!("skipped: BALLAST_TEST_PG not set");
+        return None;
+    };
+    let schema = format!("fleet_r_{}", uuid::Uuid::now_v7().simple());
+    let admin = sqlx::PgPool::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("BALLAST_TEST_PG={url} is set but PostgreSQL is unreachable: {e}"));
+    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Some(format!("{url}{separator}options=-c%20search_path%3D{schema}"))
+}
+
+fn me(digest: &str) -> Identity {
+    Identity {
+        host: "gw".into(),
+        pid: std::process::id(),
+        version: "0.1.0".into(),
+        config_digest: digest.into(),
+        admin: "127.0.0.1:9464".into(),
+    }
+}
+
+#[tokio::test]
+async fn replicas_know_each_other_and_the_odd_one_is_flagged() {
+    let Some(url) = database().await else { return };
+    let a = Fleet::join(&url, me("aaaa")).await.unwrap();
+    let b = Fleet::join(&url, me("aaaa")).await.unwrap();
+    let c = Fleet::join(&url, me("cccc")).await.unwrap();
+    assert_eq!(c.live(), 3, "the third sees three");
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    // As a replica whose clock runs 1.5 s ahead would have said at its heartbeat.
+    sqlx::query("UPDATE ballast_fleet_replicas SET clock_skew_ms = 1500 WHERE id = $1")
+        .bind(b.id())
+        .execute(&pool)
+        .await
+        .unwrap();
+    let view = FleetView::connect(&url).await.unwrap();
+    let replicas = view.replicas().await.unwrap();
+    let by_id = |id| replicas.iter().find(|r| r.id == id).unwrap();
+    assert!(replicas.iter().all(|r| r.state == ReplicaState::Live), "{replicas:?}");
+    assert!(by_id(c.id()).drift && !by_id(a.id()).drift, "the odd configuration is flagged");
+    assert!(by_id(b.id()).clock_off && !by_id(a.id()).clock_off, "the clock off by over a second is flagged");
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    struct Nothing;
+    impl ballast_fleet::Members for Nothing {
+        fn members(&self) -> Vec<ballast_fleet::Member> {
+            Vec::new()
+        }
+    }
+    let running = c.run(std::sync::Arc::new(Nothing), stop.clone());
+    stop.cancel();
+    running.await.unwrap();
+    let replicas = view.replicas().await.unwrap();
+    let c_now = replicas.iter().find(|r| r.id == c.id()).unwrap();
+    assert_eq!(c_now.state, ReplicaState::Gone, "a stopped replica is gone at once");
+    assert!(!c_now.drift, "a gone replica is not held against the fleet");
+}
