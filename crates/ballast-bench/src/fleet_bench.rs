@@ -28,7 +28,7 @@ pub struct FleetRun {
 /// What one configuration cost.
 #[derive(Debug, Clone)]
 pub struct Row {
-    /// `local`, `fleet of 1`, `fleet of 3`.
+    /// `1 × local`, `fleet of 1`, `3 × local`, `fleet of 3`.
     pub name: String,
     /// Calls a second, all replicas together.
     pub calls_per_second: f64,
@@ -50,7 +50,8 @@ impl Members for One {
     }
 }
 
-/// Runs the local limiter, then fleets of 1 and 3 replicas.
+/// Runs 1 and 3 replicas, each with its own local limit, then holding one
+/// limit as a fleet.
 pub async fn run(opts: &FleetRun) -> anyhow::Result<Vec<Row>> {
     install_recorder()?;
     let schema = format!("fleet_bench_{}", uuid::Uuid::now_v7().simple());
@@ -58,8 +59,9 @@ pub async fn run(opts: &FleetRun) -> anyhow::Result<Vec<Row>> {
     sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await?;
     let separator = if opts.url.contains('?') { '&' } else { '?' };
     let url = format!("{}{separator}options=-c%20search_path%3D{schema}", opts.url);
-    let mut rows = vec![configuration(opts, &url, "local", 1, false).await?];
+    let mut rows = Vec::new();
     for replicas in [1, 3] {
+        rows.push(configuration(opts, &url, &format!("{replicas} × local"), replicas, false).await?);
         rows.push(configuration(opts, &url, &format!("fleet of {replicas}"), replicas, true).await?);
     }
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await?;

@@ -31,14 +31,19 @@ fn main() -> anyhow::Result<()> {
     println!("{} calls/s to each replica, {} s each\n", opts.per_replica, opts.seconds);
     println!("| limit | calls/s | CPU per permit | DB round trips per 1,000 permits | PostgreSQL CPU |");
     println!("|---|---|---|---|---|");
-    let local = rows.first().map(|r| r.cpu_per_permit.as_nanos() as f64).unwrap_or(1.0);
+    // Each fleet beside the local limits of as many replicas, the row before it.
+    let mut local = 1.0;
     for row in rows {
+        let ns = row.cpu_per_permit.as_nanos() as f64;
+        if row.name.ends_with("local") {
+            local = ns.max(1.0);
+        }
         println!(
             "| {} | {:.0} | {:.2} µs ({:.2}×) | {:.1} | {:.1} % of a core |",
             row.name,
             row.calls_per_second,
-            row.cpu_per_permit.as_nanos() as f64 / 1000.0,
-            row.cpu_per_permit.as_nanos() as f64 / local.max(1.0),
+            ns / 1000.0,
+            ns / local,
             row.round_trips_per_1000,
             row.pg_cpu_share * 100.0
         );
