@@ -145,9 +145,14 @@ pub(crate) async fn keep<B: Bucket>(
     let leases = metrics::counter!("ballast_fleet_leases_total", "system" => system.clone());
     let mut sizing = Sizing::default();
     let mut reachable = None;
-    limiter.expect_grants();
+    // The first lease is taken at once, so that the first calls find permits
+    // on hand; until it is granted the limiter runs on its local bucket.
+    let mut first = true;
     loop {
         let next = async {
+            if std::mem::take(&mut first) {
+                return;
+            }
             if sizing.busy() {
                 tokio::time::sleep(LEASE_EVERY).await;
             } else {
@@ -161,6 +166,7 @@ pub(crate) async fn keep<B: Bucket>(
         }
         let demand = shared.demand();
         let want = sizing.want(Instant::now(), demand);
+        let want = if reachable.is_none() { want.max(1.0) } else { want };
         let signals = shared.signals();
         if want == 0.0 && signals.is_empty() {
             continue;

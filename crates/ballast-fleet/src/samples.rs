@@ -153,7 +153,9 @@ mod tests {
         let mut b = a.clone();
         b.last_mut().unwrap().3 = 2;
         let points = points([&a, &b].into_iter());
-        assert_eq!(points.len(), 2, "{points:?}");
+        // A minute of samples: one point per step of it.
+        assert_eq!(points.len(), (60.0 / STEP.as_secs_f64()) as usize, "{points:?}");
+        assert!(points.windows(2).all(|p| p[0].ago > p[1].ago), "oldest first: {points:?}");
         let last = points.last().unwrap();
         assert!((last.calls - 20.0).abs() < 0.01 && (last.throttled - 2.0).abs() < 0.01, "{last:?}");
         assert_eq!((points[0].breaker, last.breaker), (0, 2));

@@ -64,3 +64,75 @@ async fn replicas_know_each_other_and_the_odd_one_is_flagged() {
     assert_eq!(c_now.state, ReplicaState::Gone, "a stopped replica is gone at once");
     assert!(!c_now.drift, "a gone replica is not held against the fleet");
 }
+
+struct One(ballast::Policy);
+
+impl ballast_fleet::Members for One {
+    fn members(&self) -> Vec<ballast_fleet::Member> {
+        vec![ballast_fleet::Member {
+            name: "crm".into(),
+            policy: self.0.clone(),
+            calls: 0,
+            throttled: 0,
+            breaker: None,
+        }]
+    }
+}
+
+/// What one replica learns from a 429 (the fleet's rate lowered) and from
+/// a `RateLimit-Policy` header (a new ceiling) reaches the other within a
+/// second, with its next lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_one_replica_learns_reaches_the_other_within_a_second() {
+    let Some(url) = database().await else { return };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut policies = Vec::new();
+    for n in 0..2 {
+        let limit = ballast::RateLimit::per_second(100).adaptive().fleet();
+        let policy = ballast::Policy::builder("crm").rate_limit(limit).build().unwrap();
+        let fleet = Fleet::join(&url, me(&format!("same-{n}"))).await.unwrap();
+        let _running = fleet.run(std::sync::Arc::new(One(policy.clone())), stop.clone());
+        policies.push(policy);
+    }
+    let call = |policy: &ballast::Policy| {
+        let policy = policy.clone();
+        async move { policy.read(|_| async { Ok::<_, std::convert::Infallible>(()) }).await.is_ok() }
+    };
+    for policy in &policies {
+        assert!(call(policy).await, "a permit from the fleet's bucket");
+    }
+    let (a, b) = (policies[0].rate_limiter().unwrap(), policies[1].rate_limiter().unwrap());
+    b.announce(40.0);
+    call(&policies[1]).await;
+    let started = std::time::Instant::now();
+    loop {
+        call(&policies[0]).await;
+        if a.rate() <= 40.0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "announced rate on the other: {}",
+            a.rate()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // A second after the announcement, a throttle lowers the fleet's rate.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    b.throttled(None);
+    call(&policies[1]).await;
+    let started = std::time::Instant::now();
+    loop {
+        call(&policies[0]).await;
+        if a.rate() < 40.0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "a throttle on the other: {}",
+            a.rate()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+}

@@ -311,15 +311,6 @@ impl RateLimiter {
         }
     }
 
-    /// A keeper of the fleet's bucket took this limiter on: calls wait for
-    /// its grants (a fleet-wide limit only) rather than run on the local
-    /// bucket a limiter without a keeper runs on.
-    pub fn expect_grants(&self) {
-        if let Some(shared) = &self.shared {
-            shared.set_degraded(false);
-        }
-    }
-
     /// The fleet's bucket cannot be reached: this replica takes permits from
     /// its local bucket at `rate` (the fleet's rate over the replicas last
     /// seen) until the next [`grant`](Self::grant).
