@@ -14,7 +14,7 @@ sed "s|^url = .*|url = \"${FLEET_PG:-postgres://postgres@127.0.0.1:5432/test}\"|
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait' EXIT INT TERM
 for n in 1 2 3; do
-  ./target/release/ballast serve --config "$config" --listen 127.0.0.1:0 2>"${config%.toml}-$n.log" | sed "s/^/replica $n: /" &
+  ./target/release/ballast serve --config "$config" --listen 127.0.0.1:0 2>"${config%.toml}-$n.log" | sed -u "s/^/replica $n: /" &
   pids+=($!)
 done
 sleep 3
