@@ -9,7 +9,7 @@
 //!   a task's page shows its payload, key, attempts, schedule, error history
 //!   and lease.
 //! - **Fleet**: the replicas on one PostgreSQL queue and, per system, the
-//!   fleet's calls, 429s and breakers over the last 15 minutes ([`fleet`]).
+//!   fleet's calls, 429s and breakers over the last 15 minutes, in `ui/fleet.rs`.
 //! - **Actions**: retry or cancel a task, retry every failed task of a kind.
 //!   Each is a POST form carrying the page's CSRF token, and is logged with
 //!   who and when.

@@ -7,13 +7,13 @@
 //! The limiter of a [`RateLimit::fleet`](super::RateLimit::fleet) policy
 //! takes its permits here; the keeper of the fleet's bucket asks what this
 //! replica has used and wants ([`SharedPermits::demand`]), grants permits
-//! ([`SharedPermits::grant`]) and takes the system's word
-//! ([`SharedPermits::signals`]). Permits granted and not taken within their
-//! time are dropped, not saved up, so a replica never sends a stored burst.
-//! While the fleet cannot be reached, the keeper says so
-//! ([`SharedPermits::degrade`]) and the limiter takes permits from a local
-//! bucket at the rate it is told — the fleet's rate over the replicas last
-//! seen — until [`SharedPermits::recover`].
+//! ([`RateLimiter::grant`](super::RateLimiter::grant)) and takes the
+//! system's word ([`SharedPermits::signals`]). Permits granted and not taken
+//! within their time are dropped, not saved up, so a replica never sends a
+//! stored burst. Until the first grant, and while the fleet cannot be
+//! reached ([`RateLimiter::degrade`](super::RateLimiter::degrade)), the
+//! limiter takes permits from a local bucket at the rate it is told — the
+//! fleet's rate over the replicas last seen — until the next grant.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
