@@ -17,8 +17,13 @@ use support::{client, Served};
 
 const PG_ENV: &str = "BALLAST_TEST_PG";
 
-/// The PostgreSQL URL of a fresh schema, or `None` (said) without the variable.
-async fn schema() -> Option<String> {
+/// One fleet at a time: each test measures rates its replicas keep, which
+/// another fleet's processes on the same cores would disturb.
+static ONE_FLEET: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The PostgreSQL URL of a fresh schema and this test's turn to run a
+/// fleet, or `None` (said) without the variable.
+async fn schema() -> Option<(String, tokio::sync::MutexGuard<'static, ()>)> {
     let Ok(url) = std::env::var(PG_ENV) else {
         eprintln!("skipped: {PG_ENV} not set");
         return None;
@@ -29,7 +34,7 @@ async fn schema() -> Option<String> {
         .unwrap_or_else(|e| panic!("{PG_ENV}={url} is set but PostgreSQL is unreachable: {e}"));
     sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
     let separator = if url.contains('?') { '&' } else { '?' };
-    Some(format!("{url}{separator}options=-c%20search_path%3D{schema}"))
+    Some((format!("{url}{separator}options=-c%20search_path%3D{schema}"), ONE_FLEET.lock().await))
 }
 
 fn uuid_like() -> String {
@@ -172,7 +177,7 @@ fn recording(
 /// within 3 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_keep_the_system_s_rate_limit_together() {
-    let Some(url) = schema().await else { return };
+    let Some((url, _turn)) = schema().await else { return };
     let applied: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let (answers, script) = recording(limited(100.0, 20.0, Arc::clone(&applied)));
     let upstream = Upstream::start(script).await;
@@ -244,7 +249,7 @@ async fn three_replicas_keep_the_system_s_rate_limit_together() {
 /// The same limit on one replica (a fleet of one), 300 a second offered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_keeps_the_limit_alone() {
-    let Some(url) = schema().await else { return };
+    let Some((url, _turn)) = schema().await else { return };
     let (answers, script) = recording(limited(100.0, 20.0, Arc::default()));
     let upstream = Upstream::start(script).await;
     let system = "retry = \"none\"\nbreaker = \"none\"\n[systems.crm.rate_limit]\nrate = \"100/s\"\nburst = 10\nscope = \"fleet\"\n";
@@ -266,7 +271,7 @@ async fn one_replica_keeps_the_limit_alone() {
 /// its own and the three send it three times over, as `lint`'s note warns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_that_each_hold_the_limit_send_it_n_times_over() {
-    let Some(url) = schema().await else { return };
+    let Some((url, _turn)) = schema().await else { return };
     let (answers, script) = recording(limited(100.0, 20.0, Arc::default()));
     let upstream = Upstream::start(script).await;
     let system =
@@ -288,7 +293,7 @@ async fn replicas_that_each_hold_the_limit_send_it_n_times_over() {
 /// fleet closes when the probe gets through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_opens_only_its_own_breaker_and_a_quorum_opens_the_fleet_s() {
-    let Some(url) = schema().await else { return };
+    let Some((url, _turn)) = schema().await else { return };
     let all_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let down = Arc::clone(&all_down);
     let upstream = Upstream::start(move |seen, _| {
@@ -346,7 +351,7 @@ async fn a_replica_cut_off_opens_only_its_own_breaker_and_a_quorum_opens_the_fle
 /// no 5xx of its own — and returns to the fleet's limit when it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_database_each_replica_holds_its_share() {
-    let Some(url) = schema().await else { return };
+    let Some((url, _turn)) = schema().await else { return };
     let pg: std::net::SocketAddr = {
         let host = url.split('@').nth(1).unwrap().split('/').next().unwrap();
         tokio::net::lookup_host(host).await.unwrap().next().unwrap()
