@@ -555,7 +555,7 @@ half_open_after = "1s"
         queue.enqueue(task).await.unwrap();
         eventually("order-1 is paid", || async { gateway.applied(&a) == 1 }).await;
         assert_eq!(gateway.requests_with(&a), 1);
-        let ok = r#"ballast_calls_total{system="pay",kind="write",outcome="ok"}"#;
+        let ok = r#"ballast_calls_total{system="pay",kind="keyed_write",outcome="ok"}"#;
         eventually("the call is counted", || async { sample(&get(&metrics_url).await.1, ok) == 1.0 }).await;
         let completed = r#"ballast_queue_tasks{kind="ballast.http.delivery",state="completed"}"#;
         // The queue's counts are refreshed in the background, not by the scrape.
@@ -585,7 +585,8 @@ half_open_after = "1s"
         let metrics = get(&metrics_url).await.1;
         assert_eq!(sample(&metrics, ok), 3.0);
         assert!(
-            sample(&metrics, r#"ballast_calls_total{system="pay",kind="write",outcome="transient"}"#) >= 2.0
+            sample(&metrics, r#"ballast_calls_total{system="pay",kind="keyed_write",outcome="transient"}"#)
+                >= 2.0
         );
         assert_eq!(sample(&metrics, r#"ballast_breaker_state{system="pay"}"#), 0.0);
         for key in [&a, &b, &c] {

@@ -461,7 +461,7 @@ impl HttpSystem {
         queue: &Queue,
         request: Request,
     ) -> Result<Handover<Response>, HandoverError<HttpError>> {
-        match self.plan(Operation::Write(key), &request) {
+        match self.plan(Operation::KeyedWrite(key), &request) {
             Ok(plan) => self.write_or_defer_planned(plan, queue, request).await,
             Err(e) => Err(HandoverError::Failed(Failure::unsent(e))),
         }
@@ -640,7 +640,7 @@ impl Handler for DeliveryHandler {
         #[cfg(feature = "otel")]
         crate::otel::continue_trace(&span, &delivery.headers);
         let response =
-            system.send(Operation::Write(key), request).instrument(span).await.map_err(|failure| {
+            system.send(Operation::KeyedWrite(key), request).instrument(span).await.map_err(|failure| {
                 if matches!(failure, Failure::Rejected { attempts: 0, .. }) {
                     task.not_attempted();
                 }

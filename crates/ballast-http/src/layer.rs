@@ -1,7 +1,8 @@
 //! A tower [`Layer`] that puts any `Service<http::Request<B>>` behind a
-//! [`Policy`], choosing the entry point per request (R-RES-RE-1): a safe
-//! method is a read, a request carrying a [`RequestKey`] extension is a keyed
-//! write, anything else is a write made once.
+//! [`Policy`], each request planned as [`crate::plan`] says of a request
+//! nobody declared (R-RES-RE-1): a safe method is a read, a request carrying
+//! a [`RequestKey`] extension is a keyed write, anything else is a write
+//! made once.
 
 use std::error::Error as StdError;
 use std::future::{poll_fn, Future};
@@ -9,12 +10,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
-use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Operation, Policy};
+use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Policy};
 use http::header::HeaderName;
 use tower::{Layer, Service};
 
 use crate::classify::TransportKind;
 use crate::error::transport_message;
+use crate::plan::{Declared, Line};
 use crate::routes::is_safe;
 use crate::system::verdict;
 use crate::system_policy::SystemPolicy;
@@ -153,22 +155,26 @@ where
         let system_policy = self.system_policy.clone();
         Box::pin(async move {
             let key = request.extensions().get::<RequestKey>().map(|k| k.0.clone());
-            let operation = match &key {
-                _ if is_safe(request.method()) => Operation::Read,
-                Some(key) => Operation::Write(key),
-                None => Operation::WriteOnce,
+            let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+            let line = Line { method: &method, path: &path, headers: request.headers(), is_read: is_safe(&method) };
+            let planner = system_policy.planner();
+            let plan = match planner.plan(line, Declared::ByMethod(key.as_ref())) {
+                Ok(plan) => plan,
+                Err(refused) => {
+                    return Err(Failure::unsent(ServiceError::InvalidRequest { reason: refused.error.to_string() }))
+                }
             };
-            if let Err(e) = system_policy.set_key(operation, request.headers_mut()) {
+            if let Err(e) = system_policy.set_key(&plan, request.headers_mut()) {
                 return Err(Failure::unsent(ServiceError::InvalidRequest { reason: e.to_string() }));
             }
-            let keyed_write = system_policy.keyed_write(operation);
+            let keyed_write = plan.is_deduplicated_write();
             let retry_on = system_policy.retry_on;
             let request = &request;
             let judge = move |response: &http::Response<RB>| {
                 verdict(retry_on, response.status(), response.headers(), keyed_write)
             };
             system_policy
-                .run(operation, judge, move |_ctx| {
+                .run(&plan, judge, move |_ctx| {
                     let mut service = inner.clone();
                     let request = request.clone();
                     async move {

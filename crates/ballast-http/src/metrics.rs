@@ -37,7 +37,7 @@ use ballast::{BreakerState, Class, Event, EventKind, Listener, OpKind, StopReaso
 use metrics::{Counter, Gauge, Histogram, Unit};
 
 // Label values, each array indexed by the matching `*_index` function below.
-const KINDS: [OpKind; 3] = [OpKind::Read, OpKind::Write, OpKind::WriteOnce];
+const KINDS: [OpKind; 3] = [OpKind::Read, OpKind::KeyedWrite, OpKind::WriteOnce];
 const CALL_OUTCOMES: [&str; 5] = ["ok", "permanent", "transient", "rejected", "cancelled"];
 const ATTEMPT_OUTCOMES: [&str; 4] = ["ok", "transient", "permanent", "timeout"];
 const REASONS: [StopReason; 9] = [
@@ -244,7 +244,7 @@ impl SystemMetrics {
     fn call(&self, op: OpKind, outcome: usize) {
         let kind = match op {
             OpKind::Read => 0,
-            OpKind::Write => 1,
+            OpKind::KeyedWrite => 1,
             OpKind::WriteOnce => 2,
         };
         self.handles.calls[kind][outcome].increment(1);

@@ -13,6 +13,7 @@
 //! | carries the system's idempotency header (default `Idempotency-Key`) | keyed `write`: retried only if the system [dedupes by key](PolicyMiddleware::dedupes_by_key), the same key every attempt |
 //! | anything else | `write_once`: exactly one attempt (R-RES-RE-X1) |
 //! | a body that cannot be cloned (a stream) | one attempt, whatever the method; the failure says why |
+//! | the idempotency header twice, or not a key | refused unsent |
 //!
 //! Every attempt passes the rest of the chain (`next`), so middlewares added
 //! after this one see each attempt, those before it see the call once.
@@ -41,13 +42,14 @@
 use std::fmt;
 use std::sync::Arc;
 
-use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Operation, Policy};
+use ballast::{Class, Classification, Classify, Failure, Policy};
 use http::header::HeaderName;
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
 
 use crate::classify::TransportKind;
 use crate::error::transport_message;
+use crate::plan::{key_in, Declared, Line};
 use crate::routes::is_safe;
 use crate::system::verdict;
 use crate::system_policy::SystemPolicy;
@@ -167,27 +169,28 @@ impl Middleware for PolicyMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
         let system_policy = &self.system_policy;
-        let key = match request.headers().get(&self.header).map(|v| v.to_str().map(IdempotencyKey::parse)) {
-            None => None,
-            Some(Ok(Ok(key))) => Some(key),
-            Some(Ok(Err(e))) => return Err(unsent(&self.header, e.to_string())),
-            Some(Err(_)) => return Err(unsent(&self.header, "not visible ASCII".to_owned())),
+        let key = match key_in(request.headers(), &self.header) {
+            Ok(key) => key,
+            Err(e) => return Err(unsent(&self.header, e.to_string())),
         };
         let cloneable = request.try_clone().is_some();
-        let operation = match &key {
-            _ if !cloneable => Operation::WriteOnce,
-            _ if is_safe(request.method()) => Operation::Read,
-            Some(key) => Operation::Write(key),
-            None => Operation::WriteOnce,
+        let method = request.method();
+        let line =
+            Line { method, path: request.url().path(), headers: request.headers(), is_read: is_safe(method) };
+        let planner = system_policy.planner();
+        let plan = match planner.plan(line, Declared::ByMethod(key.as_ref())) {
+            Ok(plan) if cloneable => plan,
+            Ok(plan) => plan.streamed(),
+            Err(refused) => return Err(unsent(&self.header, refused.error.to_string())),
         };
-        let keyed_write = system_policy.keyed_write(operation);
+        let keyed_write = plan.is_deduplicated_write();
         let retry_on = self.retry_on;
         let (template, mut once) = if cloneable { (Some(request), None) } else { (None, Some(request)) };
         let judge = |(response, _): &(reqwest::Response, Extensions)| {
             verdict(retry_on, response.status(), response.headers(), keyed_write)
         };
         let outcome = system_policy
-            .run(operation, judge, |_ctx| {
+            .run(&plan, judge, |_ctx| {
                 // A clone per attempt; a stream is taken by its only attempt.
                 let request = template.as_ref().and_then(reqwest::Request::try_clone).or_else(|| once.take());
                 let mut attempt_extensions = extensions.clone();

@@ -410,6 +410,10 @@ impl Routes {
         Routes::default()
     }
 
+    pub(crate) const fn none() -> Routes {
+        Routes { routes: Vec::new(), any_case: false }
+    }
+
     /// Matches paths whatever the case of their letters
     /// (`[systems.NAME] path_case = "insensitive"`): for a system whose own
     /// routing ignores case, where `/Payments` is `/payments`. By default

@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use crate::classify;
 use crate::request::{Head, OnceRequest};
-use crate::plan::{Plan, Planner};
+use crate::plan::{Declared, Line, Plan, Planner};
 use crate::routes::{Route, Routes, Unrouted};
 use crate::system_policy::SystemPolicy;
 use crate::transport::{HyperTransport, OutBody, ReqwestTransport, Transport, TransportError};
@@ -616,7 +616,7 @@ impl HttpSystem {
         key: &IdempotencyKey,
         request: Request,
     ) -> Result<Response, Failure<HttpError>> {
-        self.call(Operation::Write(key), request, false).await
+        self.call(Operation::KeyedWrite(key), request, false).await
     }
 
     /// Sends `request` as `operation` declares it — read, keyed write or
@@ -657,9 +657,9 @@ impl HttpSystem {
             OnceRequest::Buffered(request) => self.call(Operation::WriteOnce, request, false).await,
             OnceRequest::Streaming(request) => {
                 let head = &request.head;
-                let plan = match self.planner().declared(Operation::WriteOnce, head, false) {
-                    Ok(plan) => plan,
-                    Err(e) => return Err(Failure::unsent(self.refused(head, e))),
+                let plan = match self.plan_head(head, Declared::As(Operation::WriteOnce), false) {
+                    Ok(plan) => plan.streamed(),
+                    Err(e) => return Err(Failure::unsent(e)),
                 };
                 let route_timeout = plan.route().and_then(Route::attempt_timeout);
                 let (uri, headers) = match self.prepare(head, &plan) {
@@ -667,7 +667,7 @@ impl HttpSystem {
                     Err(e) => return Err(Failure::unsent(e)),
                 };
                 let mut body = Some(request.body);
-                let call = self.inner.system_policy.run(Operation::WriteOnce, AllAnswersGood, |ctx| {
+                let call = self.inner.system_policy.run(&plan, AllAnswersGood, |ctx| {
                     // write_once makes a single attempt, so the body is always there.
                     let body = body.take().map(OutBody::Stream);
                     let (uri, headers) = (uri.clone(), headers.clone());
@@ -700,19 +700,21 @@ impl HttpSystem {
         }
     }
 
-    /// `error`, a request refused by its plan, counted for the route it
-    /// reached (`unanswered`).
-    fn refused(&self, head: &Head, error: HttpError) -> HttpError {
-        let reached = self.inner.routes.reach(&head.method, &head.path, &head.headers);
-        if let Some((index, _)) = reached.found {
-            self.inner.route_calls.record(index, None);
-        }
-        error
-    }
-
-    /// The system's side of planning a call ([`crate::plan`]).
-    fn planner(&self) -> Planner<'_> {
-        Planner { routes: &self.inner.routes, unrouted: self.inner.unrouted, dedupes_by_key: self.dedupes_by_key() }
+    /// What `head` is on this system ([`crate::plan`]); a refusal is
+    /// counted for the route it reached (`unanswered`).
+    fn plan_head<'a>(&'a self, head: &Head, declared: Declared<'a>, is_read: bool) -> Result<Plan<'a>, HttpError> {
+        let planner = Planner {
+            routes: &self.inner.routes,
+            unrouted: self.inner.unrouted,
+            dedupes_by_key: self.dedupes_by_key(),
+        };
+        let line = Line { method: &head.method, path: &head.path, headers: &head.headers, is_read };
+        planner.plan(line, declared).map_err(|refused| {
+            if let Some(index) = refused.route {
+                self.inner.route_calls.record(index, None);
+            }
+            refused.error
+        })
     }
 
     /// What `request`, declared by its caller as `operation`, is on this
@@ -720,20 +722,19 @@ impl HttpSystem {
     /// [`write_once`](Self::write_once) and [`send`](Self::send) plan their
     /// calls; give the plan to [`send_planned`](Self::send_planned).
     pub fn plan<'a>(&'a self, operation: Operation<'a>, request: &Request) -> Result<Plan<'a>, HttpError> {
-        let head = &request.head;
-        self.planner().declared(operation, head, request.is_read()).map_err(|e| self.refused(head, e))
+        self.plan_head(&request.head, Declared::As(operation), request.is_read())
     }
 
     /// What a request nobody declared is on this system — by its route,
     /// else its method and `key` (the table in [`crate::plan`]): how a
-    /// proxy or the gateway plans a call it forwards.
+    /// proxy or the gateway plans a call it forwards. Read the key with
+    /// [`plan::key_in`](crate::plan::key_in).
     pub fn plan_by_method<'a>(
         &'a self,
         request: &Request,
         key: Option<&'a IdempotencyKey>,
     ) -> Result<Plan<'a>, HttpError> {
-        let head = &request.head;
-        self.planner().by_method(head, key).map_err(|e| self.refused(head, e))
+        self.plan_head(&request.head, Declared::ByMethod(key), request.is_read())
     }
 
     /// Sends `request` as `plan` (from [`plan`](Self::plan) or
@@ -746,7 +747,6 @@ impl HttpSystem {
 
     /// The call of a plan.
     async fn run(&self, plan: Plan<'_>, request: Request, judged: bool) -> Result<Response, Failure<HttpError>> {
-        let operation = plan.operation();
         let head = &request.head;
         let route_timeout = plan.route().and_then(Route::attempt_timeout);
         let (uri, headers) = match self.prepare(head, &plan) {
@@ -772,7 +772,7 @@ impl HttpSystem {
                 outcome.and_then(|answer| if judged { Ok(answer) } else { failed(answer) })
             })
         };
-        let result = policy.run(operation, judge, attempt).instrument(span.clone()).await;
+        let result = policy.run(&plan, judge, attempt).instrument(span.clone()).await;
         if let Some(answer) = result.as_ref().ok().filter(|a| a.verdict.is_some()) {
             policy.answered_failure(answer.status);
         }
@@ -819,7 +819,7 @@ impl HttpSystem {
         for (name, value) in &self.inner.headers {
             headers.insert(name, value.clone());
         }
-        self.inner.system_policy.set_key(plan.operation(), &mut headers)?;
+        self.inner.system_policy.set_key(plan, &mut headers)?;
         Ok((uri, headers))
     }
 

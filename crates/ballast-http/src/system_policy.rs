@@ -1,20 +1,23 @@
 //! The policy of one system together with what the HTTP integration adds to
 //! it — deduplication by key, the key's header, `retry_on`, call metrics —
-//! and the choice of the policy's entry point for each kind of call
-//! (R-RES-RE-1), shared by [`HttpSystem`](crate::HttpSystem) and
-//! [`PolicyLayer`](crate::PolicyLayer).
+//! and the run of a call as its [`Plan`] says (R-RES-RE-1), shared by
+//! [`HttpSystem`](crate::HttpSystem), [`PolicyLayer`](crate::PolicyLayer)
+//! and `PolicyMiddleware`.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
-use ballast::{Classify, Context, Failure, Judge, Operation, Policy, StopReason};
+use ballast::{Classify, Context, Failure, Judge, Policy};
+use futures_util::future::Either;
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 use tokio::time::Instant;
 
 use crate::metrics::CallMetrics;
+use crate::plan::{Plan, Planner, SentOnce, NO_ROUTES};
+use crate::routes::Unrouted;
 use crate::{HttpError, RetryOn};
 
 /// The policy of one system and what the HTTP integration adds to it.
@@ -73,32 +76,26 @@ impl SystemPolicy {
         }
     }
 
-    /// Whether a 409 on this kind may mean "original still in flight": only
-    /// a keyed write to a system that deduplicates has an original.
-    pub(crate) fn keyed_write(&self, operation: Operation<'_>) -> bool {
-        matches!(operation, Operation::Write(_)) && self.dedupes_by_key
-    }
-
     /// Sets the idempotency header of a keyed write, whether or not it is
     /// retried: the system may still use it to deduplicate.
-    pub(crate) fn set_key(&self, operation: Operation<'_>, headers: &mut HeaderMap) -> Result<(), HttpError> {
-        if let Operation::Write(key) = operation {
+    pub(crate) fn set_key(&self, plan: &Plan<'_>, headers: &mut HeaderMap) -> Result<(), HttpError> {
+        if let Some(key) = plan.operation().key() {
             let value = HeaderValue::from_str(key.as_str()).map_err(HttpError::invalid)?;
             headers.insert(self.header.clone(), value);
         }
         Ok(())
     }
 
-    /// Runs `op` as `operation` allows on this system — a keyed write to a
-    /// system that does not deduplicate makes one attempt, stopped by
-    /// R-RES-RE-1 — with `judge` on its answers, counting attempts in flight
-    /// and timing the whole call.
-    pub(crate) async fn run<T, E, F, Fut, J>(
-        &self,
-        operation: Operation<'_>,
-        judge: J,
-        mut op: F,
-    ) -> Result<T, Failure<E>>
+    /// How this front end plans a call on its own (a layer, a middleware):
+    /// without routes, by method and key ([`crate::plan`]).
+    pub(crate) fn planner(&self) -> Planner<'static> {
+        Planner { routes: &NO_ROUTES, unrouted: Unrouted::ByMethod, dedupes_by_key: self.dedupes_by_key }
+    }
+
+    /// Runs `op` as `plan` says — once, for the reason the plan gives
+    /// ([`Plan::retried`]), or retried as the policy allows — with `judge`
+    /// on its answers, counting attempts in flight and timing the whole call.
+    pub(crate) async fn run<T, E, F, Fut, J>(&self, plan: &Plan<'_>, judge: J, mut op: F) -> Result<T, Failure<E>>
     where
         F: FnMut(Context) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -119,22 +116,17 @@ impl SystemPolicy {
                 outcome
             })
         };
-        let not_deduplicated = matches!(operation, Operation::Write(_)) && !self.dedupes_by_key;
-        let run = if not_deduplicated {
+        let once = plan.retried().err();
+        if once == Some(SentOnce::NotDeduplicated) {
             self.warn_not_deduplicated();
-            Operation::WriteOnce
-        } else {
-            operation
+        }
+        // One await of either call: a future awaited in each branch would
+        // take the room of both in this one's state.
+        let call = match once {
+            Some(why) => Either::Left(self.policy.judged_once(plan.operation(), why.stop_reason(), judge, counted)),
+            None => Either::Right(self.policy.judged(plan.operation(), judge, counted)),
         };
-        // One await: a future in each branch would take the room of both.
-        let result = self.policy.judged(run, judge, counted).await.map_err(|mut failure| {
-            if let Failure::Operation { stop, .. } | Failure::Timeout { stop, .. } = &mut failure {
-                if not_deduplicated && *stop == StopReason::NotRetryable {
-                    *stop = StopReason::NotDeduplicated;
-                }
-            }
-            failure
-        });
+        let result = call.await;
         metrics.call_took(started.elapsed());
         if let Err(failure) = &result {
             *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) =

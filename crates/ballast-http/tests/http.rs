@@ -371,7 +371,7 @@ async fn prometheus_text_counts_a_scripted_scenario() {
     assert_eq!(sample(&text, "ballast_calls_total", &[m, ("kind", "read"), ("outcome", "permanent")]), 1.0);
     let once_failed = [m, ("kind", "write_once"), ("outcome", "transient")];
     assert_eq!(sample(&text, "ballast_calls_total", &once_failed), 1.0);
-    assert_eq!(sample(&text, "ballast_calls_total", &[m, ("kind", "write"), ("outcome", "ok")]), 0.0);
+    assert_eq!(sample(&text, "ballast_calls_total", &[m, ("kind", "keyed_write"), ("outcome", "ok")]), 0.0);
     assert_eq!(sample(&text, "ballast_attempts_total", &[m, ("outcome", "ok")]), 2.0);
     assert_eq!(sample(&text, "ballast_attempts_total", &[m, ("outcome", "transient")]), 2.0);
     assert_eq!(sample(&text, "ballast_attempts_total", &[m, ("outcome", "permanent")]), 1.0);

@@ -69,7 +69,7 @@ async fn spans_follow_the_conventions_and_keep_secrets_out() {
     let spans = captured.text();
     for expected in [
         "ballast.call ballast.system=pay",
-        "ballast.call ballast.kind=write",
+        "ballast.call ballast.kind=keyed_write",
         "ballast.call ballast.attempts=2",
         "ballast.attempt ballast.attempt=2",
         "ballast.attempt error.type=transient",

@@ -125,6 +125,9 @@ struct Call<'a, F, J> {
     inner: &'a PolicyState,
     kind: OpKind,
     key: Option<&'a IdempotencyKey>,
+    /// Why the call makes one attempt, if it does: a write without a key
+    /// (R-RES-RE-X1), or whatever its caller's plan said.
+    once: Option<StopReason>,
     cancel: Option<&'a CancellationToken>,
     op: F,
     /// Which successful results are failures all the same (see [`Judge`]).
@@ -166,6 +169,7 @@ impl<T> Judge<T> for AllGood {
 pub(crate) fn run<'a, T, E, F, Fut, J>(
     inner: &'a PolicyState,
     operation: Operation<'a>,
+    once: Option<StopReason>,
     cancel: Option<&'a CancellationToken>,
     judge: J,
     op: F,
@@ -181,6 +185,7 @@ where
         inner,
         kind: operation.kind(),
         key: operation.key(),
+        once: once.or((!operation.kind().is_retryable()).then_some(StopReason::NotRetryable)),
         cancel,
         op,
         judge,
@@ -229,7 +234,7 @@ impl<F, J> Call<'_, F, J> {
     /// it makes one attempt instead and says which rule retrying would break.
     #[cold]
     fn refuse_nested_retry(&mut self, rule: Rule) {
-        if !self.kind.is_retryable() || self.inner.retry.max_attempts() <= 1 {
+        if self.once.is_some() || self.inner.retry.max_attempts() <= 1 {
             return;
         }
         self.nested = Some(rule);
@@ -239,8 +244,7 @@ impl<F, J> Call<'_, F, J> {
 
     /// The rule a retrying call started by this call's operation would break.
     fn mark(&self) -> Rule {
-        let retries =
-            self.nested.is_none() && self.kind.is_retryable() && self.inner.retry.max_attempts() > 1;
+        let retries = self.nested.is_none() && self.once.is_none() && self.inner.retry.max_attempts() > 1;
         self.nested.unwrap_or_else(|| nesting::rule_for(retries, self.inner.breaker.is_some()))
     }
 
@@ -424,8 +428,8 @@ impl<F, J> Call<'_, F, J> {
             Some(StopReason::Permanent)
         } else if matches!(failure, LastFailure::TimedOut(TimeoutKind::Total)) {
             Some(StopReason::TotalTimeout)
-        } else if !self.kind.is_retryable() {
-            Some(StopReason::NotRetryable)
+        } else if let Some(once) = self.once {
+            Some(once)
         } else if self.nested.is_some() {
             Some(StopReason::Nested)
         } else if n >= self.inner.retry.max_attempts() {

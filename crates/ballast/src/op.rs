@@ -12,18 +12,21 @@ use crate::IdempotencyKey;
 pub enum OpKind {
     /// A read (GET-equivalent): no side effect, retried.
     Read,
-    /// A write carrying an idempotency key the system deduplicates by: retried.
-    Write,
+    /// A write carrying an idempotency key the system deduplicates by:
+    /// retried. One name wherever a keyed write is named: this kind, its
+    /// [`Operation`], a route's `keyed_write`, the metrics' `kind` label.
+    #[serde(alias = "write")]
+    KeyedWrite,
     /// A write without a key: exactly one attempt, never retried.
     WriteOnce,
 }
 
 impl OpKind {
-    /// `"read"`, `"write"` or `"write_once"`, as used in events and metrics.
+    /// `"read"`, `"keyed_write"` or `"write_once"`, as used in events and metrics.
     pub const fn as_str(self) -> &'static str {
         match self {
             OpKind::Read => "read",
-            OpKind::Write => "write",
+            OpKind::KeyedWrite => "keyed_write",
             OpKind::WriteOnce => "write_once",
         }
     }
@@ -48,8 +51,8 @@ impl fmt::Display for OpKind {
 /// use ballast::{IdempotencyKey, OpKind, Operation};
 ///
 /// let key = IdempotencyKey::v5("order-7", "pay");
-/// assert_eq!(Operation::Write(&key).kind(), OpKind::Write);
-/// assert_eq!(Operation::Write(&key).key(), Some(&key));
+/// assert_eq!(Operation::KeyedWrite(&key).kind(), OpKind::KeyedWrite);
+/// assert_eq!(Operation::KeyedWrite(&key).key(), Some(&key));
 /// assert_eq!(Operation::Read.key(), None);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +60,7 @@ pub enum Operation<'a> {
     /// No side effect: retried on transient failures (R-RES-RE-1a).
     Read,
     /// A write carrying `key`: retried with it (R-RES-RE-1b).
-    Write(&'a IdempotencyKey),
+    KeyedWrite(&'a IdempotencyKey),
     /// A write without a key: exactly one attempt (R-RES-RE-X1).
     WriteOnce,
 }
@@ -67,7 +70,7 @@ impl<'a> Operation<'a> {
     pub const fn kind(&self) -> OpKind {
         match self {
             Operation::Read => OpKind::Read,
-            Operation::Write(_) => OpKind::Write,
+            Operation::KeyedWrite(_) => OpKind::KeyedWrite,
             Operation::WriteOnce => OpKind::WriteOnce,
         }
     }
@@ -75,7 +78,7 @@ impl<'a> Operation<'a> {
     /// A write's key.
     pub const fn key(&self) -> Option<&'a IdempotencyKey> {
         match self {
-            Operation::Write(key) => Some(key),
+            Operation::KeyedWrite(key) => Some(key),
             Operation::Read | Operation::WriteOnce => None,
         }
     }

@@ -20,7 +20,7 @@ use crate::retry::Retry;
 use crate::rules::{BuildError, Rule, Severity, Violation};
 use crate::timeline::Timeline;
 use crate::timeout::Timeout;
-use crate::{Classify, Context, Failure, IdempotencyKey, Judge, Operation};
+use crate::{Classify, Context, Failure, IdempotencyKey, Judge, Operation, StopReason};
 
 /// The in-memory window over which the guide sends work to the task queue (R-RES-RE-4).
 pub const WINDOW_ERROR: Duration = Duration::from_secs(30);
@@ -391,6 +391,46 @@ impl Policy {
         self.scoped(None).judged(operation, judge, op)
     }
 
+    /// [`judged`](Self::judged) for a call its caller decided to make once,
+    /// for `why`: one attempt, through breaker, bulkhead and timeout as
+    /// always, its events those of `operation`'s kind (a keyed write still
+    /// carries its key), and a failure that says `why` — say
+    /// [`StopReason::NotDeduplicated`] for a keyed write to a system that
+    /// does not deduplicate by key (R-RES-RE-1).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// use ballast::{Classification, IdempotencyKey, Operation, Policy, Retry, StopReason};
+    ///
+    /// let policy = Policy::builder("sms").retry(Retry::attempts(3)).build().unwrap();
+    /// let key = IdempotencyKey::v5("sms-7", "sms");
+    /// let busy = |status: &u16| (*status == 503).then(Classification::transient);
+    /// let failed = policy
+    ///     .judged_once(Operation::KeyedWrite(&key), StopReason::NotDeduplicated, busy, |_| async {
+    ///         Err::<u16, _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+    ///     })
+    ///     .await
+    ///     .unwrap_err();
+    /// assert_eq!((failed.attempts(), failed.stop_reason()), (1, StopReason::NotDeduplicated));
+    /// # }
+    /// ```
+    pub fn judged_once<'a, T, E, F, Fut, J>(
+        &'a self,
+        operation: Operation<'a>,
+        why: StopReason,
+        judge: J,
+        op: F,
+    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
+    where
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
+        J: Judge<T> + 'a,
+    {
+        self.scoped(None).judged_once(operation, why, judge, op)
+    }
+
     /// Runs a write without a key: exactly one attempt, never retried
     /// (R-RES-RE-X1), still through breaker, bulkhead and timeout.
     pub fn write_once<'a, T, E, F, Fut>(&'a self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
@@ -421,7 +461,7 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.shared, Operation::Read, self.cancel, call::AllGood, op)
+        call::run(&self.policy.shared, Operation::Read, None, self.cancel, call::AllGood, op)
     }
 
     /// [`Policy::write`], cancellable.
@@ -436,7 +476,7 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.shared, Operation::Write(key), self.cancel, call::AllGood, op)
+        call::run(&self.policy.shared, Operation::KeyedWrite(key), None, self.cancel, call::AllGood, op)
     }
 
     /// [`Policy::write_once`], cancellable.
@@ -447,7 +487,7 @@ impl<'a> Scoped<'a> {
         E: Classify + 'a,
         T: 'a,
     {
-        call::run(&self.policy.shared, Operation::WriteOnce, self.cancel, call::AllGood, op)
+        call::run(&self.policy.shared, Operation::WriteOnce, None, self.cancel, call::AllGood, op)
     }
 
     /// [`Policy::run`], cancellable.
@@ -479,6 +519,24 @@ impl<'a> Scoped<'a> {
         T: 'a,
         J: Judge<T> + 'a,
     {
-        call::run(&self.policy.shared, operation, self.cancel, judge, op)
+        call::run(&self.policy.shared, operation, None, self.cancel, judge, op)
+    }
+
+    /// [`Policy::judged_once`], cancellable.
+    pub fn judged_once<T, E, F, Fut, J>(
+        self,
+        operation: Operation<'a>,
+        why: StopReason,
+        judge: J,
+        op: F,
+    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
+    where
+        F: FnMut(Context) -> Fut + 'a,
+        Fut: Future<Output = Result<T, E>> + 'a,
+        E: Classify + 'a,
+        T: 'a,
+        J: Judge<T> + 'a,
+    {
+        call::run(&self.policy.shared, operation, Some(why), self.cancel, judge, op)
     }
 }

@@ -115,7 +115,7 @@ async fn keyed_write_sees_the_same_key_on_every_attempt() {
     assert_eq!(result.unwrap_err().attempts(), 4);
     let seen = seen.into_inner().unwrap();
     assert_eq!(seen.len(), 4);
-    assert!(seen.iter().all(|(kind, k)| *kind == OpKind::Write && k.as_ref() == Some(&key)));
+    assert!(seen.iter().all(|(kind, k)| *kind == OpKind::KeyedWrite && k.as_ref() == Some(&key)));
 }
 
 #[tokio::test(start_paused = true)]

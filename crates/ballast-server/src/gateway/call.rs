@@ -24,6 +24,7 @@ use axum::http::header::{self, HeaderValue};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ballast::{Failure, IdempotencyKey, Rejection, Rule, StopReason};
+use ballast_http::plan::key_in;
 use ballast_http::routes::canonical_method;
 use ballast_http::{HttpError, HttpSystem};
 use ballast_queue::{Handover, HandoverError};
@@ -32,6 +33,8 @@ use tracing::Instrument;
 use super::headers::{came_through_us, forwarded, wants_async, RESPOND_ASYNC, VIA_NAME};
 use super::problem::{Problem, Reason};
 use super::{Gateway, ATTEMPTS, ROUTE};
+
+static IDEMPOTENCY_KEY: header::HeaderName = header::HeaderName::from_static("idempotency-key");
 
 pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
@@ -68,13 +71,9 @@ async fn handle(
         );
         return Problem::new(StatusCode::LOOP_DETECTED, Reason::LoopDetected, detail).into_response();
     }
-    let mut keys = parts.headers.get_all("idempotency-key").iter();
-    let key = match (keys.next().map(|v| v.to_str().map(IdempotencyKey::parse)), keys.next()) {
-        (None, _) => None,
-        (Some(_), Some(_)) => return bad_key("the header appears more than once; send one key"),
-        (Some(Ok(Ok(key))), None) => Some(key),
-        (Some(Ok(Err(e))), None) => return bad_key(&e.to_string()),
-        (Some(Err(_)), None) => return bad_key("not visible ASCII"),
+    let key = match key_in(&parts.headers, &IDEMPOTENCY_KEY) {
+        Ok(key) => key,
+        Err(e) => return bad_key(&e.to_string()),
     };
     let body = match read_body(body, &parts.headers, gateway.max_body()).await {
         Ok(body) => body,
