@@ -1,7 +1,8 @@
-//! Runtime objects from a configuration: each system's [`Policy`] and the
-//! durable queue's settings, built from the very values the checker checked.
-//! A system with any lint error is refused, so a service cannot start with a
-//! policy `ballast lint` would reject.
+//! What a configuration builds: each system's [`Policy`] and the durable
+//! queue's settings, from the very values the checker checked. A system with
+//! any lint error is refused, so a service cannot start with a policy
+//! `ballast lint` would reject. The parts that run — HTTP systems, the
+//! queue, its worker — are built from these by `ballast-server`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use crate::finding::Finding;
 use crate::suggest::did_you_mean;
 use crate::translate::translate;
 
-/// Why a runtime object was not built.
+/// Why a system's policy or settings, or the queue's, were refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// No system of that name is declared.
@@ -46,16 +47,6 @@ pub enum ConfigError {
         /// The file.
         file: String,
     },
-    /// The HTTP client of a system could not be built.
-    #[error("[systems.{system}] in {file}: {source}")]
-    Http {
-        /// The system.
-        system: String,
-        /// The file.
-        file: String,
-        /// What the HTTP crate refused.
-        source: ballast_http::SystemBuildError,
-    },
     /// A `retry_on` name is not an outcome class the HTTP client knows.
     #[error("[systems.{system}] in {file}: {source}")]
     RetryOn {
@@ -64,30 +55,7 @@ pub enum ConfigError {
         /// The file.
         file: String,
         /// The name refused.
-        source: ballast_http::UnknownClass,
-    },
-    /// A `[systems.NAME.headers]` value's variable is not set.
-    #[error(
-        "[systems.{system}.headers] {header} comes from {var}, which is not set (or empty): export it before \
-         `ballast serve` starts"
-    )]
-    HeaderEnvUnset {
-        /// The system.
-        system: String,
-        /// The header.
-        header: String,
-        /// The variable.
-        var: String,
-    },
-    /// `[queue] seal_key_env` names a variable that holds no usable key.
-    #[cfg(feature = "runtime")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
-    #[error("[queue] seal_key_env names {var}: {source}")]
-    SealKey {
-        /// The variable.
-        var: String,
-        /// Why the key is unusable (its value is never shown).
-        source: ballast_http::SealError,
+        source: ballast_vocab::http::UnknownClass,
     },
     /// The file has no `[queue]` section.
     #[error("{file} has no [queue] section; add one with at least `url`")]
@@ -105,35 +73,13 @@ pub struct QueueSettings {
     /// How long a claim holds a task without a heartbeat.
     pub lease: Duration,
     /// Attempts, backoff, poll interval and the age bound: the schedule lint
-    /// and explain reason about, which [`connect`](Self::connect) hands to
-    /// the queue and so to every task and worker made from it.
-    pub schedule: ballast_queue::DurableSchedule,
+    /// and explain reason about, which the queue is opened with and so every
+    /// task and worker made from it.
+    pub schedule: ballast_vocab::queue::DurableSchedule,
     /// How long completed and cancelled tasks are kept before pruning.
     pub retain_completed: Duration,
     /// How long failed tasks are kept before pruning.
     pub retain_failed: Duration,
-}
-
-#[cfg(feature = "runtime")]
-#[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
-impl QueueSettings {
-    /// Connects to the queue's database, with this schedule: tasks enqueued
-    /// through it get its `max_attempts`, workers built on it its backoff
-    /// and poll interval.
-    pub async fn connect(&self) -> ballast_queue::Result<ballast_queue::Queue> {
-        Ok(ballast_queue::Queue::connect(&self.url).await?.with_schedule(self.schedule))
-    }
-
-    /// A worker builder for `queue` (from [`connect`](Self::connect)) with
-    /// this lease; add handlers and build.
-    pub fn worker(&self, queue: ballast_queue::Queue) -> ballast_queue::WorkerBuilder {
-        ballast_queue::Worker::builder(queue).lease(self.lease)
-    }
-
-    /// The pruning of final tasks with these retentions; spawn it beside the worker.
-    pub fn retention(&self) -> ballast_queue::Retention {
-        ballast_queue::Retention::default().completed(self.retain_completed).failed(self.retain_failed)
-    }
 }
 
 impl Config {
@@ -209,10 +155,12 @@ impl Config {
         }
         Ok(QueueSettings {
             url: queue.url.clone().unwrap_or_default(),
-            lease: queue.lease.map_or(ballast_queue::DEFAULT_LEASE, |d| d.get()),
+            lease: queue.lease.map_or(ballast_vocab::queue::DEFAULT_LEASE, |d| d.get()),
             schedule: queue.schedule(),
-            retain_completed: queue.retain_completed.map_or(ballast_queue::RETAIN_COMPLETED, |d| d.get()),
-            retain_failed: queue.retain_failed.map_or(ballast_queue::RETAIN_FAILED, |d| d.get()),
+            retain_completed: queue
+                .retain_completed
+                .map_or(ballast_vocab::queue::RETAIN_COMPLETED, |d| d.get()),
+            retain_failed: queue.retain_failed.map_or(ballast_vocab::queue::RETAIN_FAILED, |d| d.get()),
         })
     }
 }

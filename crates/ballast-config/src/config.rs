@@ -45,7 +45,7 @@ impl Config {
     pub fn idempotency_header(&self, name: &str) -> String {
         self.system(name)
             .and_then(|s| s.idempotency_header.clone())
-            .unwrap_or_else(|| ballast_http::DEFAULT_IDEMPOTENCY_HEADER.to_owned())
+            .unwrap_or_else(|| ballast_vocab::http::DEFAULT_IDEMPOTENCY_HEADER.to_owned())
     }
 
     /// Checks system `name`'s routes against its OpenAPI document `doc`
@@ -61,7 +61,7 @@ impl Config {
                 // The key as the file wrote it, to find its place.
                 let key = system.routes.iter().flatten().map(|(k, _)| k).find(|k| {
                     k.trim().split_once(' ').is_some_and(|(m, t)| {
-                        ballast_http::routes::Route::new(m, t.trim(), route.kind())
+                        ballast_vocab::http::routes::Route::new(m, t.trim(), route.kind())
                             .is_ok_and(|r| r.name() == route.name())
                     })
                 });

@@ -4,7 +4,7 @@
 //! ([`QueueSettings::connect`](crate::QueueSettings::connect)), so the window
 //! lint approves is the window the tasks have (R-RES-RE-1, R-RES-RE-5).
 
-use ballast_queue::DurableSchedule;
+use ballast_vocab::queue::DurableSchedule;
 
 use crate::model::QueueSection;
 

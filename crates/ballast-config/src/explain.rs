@@ -15,7 +15,7 @@ use crate::build::ConfigError;
 use crate::config::Config;
 use crate::duration::display;
 use crate::suggest::did_you_mean;
-use ballast_queue::DurableSchedule;
+use ballast_vocab::queue::DurableSchedule;
 
 /// The timelines of one file's systems; `Display` prints them for people.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +36,7 @@ pub struct SystemExplanation {
     /// The declared routes, `POST /payments → keyed_write`.
     pub routes: Vec<String>,
     /// What becomes of a write no route matches (when there are routes).
-    pub unrouted: ballast_http::routes::Unrouted,
+    pub unrouted: ballast_vocab::http::routes::Unrouted,
     /// Lint findings of the system: errors, warnings, notes.
     pub findings: (usize, usize, usize),
     /// The in-memory worst case, as the core computes it (R-RES-RE-4).
@@ -253,7 +253,7 @@ impl fmt::Display for Explanation {
     }
 }
 
-use ballast_http::routes::Unrouted;
+use ballast_vocab::http::routes::Unrouted;
 
 impl fmt::Display for SystemExplanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,18 +1,58 @@
-//! HTTP systems from a configuration: each `[systems.NAME]` becomes a
-//! [`ballast_http::HttpSystem`] with its own client and the policy the
-//! checker checked, metrics attached.
+//! What each `[systems.NAME]` says its HTTP client is — the settings the
+//! composition root (`ballast-server`) builds a `ballast_http::HttpSystem`
+//! from, read from the very values the checker checked. Nothing here runs:
+//! headers taken from the environment and the seal key are named, not read.
 
-use ballast_http::metrics::SystemMetrics;
-use ballast_http::{HttpSystem, RetryOn, SystemBuildError};
+use std::time::Duration;
+
+use ballast::PolicyBuilder;
+use ballast_vocab::http::routes::{Routes, Unrouted};
+use ballast_vocab::http::RetryOn;
 
 use crate::build::ConfigError;
 use crate::config::Config;
 
+/// The HTTP client of one system as its section declares it; see
+/// [`Config::http_settings`].
+#[derive(Clone)]
+pub struct HttpSettings {
+    /// The system's name.
+    pub name: String,
+    /// Its policy, checked: add listeners, then build.
+    pub policy: PolicyBuilder,
+    /// `base_url`, checked by the client's own parser.
+    pub base_url: String,
+    /// `dedupes_by_key`.
+    pub dedupes_by_key: bool,
+    /// `critical`: its breaker open makes the service unready.
+    pub critical: bool,
+    /// `key_ttl`, if given.
+    pub key_ttl: Option<Duration>,
+    /// `[systems.NAME.headers]`: each header and the environment variable
+    /// its value comes from.
+    pub headers: Vec<(String, String)>,
+    /// `[systems.NAME.routes]`, with `path_case`.
+    pub routes: Routes,
+    /// `unrouted`, if given.
+    pub unrouted: Option<Unrouted>,
+    /// `idempotency_header`, if given.
+    pub idempotency_header: Option<String>,
+    /// `retry.retry_on`, if given.
+    pub retry_on: Option<RetryOn>,
+    /// `timeout.connect`, if given.
+    pub connect_timeout: Option<Duration>,
+    /// `timeout.read`, if given.
+    pub read_timeout: Option<Duration>,
+    /// `[queue] seal_key_env`: the variable holding the key deferred
+    /// deliveries are sealed with.
+    pub seal_key_env: Option<String>,
+    /// `[queue] seal_headers`: headers sealed besides `Authorization`.
+    pub seal_headers: Vec<String>,
+}
+
 impl Config {
-    /// The HTTP system `name`: its client (base URL, connect and read
-    /// timeouts, `Idempotency-Key` header, `retry_on`), its policy with a
-    /// [`SystemMetrics`] listener attached, and whether it is critical.
-    /// Refused when the system has lint errors or no `base_url`.
+    /// The HTTP client system `name` declares. Refused when the system has
+    /// lint errors or no `base_url`.
     ///
     /// ```
     /// use ballast_config::Config;
@@ -28,11 +68,12 @@ impl Config {
     ///     [systems.sber.timeout]
     ///     attempt = "1s"
     /// "#).unwrap();
-    /// let sber = config.http_system("sber").unwrap();
-    /// assert!(sber.is_critical() && sber.dedupes_by_key());
+    /// let sber = config.http_settings("sber").unwrap();
+    /// assert!(sber.critical && sber.dedupes_by_key);
+    /// assert_eq!(sber.base_url, "http://127.0.0.1:8080");
     /// ```
-    pub fn http_system(&self, name: &str) -> Result<HttpSystem, ConfigError> {
-        let policy = self.policy_builder(name)?.listener(SystemMetrics::register(name));
+    pub fn http_settings(&self, name: &str) -> Result<HttpSettings, ConfigError> {
+        let policy = self.policy_builder(name)?;
         let file = || self.source.name().to_owned();
         let system = self.system(name).ok_or_else(|| ConfigError::UnknownSystem {
             name: name.to_owned(),
@@ -41,72 +82,47 @@ impl Config {
         })?;
         let base_url = system
             .base_url
-            .as_deref()
+            .clone()
             .ok_or_else(|| ConfigError::NoBaseUrl { system: name.to_owned(), file: file() })?;
-        let http =
-            |source: SystemBuildError| ConfigError::Http { system: name.to_owned(), file: file(), source };
-        // The policy was built for this same name, with the checks lint runs.
-        let mut builder = HttpSystem::builder(name, base_url)
-            .policy(|_| policy)
-            .dedupes_by_key(system.dedupes_by_key.unwrap_or(false))
-            .critical(system.critical.unwrap_or(false));
-        for (header, source) in system.headers.iter().flatten() {
-            let var = source.env.clone().unwrap_or_default();
-            let value = std::env::var(&var).ok().filter(|v| !v.is_empty()).ok_or_else(|| {
-                ConfigError::HeaderEnvUnset {
-                    system: name.to_owned(),
-                    header: header.clone(),
-                    var: var.clone(),
-                }
-            })?;
-            builder = builder.header(header, &value);
-        }
-        if let Some(queue) = &self.file.queue {
-            if let Some(var) = &queue.seal_key_env {
-                let text = std::env::var(var).unwrap_or_default();
-                let key = ballast_http::SealKey::from_text(&text)
-                    .map_err(|source| ConfigError::SealKey { var: var.clone(), source })?;
-                builder = builder.seal_key(key);
-            }
-            if let Some(extra) = &queue.seal_headers {
-                builder = builder.seal_headers(extra);
-            }
-        }
-        if let Some(ttl) = system.key_ttl {
-            builder = builder.key_ttl(ttl.get());
-        }
         // Checked with the policy above: refused had any route been wrong.
         let translated = crate::translate::translate(name, system);
-        builder = builder.routes(translated.routes);
-        if let Some(unrouted) = translated.unrouted {
-            builder = builder.unrouted(unrouted);
-        }
-        if let Some(header) = &system.idempotency_header {
-            builder = builder.idempotency_header(header.clone());
-        }
-        if let Some(retry_on) = system.retry.as_ref().and_then(|r| r.section()?.retry_on.as_ref()) {
+        let retry_on = match system.retry.as_ref().and_then(|r| r.section()?.retry_on.as_ref()) {
             // Lint has already refused unknown names (with the same reading),
             // but a name the client does not know is never replaced by a default.
-            let on = RetryOn::from_names(retry_on).map_err(|source| ConfigError::RetryOn {
+            Some(names) => Some(RetryOn::from_names(names).map_err(|source| ConfigError::RetryOn {
                 system: name.to_owned(),
                 file: file(),
                 source,
-            })?;
-            builder = builder.retry_on(on);
-        }
-        if let Some(timeout) = &system.timeout {
-            if let Some(connect) = timeout.connect {
-                builder = builder.connect_timeout(connect.get());
-            }
-            if let Some(read) = timeout.read {
-                builder = builder.read_timeout(read.get());
-            }
-        }
-        builder.build().map_err(http)
+            })?),
+            None => None,
+        };
+        let queue = self.file.queue.as_ref();
+        Ok(HttpSettings {
+            name: name.to_owned(),
+            policy,
+            base_url,
+            dedupes_by_key: system.dedupes_by_key.unwrap_or(false),
+            critical: system.critical.unwrap_or(false),
+            key_ttl: system.key_ttl.map(|ttl| ttl.get()),
+            headers: system
+                .headers
+                .iter()
+                .flatten()
+                .map(|(header, source)| (header.clone(), source.env.clone().unwrap_or_default()))
+                .collect(),
+            routes: translated.routes,
+            unrouted: translated.unrouted,
+            idempotency_header: system.idempotency_header.clone(),
+            retry_on,
+            connect_timeout: system.timeout.as_ref().and_then(|t| t.connect).map(|d| d.get()),
+            read_timeout: system.timeout.as_ref().and_then(|t| t.read).map(|d| d.get()),
+            seal_key_env: queue.and_then(|q| q.seal_key_env.clone()),
+            seal_headers: queue.and_then(|q| q.seal_headers.clone()).unwrap_or_default(),
+        })
     }
 
-    /// Every system as an [`HttpSystem`], ordered by name.
-    pub fn http_systems(&self) -> Result<Vec<HttpSystem>, ConfigError> {
-        self.system_names().map(|name| self.http_system(name)).collect()
+    /// Every system's HTTP client settings, ordered by name.
+    pub fn http_settings_all(&self) -> Result<Vec<HttpSettings>, ConfigError> {
+        self.system_names().map(|name| self.http_settings(name)).collect()
     }
 }

@@ -4,8 +4,11 @@
 //! durable queue. This crate loads it (keeping every key's location),
 //! checks it against the Resilience Style Guide's rules — each finding names
 //! its rule id, file, line and column — explains each policy's worst-case
-//! timeline, and builds the runtime objects, so a service runs exactly the
-//! configuration that `ballast lint` checked.
+//! timeline, and hands out what it declares — each system's policy, its HTTP
+//! client's settings, the queue's settings — read from the very values it
+//! checked, so a service runs exactly the configuration `ballast lint`
+//! checked. Nothing here runs: `ballast-server`, the composition root,
+//! builds the HTTP systems, the queue and its worker from these.
 //!
 //! ```
 //! use ballast_config::{report, Config};
@@ -38,7 +41,7 @@
 //! attempt per call; a key left out takes the core's default
 //! ([`ballast::Retry::DEFAULT_ATTEMPTS`], [`ballast::Backoff::DEFAULT_FIRST_DELAY`],
 //! [`ballast::Backoff::DEFAULT_MAX_DELAY`], [`ballast::Timeout::DEFAULT_ATTEMPT`], …), and
-//! `retry_on` names are the HTTP client's ([`ballast_http::RetryOn::names`]).
+//! `retry_on` names are the HTTP client's ([`ballast_vocab::http::RetryOn::names`]).
 //!
 //! # Rules
 //!
@@ -47,7 +50,7 @@
 //! | R-RES-RE-3 | error | `retry.max_attempts` > [`ballast::MAX_ATTEMPTS`] (5) or 0 |
 //! | R-RES-RE-4 | error / warning | worst-case in-memory window ([`ballast::Timeline`]) > [`ballast::WINDOW_ERROR`] (30 s) / > [`ballast::WINDOW_WARNING`] (5 s) |
 //! | R-RES-RE-X3 | error | `backoff` other than the two exponential kinds; `first_delay` under [`ballast::MIN_FIRST_DELAY`] (100 ms); `max_delay` under [`ballast::MIN_GROWTH`] (2) × `first_delay` |
-//! | R-RES-RE-X2 | error | `retry_on` with "4xx", "all", "any", "*" or a 4xx status other than [`ballast_http::RetryOn::OPT_IN_NAMES`] ("408", "429") |
+//! | R-RES-RE-X2 | error | `retry_on` with "4xx", "all", "any", "*" or a 4xx status other than [`ballast_vocab::http::RetryOn::OPT_IN_NAMES`] ("408", "429") |
 //! | R-RES-RE-X2 | note | `retry_on` of a deduplicating system without "409-in-flight": a 409 "still in flight" fails the write |
 //! | R-RES-RE-X4 | error | `client.retries` > 0 |
 //! | R-RES-CB-1 | error | `order` puts the breaker before (outside) retry |
@@ -66,7 +69,6 @@ mod config;
 mod durable;
 mod explain;
 mod finding;
-#[cfg(feature = "runtime")]
 mod http;
 mod lint;
 mod load;
@@ -83,12 +85,13 @@ pub mod report;
 pub mod size;
 pub mod suggest;
 
-pub use ballast_queue::DurableSchedule;
+pub use ballast_vocab::queue::DurableSchedule;
 pub use build::{ConfigError, QueueSettings};
 pub use config::Config;
 pub use duration::{ConfigDuration, DurationError};
 pub use explain::{Durable, DurableStep, Explanation, SystemExplanation};
 pub use finding::Finding;
+pub use http::HttpSettings;
 pub use lint::has_errors;
 pub use load::{Checked, LoadError, MAX_CONFIG_BYTES};
 pub use rules::ORDER;

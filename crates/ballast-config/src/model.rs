@@ -38,20 +38,20 @@ pub struct QueueSection {
     /// `url`: `sqlite://file.db` or `postgres://…`.
     pub url: Option<String>,
     /// `poll_interval`: how often workers look for due tasks (default
-    /// [`ballast_queue::DEFAULT_POLL_INTERVAL`], 5 s).
+    /// [`ballast_vocab::queue::DEFAULT_POLL_INTERVAL`], 5 s).
     pub poll_interval: Option<ConfigDuration>,
     /// `lease`: how long a claimed task stays with its worker without a
     /// heartbeat; after a crash, its tasks run again this long after the
-    /// last heartbeat (default [`ballast_queue::DEFAULT_LEASE`], 30 s).
+    /// last heartbeat (default [`ballast_vocab::queue::DEFAULT_LEASE`], 30 s).
     pub lease: Option<ConfigDuration>,
     /// `max_attempts`: durable attempts before the task fails and a human is
-    /// alerted (default [`ballast_queue::DEFAULT_MAX_ATTEMPTS`], 10).
+    /// alerted (default [`ballast_vocab::queue::DEFAULT_MAX_ATTEMPTS`], 10).
     pub max_attempts: Option<u64>,
     /// `max_age`: how long after its first attempt a deferred write whose
     /// system declares no `key_ttl` may still be sent; attempts refused
     /// unsent (breaker open, bulkhead full) are postponed without counting
     /// against `max_attempts` until then (default
-    /// [`ballast_queue::DEFAULT_MAX_AGE`], 24 h).
+    /// [`ballast_vocab::queue::DEFAULT_MAX_AGE`], 24 h).
     pub max_age: Option<ConfigDuration>,
     /// `seal_key_env`: the environment variable holding the key (32 bytes,
     /// as 64 hex digits or base64) that seals credential headers of
@@ -381,7 +381,7 @@ pub struct RetrySection {
     /// `max_delay`: the cap on every delay (default [`ballast::Backoff::DEFAULT_MAX_DELAY`], 30 s).
     pub max_delay: Option<ConfigDuration>,
     /// `retry_on`: the transient outcomes retried (R-RES-RE-X2), by the names
-    /// of [`ballast_http::RetryOn::names`]; default [`ballast_http::RetryOn::DEFAULT_NAMES`].
+    /// of [`ballast_vocab::http::RetryOn::names`]; default [`ballast_vocab::http::RetryOn::DEFAULT_NAMES`].
     pub retry_on: Option<Vec<String>>,
     /// `budget_ratio`: retries may add this share of recent calls; 0 or
     /// absent keeps the default budget ([`ballast::Budget::default`], 10 %).

@@ -25,7 +25,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 use ballast::{Rule, Severity};
-use ballast_http::routes::{self, Route, RouteKind};
+use ballast_vocab::http::routes::{self, Route, RouteKind};
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 
 use crate::finding::Finding;

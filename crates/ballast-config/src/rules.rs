@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use ballast::{PolicyBuilder, Retry, Rule, Severity, Violation};
-use ballast_http::{is_header_name, RetryOn};
-use ballast_queue::MIN_LEASE;
+use ballast_vocab::http::{is_header_name, RetryOn};
+use ballast_vocab::queue::MIN_LEASE;
 
 use crate::duration::display;
 use crate::finding::{system_path, KeyFinding};
@@ -44,8 +44,8 @@ fn fleet_scope(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
         .queue
         .as_ref()
         .and_then(|q| q.url.as_deref())
-        .and_then(ballast_queue::Backend::from_url)
-        .is_some_and(|b| b == ballast_queue::Backend::Postgres);
+        .and_then(ballast_vocab::queue::Backend::from_url)
+        .is_some_and(|b| b == ballast_vocab::queue::Backend::Postgres);
     let rate = sys.rate_limit.as_ref();
     let breaker = sys.breaker.as_ref().and_then(|b| b.section());
     let mut out = Vec::new();
@@ -84,7 +84,7 @@ fn fleet_scope(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
 /// A `base_url` at the address of one of `ballast serve`'s own listeners:
 /// the gateway would call itself (each attempt nesting another call).
 fn calls_itself(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
-    let Some(url) = sys.base_url.as_deref().and_then(|u| ballast_http::parse_base_url(u).ok()) else {
+    let Some(url) = sys.base_url.as_deref().and_then(|u| ballast_vocab::http::parse_base_url(u).ok()) else {
         return Vec::new();
     };
     let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else { return Vec::new() };
@@ -327,13 +327,13 @@ fn key_outlives_retries(file: &File, name: &str, sys: &System, window: Duration)
     }
 }
 
-/// The longest time a keyed write may still be retried: see [`ballast_queue::DurableSchedule::key_lifetime`].
+/// The longest time a keyed write may still be retried: see [`ballast_vocab::queue::DurableSchedule::key_lifetime`].
 pub(crate) fn required_key_ttl(file: &File, window: Duration) -> Duration {
     file.queue.as_ref().map_or(window, |q| q.schedule().key_lifetime(window))
 }
 
 /// The HTTP client's connect and read timeouts fit inside the attempt
-/// timeout, as [`ballast_http::HttpSystem`] requires (no rule id): a longer
+/// timeout, as `ballast_http::HttpSystem` requires (no rule id): a longer
 /// one could never fire, the attempt timeout would always cut it short.
 fn client_timeouts(name: &str, sys: &System, attempt: Duration) -> Vec<KeyFinding> {
     let Some(t) = &sys.timeout else { return Vec::new() };
@@ -427,11 +427,9 @@ fn system_ranges(name: &str, sys: &System) -> Vec<KeyFinding> {
     }
     if let Some(url) = &sys.base_url {
         // The parser `ballast serve` builds the client with: lint and serve agree.
-        if let Err(e) = ballast_http::parse_base_url(url) {
-            let reason = match e {
-                ballast_http::SystemBuildError::InvalidBaseUrl { reason, .. } => reason,
-                other => other.to_string(),
-            };
+        if let Err(ballast_vocab::http::InvalidBaseUrl { reason, .. }) =
+            ballast_vocab::http::parse_base_url(url)
+        {
             out.push(KeyFinding::error(
                 None,
                 system_path(name, &["base_url"]),
@@ -467,7 +465,7 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<KeyFinding> {
             "`url` is missing from [queue]".into(),
             "add e.g. `url = \"sqlite://ballast.db\"` or `url = \"postgres://…\"`".into(),
         ),
-        Some(url) if ballast_queue::Backend::from_url(url).is_none() => refuse(
+        Some(url) if ballast_vocab::queue::Backend::from_url(url).is_none() => refuse(
             "url",
             format!("queue url \"{}\" is neither sqlite: nor postgres://", ballast::redact_url(url)),
             "use e.g. \"sqlite://ballast.db\" or \"postgres://user@host/db\"".into(),
@@ -491,7 +489,7 @@ pub(crate) fn queue(q: &QueueSection) -> Vec<KeyFinding> {
             "use e.g. \"30s\", the queue's default; it is how long a crashed worker's tasks wait".into(),
         );
     }
-    let guide = format!("use {}, the guide's value (R-RES-RE-5)", ballast_queue::DEFAULT_MAX_ATTEMPTS);
+    let guide = format!("use {}, the guide's value (R-RES-RE-5)", ballast_vocab::queue::DEFAULT_MAX_ATTEMPTS);
     match q.max_attempts {
         Some(0) => refuse(
             "max_attempts",

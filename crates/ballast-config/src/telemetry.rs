@@ -608,7 +608,7 @@ pub(crate) fn rules(t: &TelemetrySection) -> Vec<KeyFinding> {
     }
     for (name, source) in t.headers.iter().flatten() {
         let path = vec!["telemetry".to_owned(), "headers".to_owned(), name.clone()];
-        if !ballast_http::is_header_name(name) {
+        if !ballast_vocab::http::is_header_name(name) {
             out.push(KeyFinding::error(
                 None,
                 path.clone(),

@@ -10,7 +10,7 @@ use ballast::{
 use crate::finding::{system_path, KeyFinding};
 use crate::model::{BreakerSection, Part, RetrySection, RouteValue, System, TimeoutSection};
 use crate::suggest::did_you_mean;
-use ballast_http::routes::{Route, RouteKind, Routes, Unrouted};
+use ballast_vocab::http::routes::{Route, RouteKind, Routes, Unrouted};
 
 /// The backoff kinds that exist (R-RES-RE-X3).
 pub const BACKOFF_KINDS: [&str; 2] = ["exponential", "exponential-full-jitter"];
@@ -199,7 +199,7 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Key
             }
             route = route.timeout(limit);
         }
-        let safe = ballast_http::routes::is_safe(route.method());
+        let safe = ballast_vocab::http::routes::is_safe(route.method());
         if kind == RouteKind::Read && !safe {
             problems.push(KeyFinding::at(
                 Some(Rule::Re1),

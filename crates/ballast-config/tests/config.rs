@@ -303,7 +303,7 @@ fn lint_and_the_http_client_agree_on_base_urls() {
         let config = Config::parse("t.toml", format!("[systems.a]\nbase_url = \"{url}\"\n")).unwrap();
         let findings = config.lint();
         assert_eq!(!ballast_config::has_errors(&findings), usable, "{url}: {findings:?}");
-        assert_eq!(ballast_http::parse_base_url(url).is_ok(), usable, "{url}");
+        assert_eq!(ballast_vocab::http::parse_base_url(url).is_ok(), usable, "{url}");
     }
 }
 

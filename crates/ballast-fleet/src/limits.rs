@@ -9,7 +9,10 @@
 //! The keeper of one system's limit on one replica waits until its limiter
 //! runs low (or the system said something), leases, and hands the grant to
 //! the limiter ([`ballast::RateLimiter::grant`]). Permits are good for
-//! [`GOOD_FOR`]: a replica never saves up a burst of its own. While the
+//! [`GOOD_FOR`]: a replica never saves up a burst of its own. The bucket
+//! holds the limit's burst and what accrues in one [`LEASE_EVERY`] at its
+//! rate, so a lease that comes late (a busy database, a replica short of
+//! CPU) loses none of the rate. While the
 //! database cannot be reached the limiter runs on its local bucket at the
 //! fleet's rate over the replicas last seen ([`ballast::RateLimiter::degrade`]),
 //! says so in the log and in `ballast_fleet_degraded{system}`, and returns to
@@ -129,6 +132,15 @@ impl Sizing {
     }
 }
 
+/// What the fleet's bucket holds at most: the limit's burst, and what
+/// accrues at its rate between two leases of a busy replica — so that a
+/// lease which comes a little late loses none of the rate, while the fleet
+/// still never sends more than a burst and a tenth of a second's worth at
+/// once.
+fn capacity(limit: &ballast::RateLimit) -> f64 {
+    f64::from(limit.get_burst()) + limit.rate() * LEASE_EVERY.as_secs_f64()
+}
+
 /// Keeps `policy`'s fleet-wide limit of `system` fed from `bucket` until
 /// `stop`; `live` holds the number of live replicas, for the fallback.
 pub(crate) async fn keep<B: Bucket>(
@@ -148,13 +160,16 @@ pub(crate) async fn keep<B: Bucket>(
     // The first lease is taken at once, so that the first calls find permits
     // on hand; until it is granted the limiter runs on its local bucket.
     let mut first = true;
+    // A busy replica leases every LEASE_EVERY from the start of its last
+    // lease, however long that lease took (up to LEASE_EVERY).
+    let mut leased_at = Instant::now();
     loop {
         let next = async {
             if std::mem::take(&mut first) {
                 return;
             }
             if sizing.busy() {
-                tokio::time::sleep(LEASE_EVERY).await;
+                tokio::time::sleep_until(leased_at + LEASE_EVERY).await;
             } else {
                 std::future::pending::<()>().await;
             }
@@ -174,11 +189,12 @@ pub(crate) async fn keep<B: Bucket>(
         let ask = Ask {
             want,
             configured: limit.rate(),
-            burst: f64::from(limit.get_burst()),
+            burst: capacity(&limit),
             adaptive: limit.is_adaptive(),
             signals,
             max_hold: limit.get_max_hold(),
         };
+        leased_at = Instant::now();
         let leased = tokio::time::timeout(LEASE_TIMEOUT, bucket.lease(&system, &ask)).await;
         match leased {
             Ok(Ok(lease)) => {
@@ -235,17 +251,25 @@ mod tests {
     use ballast::RateLimit;
 
     /// The fleet's bucket in memory, on tokio's clock: a token bucket of
-    /// `rate` a second and `burst`, like `ballast_fleet_lease`.
+    /// `rate` a second holding what a lease asks it to (`Ask::burst`), like
+    /// `ballast_fleet_lease`; the leases take `latencies` in turn.
     struct Memory {
         rate: f64,
-        burst: f64,
+        latencies: Vec<Duration>,
+        leases: AtomicU64,
         state: Mutex<(f64, Instant, f64)>,
         down: std::sync::atomic::AtomicBool,
     }
 
     impl Memory {
-        fn new(rate: f64, burst: f64) -> Self {
-            Self { rate, burst, state: Mutex::new((burst, Instant::now(), 0.0)), down: Default::default() }
+        fn new(rate: f64, latencies: &[Duration]) -> Self {
+            Self {
+                rate,
+                latencies: latencies.to_vec(),
+                leases: AtomicU64::new(0),
+                state: Mutex::new((0.0, Instant::now(), 0.0)),
+                down: Default::default(),
+            }
         }
 
         fn granted(&self) -> f64 {
@@ -258,9 +282,11 @@ mod tests {
             if self.down.load(Ordering::Relaxed) {
                 return Err(FleetError::Database(sqlx::Error::PoolTimedOut));
             }
+            let n = self.leases.fetch_add(1, Ordering::Relaxed) as usize;
+            tokio::time::sleep(self.latencies[n % self.latencies.len()]).await;
             let mut state = self.state.lock().unwrap();
             let now = Instant::now();
-            let avail = (state.0 + self.rate * now.duration_since(state.1).as_secs_f64()).min(self.burst);
+            let avail = (state.0 + self.rate * now.duration_since(state.1).as_secs_f64()).min(ask.burst);
             let granted = ask.want.min(avail.floor()).max(0.0);
             *state = (avail - granted, now, state.2 + granted);
             Ok(Lease { granted, rate: self.rate, held: Duration::ZERO })
@@ -291,7 +317,7 @@ mod tests {
     /// 100 (and its burst), using nearly all of it.
     #[tokio::test(start_paused = true)]
     async fn three_replicas_together_send_the_fleet_s_rate() {
-        let bucket = Arc::new(Memory::new(100.0, 10.0));
+        let bucket = Arc::new(Memory::new(100.0, &[Duration::from_millis(2)]));
         let live = Arc::new(AtomicU64::new(3));
         let stop = CancellationToken::new();
         let mut runs = tokio::task::JoinSet::new();
@@ -301,16 +327,43 @@ mod tests {
         }
         let sent: u32 = runs.join_all().await.into_iter().sum();
         stop.cancel();
-        assert!(f64::from(sent) <= 100.0 * 10.0 + 10.0, "within rate × t + burst: {sent}");
+        // The burst of 10 and a tenth of a second's worth at 100/s.
+        assert!(f64::from(sent) <= 100.0 * 10.0 + 20.0, "within rate × t + the bucket: {sent}");
         assert!(f64::from(sent) >= 0.9 * 100.0 * 10.0, "uses the rate: {sent}");
         assert!(bucket.granted() >= f64::from(sent), "nothing sent without a permit");
+    }
+
+    /// Leases that take up to most of a lease interval, each its own time
+    /// (a busy database, a replica short of CPU), lose none of the rate: the
+    /// bucket holds what accrues between two leases, and the next lease
+    /// starts on time.
+    #[tokio::test(start_paused = true)]
+    async fn slow_leases_lose_none_of_the_rate() {
+        let latencies = [5, 90, 10, 80, 2, 95].map(Duration::from_millis);
+        let bucket = Arc::new(Memory::new(100.0, &latencies));
+        let live = Arc::new(AtomicU64::new(1));
+        let stop = CancellationToken::new();
+        let policy = replica(&bucket, &live, &stop);
+        // Calls that do not wait for one another: 200 a second, each on its own.
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..200 * 10 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let policy = policy.clone();
+            calls.spawn(async move {
+                policy.read(|_| async { Ok::<_, std::convert::Infallible>(()) }).await.is_ok()
+            });
+        }
+        let sent = calls.join_all().await.into_iter().filter(|ok| *ok).count();
+        stop.cancel();
+        assert!(sent >= 970, "100/s for 10 s with leases of up to 95 ms: {sent}");
+        assert!(sent <= 1000 + 20, "and no more: {sent}");
     }
 
     /// Without the database each replica holds the fleet's rate over the
     /// replicas last seen, and the fleet's bucket again once it answers.
     #[tokio::test(start_paused = true)]
     async fn without_the_database_each_replica_holds_its_share() {
-        let bucket = Arc::new(Memory::new(100.0, 10.0));
+        let bucket = Arc::new(Memory::new(100.0, &[Duration::from_millis(2)]));
         let live = Arc::new(AtomicU64::new(3));
         let stop = CancellationToken::new();
         let policy = replica(&bucket, &live, &stop);

@@ -79,3 +79,23 @@ pub enum SystemBuildError {
     #[error("could not build the HTTP client: {0}")]
     Client(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
+
+impl From<ballast_vocab::http::InvalidBaseUrl> for SystemBuildError {
+    fn from(e: ballast_vocab::http::InvalidBaseUrl) -> Self {
+        SystemBuildError::InvalidBaseUrl { url: e.url, reason: e.reason }
+    }
+}
+
+/// Parses a system's base URL exactly as
+/// [`HttpSystemBuilder::build`](crate::HttpSystemBuilder::build) does — with
+/// [`ballast_vocab::http::parse_base_url`], as `ballast lint` does: an
+/// absolute `http://` or `https://` URL that can be a base, without query or
+/// fragment.
+///
+/// ```
+/// assert!(ballast_http::parse_base_url("http://x").is_ok());
+/// assert!(ballast_http::parse_base_url("https://h/?q=1").is_err());
+/// ```
+pub fn parse_base_url(url: &str) -> Result<url::Url, SystemBuildError> {
+    Ok(ballast_vocab::http::parse_base_url(url)?)
+}

@@ -15,16 +15,116 @@
 //! | invalid request, TLS/protocol errors, anything else | permanent |
 //!
 //! A class switched off in [`RetryOn`] is permanent: it is neither retried nor,
-//! by default, counted as a failure by the breaker. The classification itself
-//! lives in the core ([`ballast::http_class`]), which also classifies a bare
-//! `reqwest::Error` the same way.
+//! by default, counted as a failure by the breaker. The classes and their
+//! names live in [`ballast_vocab::http`], where `ballast lint` reads them; a
+//! bare `reqwest::Error` is classified the same way through [`Reqwest`].
 
-pub use ballast::http_class::{RetryOn, TransportKind, UnknownClass};
+use std::error::Error as StdError;
+use std::fmt;
+use std::io;
 
-#[cfg(feature = "client")]
+use ballast::{Classification, Classify};
+
+pub use ballast_vocab::http::{RetryOn, TransportKind, UnknownClass};
+
 pub(crate) use retry_after::retry_after;
 
-#[cfg(feature = "client")]
+/// The kind of a failure below HTTP, found by walking the error's source
+/// chain, where reqwest, hyper and the OS leave the facts (`std::io::Error`
+/// kinds, hyper's incomplete-message flag).
+pub fn transport_kind(error: &(dyn StdError + 'static)) -> TransportKind {
+    let connect = error.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_connect);
+    let mut timed_out = false;
+    let mut found = None;
+    let mut source = Some(error);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<io::Error>() {
+            match io.kind() {
+                io::ErrorKind::TimedOut => timed_out = true,
+                io::ErrorKind::ConnectionRefused => found = found.or(Some(TransportKind::Connect)),
+                io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe => found = found.or(Some(TransportKind::Reset)),
+                io::ErrorKind::UnexpectedEof => found = found.or(Some(TransportKind::Incomplete)),
+                _ => {}
+            }
+        }
+        if let Some(h) = err.downcast_ref::<hyper::Error>() {
+            if h.is_timeout() {
+                timed_out = true;
+            } else if h.is_incomplete_message() {
+                found = found.or(Some(TransportKind::Incomplete));
+            }
+        }
+        if err.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_timeout) {
+            timed_out = true;
+        }
+        source = err.source();
+    }
+    match (connect, timed_out) {
+        (true, true) => TransportKind::ConnectTimeout,
+        (true, false) => TransportKind::Connect,
+        (false, true) => TransportKind::ReadTimeout,
+        (false, false) => found.unwrap_or(TransportKind::Other),
+    }
+}
+
+/// The class of a reqwest error under `retry_on`: an error made by
+/// `error_for_status` by its status (as for a write without a key: no
+/// 409-in-flight), any other by its [`TransportKind`].
+pub fn classify_reqwest(retry_on: RetryOn, error: &reqwest::Error) -> Classification {
+    let class = match error.status() {
+        Some(status) => retry_on.status_class(status, false),
+        None => retry_on.transport_class(transport_kind(error)),
+    };
+    let throttled = error.status().is_some_and(|s| s == reqwest::StatusCode::TOO_MANY_REQUESTS);
+    Classification { class, retry_after: None, throttled }
+}
+
+/// A bare `reqwest::Error`, classified by the default [`RetryOn`]: 5xx,
+/// timeouts, refused and reset connections are transient; every 4xx and
+/// anything else is permanent (R-RES-RE-X2) — so a policy can wrap plain
+/// reqwest calls, `?` turning each `reqwest::Error` into one.
+///
+/// ```no_run
+/// # async fn f(policy: ballast::Policy) -> Result<(), ballast::Failure<ballast_http::Reqwest>> {
+/// use ballast_http::Reqwest;
+///
+/// let client = reqwest::Client::new();
+/// let body = policy
+///     .read(|_| async {
+///         Ok::<_, Reqwest>(client.get("https://crm.example/orders/7").send().await?.error_for_status()?.text().await?)
+///     })
+///     .await?;
+/// # let _ = body; Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Reqwest(pub reqwest::Error);
+
+impl From<reqwest::Error> for Reqwest {
+    fn from(error: reqwest::Error) -> Self {
+        Reqwest(error)
+    }
+}
+
+impl fmt::Display for Reqwest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl StdError for Reqwest {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source()
+    }
+}
+
+impl Classify for Reqwest {
+    fn classify(&self) -> Classification {
+        classify_reqwest(RetryOn::default(), &self.0)
+    }
+}
+
 mod retry_after {
     use std::time::{Duration, SystemTime};
 
@@ -79,6 +179,28 @@ mod retry_after {
             assert_eq!(retry_after(&h), Some(Duration::ZERO));
             h.insert(http::header::RETRY_AFTER, "soon".parse().unwrap());
             assert_eq!(retry_after(&h), None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_kinds_in_the_source_chain_decide_the_transport_kind() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("wrapped")]
+        struct Wrapped(#[source] io::Error);
+        for (kind, want) in [
+            (io::ErrorKind::ConnectionReset, TransportKind::Reset),
+            (io::ErrorKind::BrokenPipe, TransportKind::Reset),
+            (io::ErrorKind::UnexpectedEof, TransportKind::Incomplete),
+            (io::ErrorKind::TimedOut, TransportKind::ReadTimeout),
+            (io::ErrorKind::ConnectionRefused, TransportKind::Connect),
+            (io::ErrorKind::PermissionDenied, TransportKind::Other),
+        ] {
+            assert_eq!(transport_kind(&Wrapped(kind.into())), want, "{kind:?}");
         }
     }
 }

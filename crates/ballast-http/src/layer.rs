@@ -156,12 +156,15 @@ where
         Box::pin(async move {
             let key = request.extensions().get::<RequestKey>().map(|k| k.0.clone());
             let (method, path) = (request.method().clone(), request.uri().path().to_owned());
-            let line = Line { method: &method, path: &path, headers: request.headers(), is_read: is_safe(&method) };
+            let line =
+                Line { method: &method, path: &path, headers: request.headers(), is_read: is_safe(&method) };
             let planner = system_policy.planner();
             let plan = match planner.plan(line, Declared::ByMethod(key.as_ref())) {
                 Ok(plan) => plan,
                 Err(refused) => {
-                    return Err(Failure::unsent(ServiceError::InvalidRequest { reason: refused.error.to_string() }))
+                    return Err(Failure::unsent(ServiceError::InvalidRequest {
+                        reason: refused.error.to_string(),
+                    }))
                 }
             };
             if let Err(e) = system_policy.set_key(&plan, request.headers_mut()) {
@@ -189,6 +192,6 @@ where
 }
 
 fn service_error(source: BoxError, retry_on: RetryOn) -> ServiceError {
-    let kind = TransportKind::of(source.as_ref());
+    let kind = crate::classify::transport_kind(source.as_ref());
     ServiceError::Service { kind, class: retry_on.transport_class(kind), source }
 }

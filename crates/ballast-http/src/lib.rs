@@ -55,56 +55,38 @@
 //! The classification table is in the [`classify`] module's documentation.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// What `ballast lint` reads (routes, retry classes, base URLs, header names)
-// is always here; the client — reqwest, hyper, the transport — comes with the
-// `client` feature (on by default), so a checker of configurations compiles
-// no HTTP client.
-
-/// Items of the HTTP client, compiled with the `client` feature.
-macro_rules! with_client {
-    ($($item:item)*) => {$(
-        #[cfg(feature = "client")]
-        #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
-        $item
-    )*};
-}
-
-mod base_url;
 mod build_error;
 pub mod classify;
-mod header_name;
-pub mod routes;
+mod decode;
+mod error;
+mod health;
+mod layer;
+pub mod metrics;
+pub mod plan;
+mod rate_headers;
+mod request;
+mod response;
+mod system;
+mod system_policy;
+mod systems;
+pub mod transport;
 
-pub use base_url::parse_base_url;
-pub use build_error::SystemBuildError;
-pub use classify::{RetryOn, TransportKind, UnknownClass};
-pub use header_name::{is_header_name, DEFAULT_IDEMPOTENCY_HEADER};
+/// A system's routes: see [`ballast_vocab::http::routes`], where they live
+/// below the client so that `ballast lint` reads the same ones.
+pub use ballast_vocab::http::routes;
 
-with_client! {
-    mod decode;
-    mod error;
-    mod health;
-    mod layer;
-    pub mod metrics;
-    pub mod plan;
-    mod rate_headers;
-    mod request;
-    mod response;
-    mod system;
-    mod system_policy;
-    mod systems;
-    pub mod transport;
-
-    pub use error::HttpError;
-    pub use health::{Health, HealthReport, SystemHealth};
-    pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
-    pub use plan::{Plan, SentOnce};
-    pub use request::{OnceRequest, Request, StreamingRequest};
-    pub use response::Response;
-    pub use system::{HttpSystem, HttpSystemBuilder};
-    pub use system_policy::CallStats;
-    pub use systems::Systems;
-}
+pub use ballast_vocab::http::{is_header_name, DEFAULT_IDEMPOTENCY_HEADER};
+pub use build_error::{parse_base_url, SystemBuildError};
+pub use classify::{Reqwest, RetryOn, TransportKind, UnknownClass};
+pub use error::HttpError;
+pub use health::{Health, HealthReport, SystemHealth};
+pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
+pub use plan::{Plan, SentOnce};
+pub use request::{OnceRequest, Request, StreamingRequest};
+pub use response::Response;
+pub use system::{HttpSystem, HttpSystemBuilder};
+pub use system_policy::CallStats;
+pub use systems::Systems;
 
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]

@@ -206,8 +206,10 @@ impl Middleware for PolicyMiddleware {
                         Ok(response) => response,
                         Err(source) => {
                             let kind = match &source {
-                                reqwest_middleware::Error::Reqwest(e) => TransportKind::of(e),
-                                reqwest_middleware::Error::Middleware(e) => TransportKind::of(e.as_ref()),
+                                reqwest_middleware::Error::Reqwest(e) => crate::classify::transport_kind(e),
+                                reqwest_middleware::Error::Middleware(e) => {
+                                    crate::classify::transport_kind(e.as_ref())
+                                }
                             };
                             let class = retry_on.transport_class(kind);
                             return Err(AttemptError::Transport { kind, class, source });

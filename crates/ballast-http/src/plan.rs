@@ -156,7 +156,7 @@ pub(crate) struct Refused {
 }
 
 /// The routes of a front end that has none (a tower layer, a middleware).
-pub(crate) static NO_ROUTES: Routes = Routes::none();
+pub(crate) static NO_ROUTES: Routes = Routes::new();
 
 /// The system's side of planning: its routes, what becomes of an unrouted
 /// write, and whether it deduplicates by key.
@@ -171,10 +171,9 @@ impl<'a> Planner<'a> {
     /// The one function that decides what a call is: the module docs' table.
     pub fn plan<'k: 'a>(&self, line: Line<'_>, declared: Declared<'k>) -> Result<Plan<'a>, Refused> {
         let reached = self.routes.reach(line.method, line.path, line.headers);
-        let operation = self.operation(line, declared, reached.route()).map_err(|error| Refused {
-            error,
-            route: reached.found.map(|(index, _)| index),
-        })?;
+        let operation = self
+            .operation(line, declared, reached.route())
+            .map_err(|error| Refused { error, route: reached.found.map(|(index, _)| index) })?;
         Ok(Plan { operation, reached, dedupes_by_key: self.dedupes_by_key, stream: false })
     }
 
@@ -184,7 +183,8 @@ impl<'a> Planner<'a> {
         declared: Declared<'k>,
         route: Option<&Route>,
     ) -> Result<Operation<'k>, HttpError> {
-        let key_required = || HttpError::KeyRequired { route: route.map(Route::name).unwrap_or_default().to_owned() };
+        let key_required =
+            || HttpError::KeyRequired { route: route.map(Route::name).unwrap_or_default().to_owned() };
         let not_a_read = || HttpError::NotARead { method: line.method.clone() };
         Ok(match (declared, route.map(Route::kind)) {
             (Declared::As(Operation::Read) | Declared::ByMethod(_), Some(RouteKind::Read)) => Operation::Read,
@@ -194,9 +194,10 @@ impl<'a> Planner<'a> {
             (Declared::As(Operation::Read), None) if line.is_read => Operation::Read,
             (Declared::As(Operation::Read), None) => return Err(not_a_read()),
             (_, Some(RouteKind::WriteOnce)) => Operation::WriteOnce,
-            (Declared::As(Operation::KeyedWrite(key)) | Declared::ByMethod(Some(key)), Some(RouteKind::KeyedWrite)) => {
-                Operation::KeyedWrite(key)
-            }
+            (
+                Declared::As(Operation::KeyedWrite(key)) | Declared::ByMethod(Some(key)),
+                Some(RouteKind::KeyedWrite),
+            ) => Operation::KeyedWrite(key),
             (_, Some(RouteKind::KeyedWrite)) => return Err(key_required()),
             (Declared::ByMethod(_), None) if crate::routes::is_safe(line.method) => Operation::Read,
             (Declared::As(operation), None) => self.unrouted(operation, line)?,
@@ -294,34 +295,153 @@ mod tests {
         let headers = HeaderMap::new();
         type Want = Result<(&'static str, Result<(), SentOnce>), &'static str>;
         let rows: [(&str, &str, &str, Declared<'_>, Unrouted, Want); 16] = [
-            ("GET", "/leads/7", "a read route", Declared::ByMethod(None), Unrouted::Refuse, Ok(("read", Ok(())))),
-            ("POST", "/search", "a read route, any method", Declared::ByMethod(None), Unrouted::Refuse, Ok(("read", Ok(())))),
-            ("POST", "/payments", "keyed_write with a key", Declared::ByMethod(Some(&key)), Unrouted::Refuse, Ok(("keyed_write", Ok(())))),
-            ("POST", "/payments", "keyed_write without one", Declared::ByMethod(None), Unrouted::Refuse, Err("key_required")),
-            ("POST", "/notes", "write_once, with a key", Declared::ByMethod(Some(&key)), Unrouted::Refuse, Ok(("write_once", Err(SentOnce::WriteOnce)))),
-            ("HEAD", "/other", "no route, a safe method", Declared::ByMethod(None), Unrouted::Refuse, Ok(("read", Ok(())))),
-            ("PUT", "/other", "no route, refused", Declared::ByMethod(Some(&key)), Unrouted::Refuse, Err("unrouted")),
-            ("PUT", "/other", "no route, written once", Declared::ByMethod(Some(&key)), Unrouted::Once, Ok(("write_once", Err(SentOnce::WriteOnce)))),
-            ("PUT", "/other", "no route, by method, a key", Declared::ByMethod(Some(&key)), Unrouted::ByMethod, Ok(("keyed_write", Ok(())))),
-            ("PUT", "/other", "no route, by method, no key", Declared::ByMethod(None), Unrouted::ByMethod, Ok(("write_once", Err(SentOnce::WriteOnce)))),
-            ("GET", "/leads/7", "read declared, read route", Declared::As(Operation::Read), Unrouted::Refuse, Ok(("read", Ok(())))),
-            ("POST", "/payments", "read declared on a write route", Declared::As(Operation::Read), Unrouted::Refuse, Err("not_a_read")),
-            ("POST", "/other", "read declared, a POST", Declared::As(Operation::Read), Unrouted::ByMethod, Err("not_a_read")),
-            ("POST", "/payments", "write_once declared on keyed_write", Declared::As(Operation::WriteOnce), Unrouted::Refuse, Err("key_required")),
-            ("POST", "/notes", "keyed write declared on write_once", Declared::As(Operation::KeyedWrite(&key)), Unrouted::Refuse, Ok(("write_once", Err(SentOnce::WriteOnce)))),
-            ("POST", "/payments", "keyed write declared", Declared::As(Operation::KeyedWrite(&key)), Unrouted::Refuse, Ok(("keyed_write", Ok(())))),
+            (
+                "GET",
+                "/leads/7",
+                "a read route",
+                Declared::ByMethod(None),
+                Unrouted::Refuse,
+                Ok(("read", Ok(()))),
+            ),
+            (
+                "POST",
+                "/search",
+                "a read route, any method",
+                Declared::ByMethod(None),
+                Unrouted::Refuse,
+                Ok(("read", Ok(()))),
+            ),
+            (
+                "POST",
+                "/payments",
+                "keyed_write with a key",
+                Declared::ByMethod(Some(&key)),
+                Unrouted::Refuse,
+                Ok(("keyed_write", Ok(()))),
+            ),
+            (
+                "POST",
+                "/payments",
+                "keyed_write without one",
+                Declared::ByMethod(None),
+                Unrouted::Refuse,
+                Err("key_required"),
+            ),
+            (
+                "POST",
+                "/notes",
+                "write_once, with a key",
+                Declared::ByMethod(Some(&key)),
+                Unrouted::Refuse,
+                Ok(("write_once", Err(SentOnce::WriteOnce))),
+            ),
+            (
+                "HEAD",
+                "/other",
+                "no route, a safe method",
+                Declared::ByMethod(None),
+                Unrouted::Refuse,
+                Ok(("read", Ok(()))),
+            ),
+            (
+                "PUT",
+                "/other",
+                "no route, refused",
+                Declared::ByMethod(Some(&key)),
+                Unrouted::Refuse,
+                Err("unrouted"),
+            ),
+            (
+                "PUT",
+                "/other",
+                "no route, written once",
+                Declared::ByMethod(Some(&key)),
+                Unrouted::Once,
+                Ok(("write_once", Err(SentOnce::WriteOnce))),
+            ),
+            (
+                "PUT",
+                "/other",
+                "no route, by method, a key",
+                Declared::ByMethod(Some(&key)),
+                Unrouted::ByMethod,
+                Ok(("keyed_write", Ok(()))),
+            ),
+            (
+                "PUT",
+                "/other",
+                "no route, by method, no key",
+                Declared::ByMethod(None),
+                Unrouted::ByMethod,
+                Ok(("write_once", Err(SentOnce::WriteOnce))),
+            ),
+            (
+                "GET",
+                "/leads/7",
+                "read declared, read route",
+                Declared::As(Operation::Read),
+                Unrouted::Refuse,
+                Ok(("read", Ok(()))),
+            ),
+            (
+                "POST",
+                "/payments",
+                "read declared on a write route",
+                Declared::As(Operation::Read),
+                Unrouted::Refuse,
+                Err("not_a_read"),
+            ),
+            (
+                "POST",
+                "/other",
+                "read declared, a POST",
+                Declared::As(Operation::Read),
+                Unrouted::ByMethod,
+                Err("not_a_read"),
+            ),
+            (
+                "POST",
+                "/payments",
+                "write_once declared on keyed_write",
+                Declared::As(Operation::WriteOnce),
+                Unrouted::Refuse,
+                Err("key_required"),
+            ),
+            (
+                "POST",
+                "/notes",
+                "keyed write declared on write_once",
+                Declared::As(Operation::KeyedWrite(&key)),
+                Unrouted::Refuse,
+                Ok(("write_once", Err(SentOnce::WriteOnce))),
+            ),
+            (
+                "POST",
+                "/payments",
+                "keyed write declared",
+                Declared::As(Operation::KeyedWrite(&key)),
+                Unrouted::Refuse,
+                Ok(("keyed_write", Ok(()))),
+            ),
         ];
         for dedupes_by_key in [true, false] {
             for (method, path, row, declared, unrouted, want) in rows {
                 let planner = Planner { routes: &routes, unrouted, dedupes_by_key };
                 let method = Method::from_bytes(method.as_bytes()).unwrap();
-                let line = Line { method: &method, path, headers: &headers, is_read: crate::routes::is_safe(&method) };
+                let line = Line {
+                    method: &method,
+                    path,
+                    headers: &headers,
+                    is_read: crate::routes::is_safe(&method),
+                };
                 let got = match planner.plan(line, declared) {
                     Ok(plan) => Ok((plan.operation().kind().as_str(), plan.retried())),
                     Err(refused) => Err(name(&refused.error)),
                 };
                 let want = want.map(|(kind, retried)| match retried {
-                    Ok(()) if kind == "keyed_write" && !dedupes_by_key => (kind, Err(SentOnce::NotDeduplicated)),
+                    Ok(()) if kind == "keyed_write" && !dedupes_by_key => {
+                        (kind, Err(SentOnce::NotDeduplicated))
+                    }
                     retried => (kind, retried),
                 });
                 assert_eq!(got, want, "{row} (dedupes_by_key = {dedupes_by_key})");
@@ -335,7 +455,10 @@ mod tests {
         let line = Line { method: &Method::GET, path: "/", headers: &HeaderMap::new(), is_read: true };
         let plan = planner.plan(line, Declared::ByMethod(None)).unwrap().streamed();
         assert_eq!(plan.retried(), Err(SentOnce::Stream));
-        assert_eq!((SentOnce::Stream.rule(), SentOnce::Stream.stop_reason()), (Rule::ReX1, StopReason::NotRetryable));
+        assert_eq!(
+            (SentOnce::Stream.rule(), SentOnce::Stream.stop_reason()),
+            (Rule::ReX1, StopReason::NotRetryable)
+        );
         assert_eq!(SentOnce::NotDeduplicated.stop_reason(), StopReason::NotDeduplicated);
     }
 
@@ -343,7 +466,8 @@ mod tests {
     fn a_refused_plan_names_the_route_it_reached() {
         let routes = Routes::new().route("POST", "/payments", RouteKind::KeyedWrite).unwrap();
         let planner = Planner { routes: &routes, unrouted: Unrouted::Refuse, dedupes_by_key: true };
-        let line = Line { method: &Method::POST, path: "/payments", headers: &HeaderMap::new(), is_read: false };
+        let line =
+            Line { method: &Method::POST, path: "/payments", headers: &HeaderMap::new(), is_read: false };
         let refused = planner.plan(line, Declared::ByMethod(None)).unwrap_err();
         assert_eq!((name(&refused.error), refused.route), ("key_required", Some(0)));
     }

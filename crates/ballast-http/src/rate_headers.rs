@@ -203,7 +203,8 @@ mod tests {
         prop_oneof![
             number(),
             (number(), number()).prop_map(|(r, t)| format!("\"default\";r={r};t={t}")),
-            (number(), number(), number()).prop_map(|(l, r, t)| format!("limit={l}, remaining={r}, reset={t}")),
+            (number(), number(), number())
+                .prop_map(|(l, r, t)| format!("limit={l}, remaining={r}, reset={t}")),
             (number(), number()).prop_map(|(q, w)| format!("\"p\";q={q};w={w}, {q};w={w}")),
             (0u64..u64::MAX / 2).prop_map(|secs| {
                 // Dates far past the year 9999 the format can hold are written by hand.

@@ -131,7 +131,9 @@ fn decode(text: &[u8]) -> Vec<u8> {
     while i < text.len() {
         let escape = (text[i] == b'%').then(|| &text[i + 1..]);
         match escape {
-            Some([b'u' | b'U', rest @ ..]) if rest.len() >= 4 && hex(&rest[..4]).is_some_and(|c| c < 0x80) => {
+            Some([b'u' | b'U', rest @ ..])
+                if rest.len() >= 4 && hex(&rest[..4]).is_some_and(|c| c < 0x80) =>
+            {
                 bytes.push(hex(&rest[..4]).unwrap_or_default() as u8);
                 i += 6;
             }
@@ -425,9 +427,19 @@ mod tests {
         ] {
             assert!(has_dot_segment(bad), "{bad}");
         }
-        for good in
-            ["", "/", "payments", "orders/7", "a..b/c", ".well-known/x", "v1.2/items", "%2e%2ex", "a%20b", "caf%C3%A9", "%c0x"]
-        {
+        for good in [
+            "",
+            "/",
+            "payments",
+            "orders/7",
+            "a..b/c",
+            ".well-known/x",
+            "v1.2/items",
+            "%2e%2ex",
+            "a%20b",
+            "caf%C3%A9",
+            "%c0x",
+        ] {
             assert!(!has_dot_segment(good), "{good}");
         }
     }

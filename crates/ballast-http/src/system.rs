@@ -9,16 +9,18 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
-use url::Url;
 use tracing::Instrument;
+use url::Url;
 
 use crate::classify;
-use crate::request::{Head, OnceRequest};
 use crate::plan::{Declared, Line, Plan, Planner};
+use crate::request::{Head, OnceRequest};
 use crate::routes::{Route, Routes, Unrouted};
 use crate::system_policy::SystemPolicy;
 use crate::transport::{HyperTransport, OutBody, ReqwestTransport, Transport, TransportError};
-use crate::{parse_base_url, HttpError, Request, Response, RetryOn, SystemBuildError, DEFAULT_IDEMPOTENCY_HEADER};
+use crate::{
+    parse_base_url, HttpError, Request, Response, RetryOn, SystemBuildError, DEFAULT_IDEMPOTENCY_HEADER,
+};
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -280,7 +282,10 @@ impl HttpSystemBuilder {
         let policy = self.policy.build()?;
         if policy.name() != self.name {
             // Only a closure that ignored the builder it was given gets here.
-            return Err(SystemBuildError::NameMismatch { system: self.name, policy: policy.name().to_owned() });
+            return Err(SystemBuildError::NameMismatch {
+                system: self.name,
+                policy: policy.name().to_owned(),
+            });
         }
         let header = HeaderName::from_bytes(self.header.as_bytes())
             .map_err(|_| SystemBuildError::InvalidHeaderName { name: self.header.clone() })?;
@@ -377,8 +382,10 @@ impl Base {
     /// The base of `url`; its userinfo, if any, becomes `Authorization:
     /// Basic` in `headers` (as browsers and reqwest do), never part of the URI.
     fn new(url: &Url, headers: &mut HeaderMap) -> Result<Self, SystemBuildError> {
-        let invalid =
-            |reason: String| SystemBuildError::InvalidBaseUrl { url: ballast::redact_url(url.as_str()), reason };
+        let invalid = |reason: String| SystemBuildError::InvalidBaseUrl {
+            url: ballast::redact_url(url.as_str()),
+            reason,
+        };
         if !url.username().is_empty() && !headers.contains_key(http::header::AUTHORIZATION) {
             let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
             let pair =
@@ -702,7 +709,12 @@ impl HttpSystem {
 
     /// What `head` is on this system ([`crate::plan`]); a refusal is
     /// counted for the route it reached (`unanswered`).
-    fn plan_head<'a>(&'a self, head: &Head, declared: Declared<'a>, is_read: bool) -> Result<Plan<'a>, HttpError> {
+    fn plan_head<'a>(
+        &'a self,
+        head: &Head,
+        declared: Declared<'a>,
+        is_read: bool,
+    ) -> Result<Plan<'a>, HttpError> {
         let planner = Planner {
             routes: &self.inner.routes,
             unrouted: self.inner.unrouted,
@@ -741,12 +753,21 @@ impl HttpSystem {
     /// [`plan_by_method`](Self::plan_by_method) of this system and this
     /// request) says, every answer handed back as an answer, as
     /// [`send`](Self::send) does.
-    pub async fn send_planned(&self, plan: Plan<'_>, request: Request) -> Result<Response, Failure<HttpError>> {
+    pub async fn send_planned(
+        &self,
+        plan: Plan<'_>,
+        request: Request,
+    ) -> Result<Response, Failure<HttpError>> {
         self.run(plan, request, true).await
     }
 
     /// The call of a plan.
-    async fn run(&self, plan: Plan<'_>, request: Request, judged: bool) -> Result<Response, Failure<HttpError>> {
+    async fn run(
+        &self,
+        plan: Plan<'_>,
+        request: Request,
+        judged: bool,
+    ) -> Result<Response, Failure<HttpError>> {
         let head = &request.head;
         let route_timeout = plan.route().and_then(Route::attempt_timeout);
         let (uri, headers) = match self.prepare(head, &plan) {

@@ -95,7 +95,12 @@ impl SystemPolicy {
     /// Runs `op` as `plan` says — once, for the reason the plan gives
     /// ([`Plan::retried`]), or retried as the policy allows — with `judge`
     /// on its answers, counting attempts in flight and timing the whole call.
-    pub(crate) async fn run<T, E, F, Fut, J>(&self, plan: &Plan<'_>, judge: J, mut op: F) -> Result<T, Failure<E>>
+    pub(crate) async fn run<T, E, F, Fut, J>(
+        &self,
+        plan: &Plan<'_>,
+        judge: J,
+        mut op: F,
+    ) -> Result<T, Failure<E>>
     where
         F: FnMut(Context) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -123,7 +128,9 @@ impl SystemPolicy {
         // One await of either call: a future awaited in each branch would
         // take the room of both in this one's state.
         let call = match once {
-            Some(why) => Either::Left(self.policy.judged_once(plan.operation(), why.stop_reason(), judge, counted)),
+            Some(why) => {
+                Either::Left(self.policy.judged_once(plan.operation(), why.stop_reason(), judge, counted))
+            }
             None => Either::Right(self.policy.judged(plan.operation(), judge, counted)),
         };
         let result = call.await;

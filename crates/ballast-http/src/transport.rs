@@ -177,7 +177,7 @@ async fn read_whole(mut body: hyper::body::Incoming, read: Duration) -> Result<B
                 }
             }
             None => break,
-            Some(Err(e)) => return Err(TransportError::new(TransportKind::of(&e), e)),
+            Some(Err(e)) => return Err(TransportError::new(crate::classify::transport_kind(&e), e)),
         }
     }
     Ok(match first {
@@ -199,7 +199,7 @@ fn kind_of(error: &hyper_util::client::legacy::Error) -> TransportKind {
         }
         return TransportKind::Connect;
     }
-    TransportKind::of(error)
+    crate::classify::transport_kind(error)
 }
 
 /// A caller's own reqwest client as a transport.
@@ -225,7 +225,7 @@ impl tower::Service<http::Request<OutBody>> for ReqwestTransport {
             };
             let request = reqwest::Request::try_from(http::Request::from_parts(parts, body))
                 .map_err(|e| TransportError::new(TransportKind::Other, e))?;
-            let failed = |e: reqwest::Error| TransportError::new(TransportKind::of(&e), e);
+            let failed = |e: reqwest::Error| TransportError::new(crate::classify::transport_kind(&e), e);
             let response = client.execute(request).await.map_err(failed)?;
             let (status, headers, version) =
                 (response.status(), response.headers().clone(), response.version());

@@ -60,75 +60,52 @@
 //! # Ok(()) }
 //! ```
 
-// What `ballast lint` reads — the durable schedule, the defaults and bounds,
-// the backends' names — is always here; the queue itself (stores, worker,
-// handlers) comes with a backend feature, so a checker of configurations
-// compiles no database driver.
-#[cfg(all(feature = "runtime", not(any(feature = "sqlite", feature = "postgres"))))]
-compile_error!(
-    "ballast-queue needs a backend: enable its `sqlite` (default) or `postgres` feature \
-     (through ballast-http: its `sqlite` or `postgres` feature)"
-);
-
-/// Items of the queue's runtime, compiled with a backend feature.
-macro_rules! with_runtime {
-    ($($item:item)*) => {$(
-        #[cfg(feature = "runtime")]
-        #[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
-        $item
-    )*};
-}
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+compile_error!("ballast-queue needs a backend: enable its `sqlite` (default) or `postgres` feature");
 
 /// The `ballast_tasks` table: every column, state and index, and the claim SQL.
 pub mod schema {
     #![doc = include_str!("../SCHEMA.md")]
 }
-mod backend;
-mod durable_backoff;
-mod limits;
-mod schedule;
+mod admin;
+mod alert;
+mod error;
+mod handler;
+mod handover;
+mod lease;
+/// The queue's Prometheus metrics: names, labels, and when they are updated.
+pub mod metrics;
+mod monitor;
+mod outcome;
+mod queue;
+mod quiet;
+mod retention;
+mod store;
+mod task;
+mod types;
+mod worker;
 
-pub use backend::Backend;
-pub use durable_backoff::DurableBackoff;
-pub use limits::{
-    DEFAULT_BATCH, DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_MAX_AGE, DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_POLL_INTERVAL, MAX_KIND_LEN, MIN_LEASE, RETAIN_COMPLETED, RETAIN_FAILED,
+// The schedule, backends, defaults and bounds live below the queue, where
+// `ballast lint` reads them too.
+pub use ballast_vocab::queue::{
+    Backend, DurableBackoff, DurableSchedule, DEFAULT_BATCH, DEFAULT_CONCURRENCY, DEFAULT_LEASE,
+    DEFAULT_MAX_AGE, DEFAULT_MAX_ATTEMPTS, DEFAULT_POLL_INTERVAL, MAX_KIND_LEN, MIN_LEASE, RETAIN_COMPLETED,
+    RETAIN_FAILED,
 };
-pub use schedule::DurableSchedule;
 
-with_runtime! {
-    mod admin;
-    mod alert;
-    mod error;
-    mod handler;
-    mod handover;
-    mod lease;
-    /// The queue's Prometheus metrics: names, labels, and when they are updated.
-    pub mod metrics;
-    mod monitor;
-    mod outcome;
-    mod queue;
-    mod quiet;
-    mod retention;
-    mod store;
-    mod task;
-    mod types;
-    mod worker;
-
-    pub use alert::{Alert, FailReason, FailedTask, LogAlert};
-    pub use error::{Error, Result};
-    pub use handler::{Handler, TaskContext};
-    pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
-    pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
-    pub use queue::{Queue, TxConnection};
-    pub use retention::Retention;
-    pub use task::{check_kind, NewTask};
-    pub use types::{
-        EnqueueOutcome, ErrorRecord, KindStats, ListFilter, TaskInfo, TaskState, UnknownState, ERROR_HISTORY,
-        TABLE,
-    };
-    pub use worker::{RunSummary, Worker, WorkerBuilder};
-}
+pub use alert::{Alert, FailReason, FailedTask, LogAlert};
+pub use error::{Error, Result};
+pub use handler::{Handler, TaskContext};
+pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
+pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
+pub use queue::{Queue, TxConnection};
+pub use retention::Retention;
+pub use task::{check_kind, NewTask};
+pub use types::{
+    EnqueueOutcome, ErrorRecord, KindStats, ListFilter, TaskInfo, TaskState, UnknownState, ERROR_HISTORY,
+    TABLE,
+};
+pub use worker::{RunSummary, Worker, WorkerBuilder};
 
 /// The README's example, compiled and run as a doc test so it cannot rot.
 #[cfg(doctest)]

@@ -115,7 +115,12 @@ impl QueueMonitor {
     /// queue connected for it alone, so its scan never takes a connection a
     /// worker is waiting for.
     pub fn builder(queue: Queue) -> QueueMonitorBuilder {
-        QueueMonitorBuilder { queue, every: Duration::from_secs(5), timeout: Duration::from_secs(5), storage: None }
+        QueueMonitorBuilder {
+            queue,
+            every: Duration::from_secs(5),
+            timeout: Duration::from_secs(5),
+            storage: None,
+        }
     }
 
     /// The latest snapshot. Never touches the database.

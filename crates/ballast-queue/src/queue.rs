@@ -16,7 +16,6 @@ use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 use crate::metrics::QueueGauges;
-use crate::schedule::DurableSchedule;
 use crate::store::any::AnyStore;
 #[cfg(feature = "postgres")]
 use crate::store::postgres;
@@ -26,6 +25,7 @@ use crate::store::Store;
 use crate::task::NewTask;
 use crate::types::EnqueueOutcome;
 use crate::Backend;
+use crate::DurableSchedule;
 
 /// How long a PostgreSQL connection may sit idle before it is pinged on its
 /// way out of the pool (see [`Queue::pg_pool_options`]).

@@ -27,11 +27,10 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::limits::{RETAIN_COMPLETED, RETAIN_FAILED};
 use crate::metrics::PRUNED;
 use crate::types::TaskState;
 use crate::Queue;
-
+use crate::{RETAIN_COMPLETED, RETAIN_FAILED};
 
 /// What to delete, and how gently; see [`Retention::spawn`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, derive_setters::Setters)]

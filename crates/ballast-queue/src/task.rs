@@ -7,10 +7,9 @@ use ballast::IdempotencyKey;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::limits::MAX_KIND_LEN;
 use crate::store::ValidTask;
 use crate::types::micros;
-
+use crate::MAX_KIND_LEN;
 
 /// Checks a task kind: 1 to [`MAX_KIND_LEN`] characters from `A–Z a–z 0–9`
 /// and `. _ - : /`. A kind names a handler, a metric label and a column of
@@ -118,7 +117,7 @@ impl NewTask {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::DEFAULT_MAX_ATTEMPTS;
+    use crate::DEFAULT_MAX_ATTEMPTS;
 
     #[test]
     fn kinds_are_short_identifiers() {

@@ -5,7 +5,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The table every task lives in (see [`schema`](crate::schema)).

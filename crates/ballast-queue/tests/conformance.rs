@@ -392,6 +392,12 @@ async fn failure_stores_its_alert_tasks_keyed_by_the_failure(h: &Harness) {
     wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Failed).await;
     let pages = h.queue.list(&ListFilter::default().kind("page")).await.unwrap();
     assert_eq!(pages.len(), 1, "{pages:?}");
+    // The alert is told once the failure is stored, a moment after the task reads failed.
+    let deadline = tokio::time::Instant::now() + SOON;
+    while pager.0.all().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the alert was never told of the failure");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let first = pager.0.all()[0].clone();
     assert_eq!(pages[0].key.as_deref(), Some(first.failure_key("pager").as_str()));
     assert_eq!(pages[0].payload, serde_json::json!(id));

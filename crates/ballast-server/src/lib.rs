@@ -35,6 +35,7 @@
 pub mod admin;
 pub mod alerts;
 pub mod auth;
+pub mod build;
 mod fleet;
 pub mod gateway;
 pub mod listener;
@@ -67,9 +68,12 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServeError {
-    /// The configuration cannot be turned into running systems or settings.
+    /// The configuration refused its settings.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A running part of the configuration could not be built.
+    #[error(transparent)]
+    Build(#[from] build::BuildError),
     /// The queue database could not be opened or prepared.
     #[error("cannot {what} the queue at {url}: {source}")]
     Queue {
@@ -145,14 +149,14 @@ impl Server {
         raise_descriptor_limit();
         ballast_http::metrics::describe();
         let settings = config.serve()?;
-        let systems = Systems::new(config.http_systems()?);
+        let systems = Systems::new(build::http_systems(config)?);
         let queue_settings = config.queue()?;
         let queue_url = ballast::redact_url(&queue_settings.url);
         let queue_error = |what| {
             let url = queue_url.clone();
             move |source| ServeError::Queue { what, url, source }
         };
-        let queue = queue_settings.connect().await.map_err(queue_error("open"))?;
+        let queue = build::queue(&queue_settings).await.map_err(queue_error("open"))?;
         queue.migrate().await.map_err(queue_error("prepare"))?;
         // Counting runs read-only on a pool of its own, so it never waits
         // for, or delays, a connection the worker needs.
@@ -167,12 +171,11 @@ impl Server {
             .spawn(background.clone());
         // Readiness reflects the database from the first request on.
         monitor.first_refresh().await;
-        queue_settings.retention().spawn(queue.clone(), background.clone());
+        build::retention(&queue_settings).spawn(queue.clone(), background.clone());
         warn_unopenable(&queue, &systems).await;
         let webhooks = Webhooks::from_settings(&config.alerts()?)?;
         let deferrals = queue.clone();
-        let worker = queue_settings
-            .worker(queue)
+        let worker = build::worker(&queue_settings, queue)
             .handler(
                 DELIVERY_KIND,
                 DeliveryHandler::shared(systems.clone()).max_age(queue_settings.schedule.max_age),

@@ -46,7 +46,7 @@ pub enum ReloadError {
     Refused(String),
     /// A system could not be built.
     #[error(transparent)]
-    System(#[from] ballast_config::ConfigError),
+    System(#[from] crate::build::BuildError),
     /// The file has no `[queue]`: `ballast serve` could not start on it.
     #[error(
         "the new file has no [queue] section; `ballast serve` cannot run without one (the running queue \
@@ -122,7 +122,7 @@ pub async fn reload(
                 next.push(running);
             }
             _ => {
-                next.push(config.http_system(name)?);
+                next.push(crate::build::http_system(&config, name)?);
                 done.rebuilt.push(name.to_owned());
             }
         }

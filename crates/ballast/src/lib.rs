@@ -58,7 +58,6 @@ mod classify;
 mod events;
 mod fallback;
 pub mod guide;
-pub mod http_class;
 mod key;
 mod nesting;
 mod op;

@@ -55,8 +55,16 @@ async fn two_attempts_in_one_batch(queue: &Queue, expire: impl AsyncFn()) {
                 Outcome::Completed { lease, result: None }
             }
         };
-        let batch = [outcome(stale, stale_fails, &format!("stale-{n}")), outcome(current, current_fails, &format!("current-{n}"))];
-        let nothing = ClaimRequest { kinds: vec!["job".to_owned()].into(), owner: "b".into(), limit: 0, lease: Duration::from_secs(30) };
+        let batch = [
+            outcome(stale, stale_fails, &format!("stale-{n}")),
+            outcome(current, current_fails, &format!("current-{n}")),
+        ];
+        let nothing = ClaimRequest {
+            kinds: vec!["job".to_owned()].into(),
+            owner: "b".into(),
+            limit: 0,
+            lease: Duration::from_secs(30),
+        };
         let exchange = queue.store.settle_and_claim(&batch, &nothing).await.unwrap();
         assert_eq!(exchange.refused, [stale], "case {n}: only the stale outcome is refused");
         // The same batch again, as a worker whose answer was lost sends it:
@@ -66,7 +74,10 @@ async fn two_attempts_in_one_batch(queue: &Queue, expire: impl AsyncFn()) {
         let task = queue.get(id).await.unwrap().unwrap();
         let state = if current_fails { TaskState::Failed } else { TaskState::Completed };
         assert_eq!(task.state, state, "case {n}: the current attempt's outcome stands");
-        let alerts = queue.list(&crate::ListFilter { kind: Some("alert".into()), ..Default::default() }).await.unwrap();
+        let alerts = queue
+            .list(&crate::ListFilter { kind: Some("alert".into()), ..Default::default() })
+            .await
+            .unwrap();
         let keys: Vec<String> = alerts.iter().filter_map(|t| t.key.clone()).collect();
         let expected: Vec<String> = current_fails
             .then(|| ballast::IdempotencyKey::v5(format!("current-{n}"), "alert").as_str().to_owned())
@@ -74,14 +85,28 @@ async fn two_attempts_in_one_batch(queue: &Queue, expire: impl AsyncFn()) {
             .collect();
         let mine: Vec<String> = keys
             .into_iter()
-            .filter(|k| [format!("stale-{n}"), format!("current-{n}")].iter().any(|name| ballast::IdempotencyKey::v5(name, "alert").as_str() == k))
+            .filter(|k| {
+                [format!("stale-{n}"), format!("current-{n}")]
+                    .iter()
+                    .any(|name| ballast::IdempotencyKey::v5(name, "alert").as_str() == k)
+            })
             .collect();
         assert_eq!(mine, expected, "case {n}: an alert only for the current attempt's own failure");
     }
     let unknown = Lease { id: 1, token: Uuid::now_v7() };
-    let exchange = queue.store.settle_and_claim(&[Outcome::Released { lease: unknown }], &ClaimRequest {
-        kinds: vec!["job".to_owned()].into(), owner: "c".into(), limit: 0, lease: Duration::from_secs(30),
-    }).await.unwrap();
+    let exchange = queue
+        .store
+        .settle_and_claim(
+            &[Outcome::Released { lease: unknown }],
+            &ClaimRequest {
+                kinds: vec!["job".to_owned()].into(),
+                owner: "c".into(),
+                limit: 0,
+                lease: Duration::from_secs(30),
+            },
+        )
+        .await
+        .unwrap();
     assert_eq!(exchange.refused, [unknown], "a lease nobody holds is refused");
 }
 
@@ -120,10 +145,12 @@ async fn postgres_settles_each_outcome_by_its_own_lease() {
     let queue = Queue::from_postgres(pool.clone());
     queue.migrate().await.unwrap();
     two_attempts_in_one_batch(&queue, async || {
-        sqlx::query("UPDATE ballast_tasks SET lease_expires_at = now() - interval '1 hour' WHERE state = 'running'")
-            .execute(&pool)
-            .await
-            .unwrap();
+        sqlx::query(
+            "UPDATE ballast_tasks SET lease_expires_at = now() - interval '1 hour' WHERE state = 'running'",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
     })
     .await;
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await.unwrap();

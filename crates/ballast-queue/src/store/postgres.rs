@@ -281,12 +281,12 @@ async fn settle_and_claim(
         }
     }
     if settled.len() != n {
-        let unsettled: Vec<Lease> = outcomes.iter().map(Outcome::lease).filter(|l| !settled.contains(l)).collect();
+        let unsettled: Vec<Lease> =
+            outcomes.iter().map(Outcome::lease).filter(|l| !settled.contains(l)).collect();
         let (ids, tokens) = split(&unsettled);
         let written: Vec<(i64, Uuid)> =
             sqlx::query_as(WRITTEN).bind(&ids).bind(&tokens).fetch_all(&mut *conn).await?;
-        exchange.refused =
-            unsettled.into_iter().filter(|l| !written.contains(&(l.id, l.token))).collect();
+        exchange.refused = unsettled.into_iter().filter(|l| !written.contains(&(l.id, l.token))).collect();
     }
     let released =
         outcomes.iter().any(|o| matches!(o, Outcome::Released { lease } if settled.contains(lease)));

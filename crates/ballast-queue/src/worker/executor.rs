@@ -16,12 +16,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::alert::{Alert, FailReason, FailedTask};
-use crate::durable_backoff::DurableBackoff;
 use crate::handler::{AttemptError, ErasedHandler, TaskContext};
 use crate::lease::Held;
 use crate::metrics::AttemptCounters;
 use crate::outcome::Outcome;
 use crate::store::{ClaimedTask, Lease, ValidTask};
+use crate::DurableBackoff;
 
 use super::completer::{Report, Settling};
 
@@ -166,7 +166,8 @@ impl Attempts {
         // only fails, as `panicked`, when its attempts are spent.
         let panicked = ran.is_err();
         let ran = ran.unwrap_or_else(|panic| {
-            let message = format!("handler panicked: {}; the attempt's outcome is unknown", panic_message(&*panic));
+            let message =
+                format!("handler panicked: {}; the attempt's outcome is unknown", panic_message(&*panic));
             Err(AttemptError::Failed { message, class: ballast::Classification::transient() })
         });
         let (outcome, report) = match ran {

@@ -21,21 +21,20 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::alert::{Alert, LogAlert};
-use crate::durable_backoff::DurableBackoff;
 use crate::error::{Error, Result};
 use crate::handler::{Erased, ErasedHandler, Handler};
 use crate::lease::Held;
 use crate::metrics::AttemptCounters;
 use crate::outcome::Outcome;
 use crate::store::{ClaimRequest, Exchange, Store};
+use crate::DurableBackoff;
 use crate::Queue;
 
 use completer::{Batch, Completer, Report, Settling};
 use executor::{Attempts, Executor, Finished};
 use producer::Producer;
 
-use crate::limits::{DEFAULT_BATCH, DEFAULT_CONCURRENCY, DEFAULT_LEASE, MIN_LEASE};
-
+use crate::{DEFAULT_BATCH, DEFAULT_CONCURRENCY, DEFAULT_LEASE, MIN_LEASE};
 
 /// How long finished tasks may wait for the handlers still running, so that
 /// one round trip completes a whole batch and claims the next (a completed
@@ -46,7 +45,6 @@ const LINGER: Duration = Duration::from_millis(2);
 /// room for several batches: while one commits, the next claims, so a single
 /// worker is not held to one commit at a time.
 const MAX_PIPELINE: usize = 4;
-
 
 /// Runs handlers for the tasks of the kinds it was given.
 ///
@@ -207,7 +205,8 @@ impl WorkerBuilder {
         // its tasks would wait forever. Asked with a failure of a kind no
         // alert keeps to itself.
         let probe = crate::alert::FailedTask::probe();
-        let unhandled = |kind: &&str| crate::task::check_kind(kind).is_ok() && !self.handlers.contains_key(*kind);
+        let unhandled =
+            |kind: &&str| crate::task::check_kind(kind).is_ok() && !self.handlers.contains_key(*kind);
         if let Some(kind) = self.alert.enqueue(&probe).iter().map(|t| t.kind()).find(unhandled) {
             return Err(Error::Config(format!(
                 "the alert enqueues tasks of kind {kind:?}, which this worker has no handler for: they would \
@@ -588,7 +587,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let queue =
             Queue::connect(&format!("sqlite://{}", dir.path().join("queue.db").display())).await.unwrap();
-        let builder = || Worker::builder(queue.clone()).handler("k", Failing(Classification::permanent())).alert(Pager);
+        let builder =
+            || Worker::builder(queue.clone()).handler("k", Failing(Classification::permanent())).alert(Pager);
         let refused = builder().build().unwrap_err().to_string();
         assert!(refused.contains("\"page\"") && refused.contains("R-RES-RE-5"), "{refused}");
         assert!(builder().handler("page", Failing(Classification::permanent())).build().is_ok());

@@ -22,7 +22,7 @@
 //! a `write_once` into a retried write or skip a key check.
 //!
 //! ```
-//! use ballast_http::routes::{RouteKind, Routes};
+//! use ballast_vocab::http::routes::{RouteKind, Routes};
 //!
 //! let routes = Routes::new()
 //!     .route("POST", "/orders/search", RouteKind::Read)?
@@ -31,7 +31,7 @@
 //! let found = routes.find(&http::Method::POST, "payments").unwrap();
 //! assert_eq!((found.template(), found.kind()), ("/payments", RouteKind::KeyedWrite));
 //! assert!(routes.find(&http::Method::POST, "orders").is_none(), "unmatched: the method decides");
-//! # Ok::<(), ballast_http::routes::RouteError>(())
+//! # Ok::<(), ballast_vocab::http::routes::RouteError>(())
 //! ```
 
 use std::borrow::Cow;
@@ -46,8 +46,8 @@ use http::Method;
 /// reading of it for the client, the gateway and the checker.
 ///
 /// ```
-/// assert!(ballast_http::routes::is_safe(&http::Method::HEAD));
-/// assert!(!ballast_http::routes::is_safe(&http::Method::POST));
+/// assert!(ballast_vocab::http::routes::is_safe(&http::Method::HEAD));
+/// assert!(!ballast_vocab::http::routes::is_safe(&http::Method::POST));
 /// ```
 pub fn is_safe(method: &Method) -> bool {
     matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
@@ -98,7 +98,7 @@ impl FromStr for RouteKind {
 /// (`[systems.NAME] unrouted`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Unrouted {
-    /// Refused unsent, naming the routes ([`HttpError::Unrouted`](crate::HttpError)):
+    /// Refused unsent, naming the routes (`ballast_http::HttpError::Unrouted`):
     /// the default of a system with routes, whose writes are all declared.
     #[default]
     Refuse,
@@ -146,7 +146,7 @@ pub const METHOD_OVERRIDE_HEADERS: [&str; 3] =
 /// method escapes its route or passes for a read.
 ///
 /// ```
-/// use ballast_http::routes::canonical_method;
+/// use ballast_vocab::http::routes::canonical_method;
 ///
 /// assert_eq!(canonical_method(&http::Method::from_bytes(b"post").unwrap()), http::Method::POST);
 /// assert_eq!(canonical_method(&http::Method::from_bytes(b"PURGE").unwrap()).as_str(), "PURGE");
@@ -406,11 +406,7 @@ pub struct Routes {
 
 impl Routes {
     /// No routes: every call is what its method and key make it.
-    pub fn new() -> Routes {
-        Routes::default()
-    }
-
-    pub(crate) const fn none() -> Routes {
+    pub const fn new() -> Routes {
         Routes { routes: Vec::new(), any_case: false }
     }
 

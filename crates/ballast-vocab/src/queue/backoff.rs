@@ -17,7 +17,7 @@ use rand::Rng;
 ///
 /// ```
 /// use std::time::Duration;
-/// use ballast_queue::DurableBackoff;
+/// use ballast_vocab::queue::DurableBackoff;
 /// use rand::SeedableRng;
 ///
 /// let backoff = DurableBackoff::default();

@@ -1,8 +1,7 @@
 //! Which HTTP outcomes are worth another attempt (R-RES-RE-X2): the one
-//! classification `ballast-http` uses for its systems and `ballast lint`
-//! checks `retry_on` against. With the crate's `reqwest` feature, also what
-//! [`ballast::Classify`](crate::Classify) says of a bare `reqwest::Error` — so a policy can wrap plain
-//! reqwest calls without a newtype (see its example).
+//! classification `ballast-http` uses for its systems (and for a bare
+//! `reqwest::Error`, through `ballast_http::Reqwest`) and `ballast lint`
+//! checks `retry_on` against.
 //!
 //! | outcome | class by default | switch |
 //! |---|---|---|
@@ -14,13 +13,7 @@
 //! | 408, 429 | permanent | [`RetryOn::status_408`], [`RetryOn::status_429`] |
 //! | every other 4xx, TLS and protocol errors, anything else | permanent, never retried | — |
 
-use crate::Class;
-#[cfg(feature = "reqwest")]
-use crate::{Classification, Classify};
-#[cfg(feature = "reqwest")]
-use std::error::Error as StdError;
-#[cfg(feature = "reqwest")]
-use std::io;
+use ballast::Class;
 
 /// The outcome classes an HTTP system treats as transient.
 ///
@@ -43,7 +36,7 @@ use std::io;
 /// that means); every other call keeps 409 permanent.
 ///
 /// ```
-/// use ballast::http_class::RetryOn;
+/// use ballast_vocab::http::RetryOn;
 ///
 /// let on = RetryOn::default().with_429(true);
 /// assert_eq!(on, RetryOn::from_names(&["5xx", "timeout", "connect", "reset", "409-in-flight", "429"]).unwrap());
@@ -259,83 +252,6 @@ impl TransportKind {
             TransportKind::Other => "other",
         }
     }
-
-    /// Finds the kind by walking an error's source chain, where reqwest,
-    /// hyper and the OS leave the facts (`std::io::Error` kinds, hyper's
-    /// incomplete-message flag).
-    #[cfg(feature = "reqwest")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
-    pub fn of(error: &(dyn StdError + 'static)) -> Self {
-        let connect = error.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_connect);
-        let mut timed_out = false;
-        let mut found = None;
-        let mut source = Some(error);
-        while let Some(err) = source {
-            if let Some(io) = err.downcast_ref::<io::Error>() {
-                match io.kind() {
-                    io::ErrorKind::TimedOut => timed_out = true,
-                    io::ErrorKind::ConnectionRefused => found = found.or(Some(TransportKind::Connect)),
-                    io::ErrorKind::ConnectionReset
-                    | io::ErrorKind::ConnectionAborted
-                    | io::ErrorKind::BrokenPipe => found = found.or(Some(TransportKind::Reset)),
-                    io::ErrorKind::UnexpectedEof => found = found.or(Some(TransportKind::Incomplete)),
-                    _ => {}
-                }
-            }
-            if let Some(h) = err.downcast_ref::<hyper::Error>() {
-                if h.is_timeout() {
-                    timed_out = true;
-                } else if h.is_incomplete_message() {
-                    found = found.or(Some(TransportKind::Incomplete));
-                }
-            }
-            if err.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_timeout) {
-                timed_out = true;
-            }
-            source = err.source();
-        }
-        match (connect, timed_out) {
-            (true, true) => TransportKind::ConnectTimeout,
-            (true, false) => TransportKind::Connect,
-            (false, true) => TransportKind::ReadTimeout,
-            (false, false) => found.unwrap_or(TransportKind::Other),
-        }
-    }
-}
-
-#[cfg(feature = "reqwest")]
-#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
-impl RetryOn {
-    /// The class of a reqwest error under these switches: an error made by
-    /// `error_for_status` by its status (as for a write without a key: no
-    /// 409-in-flight), any other by its [`TransportKind`].
-    pub fn classify_reqwest(&self, error: &reqwest::Error) -> Classification {
-        let class = match error.status() {
-            Some(status) => self.status_class(status, false),
-            None => self.transport_class(TransportKind::of(error)),
-        };
-        let throttled = error.status().is_some_and(|s| s == reqwest::StatusCode::TOO_MANY_REQUESTS);
-        Classification { class, retry_after: None, throttled }
-    }
-}
-
-/// The default [`RetryOn`]: 5xx, timeouts, refused and reset connections are
-/// transient; every 4xx and anything else is permanent (R-RES-RE-X2).
-///
-/// ```no_run
-/// # async fn f(policy: ballast::Policy) -> Result<(), ballast::Failure<reqwest::Error>> {
-/// let client = reqwest::Client::new();
-/// let body = policy
-///     .read(|_| async { client.get("https://crm.example/orders/7").send().await?.error_for_status()?.text().await })
-///     .await?;
-/// # let _ = body; Ok(()) }
-/// ```
-#[cfg(feature = "reqwest")]
-#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
-impl Classify for reqwest::Error {
-    fn classify(&self) -> Classification {
-        RetryOn::default().classify_reqwest(self)
-    }
 }
 
 #[cfg(test)]
@@ -379,23 +295,5 @@ mod tests {
         assert_eq!(RetryOn::from_names::<&str>(&[]).unwrap(), RetryOn::none());
         let err = RetryOn::from_names(&["5xx", "404"]).unwrap_err();
         assert_eq!(err.name, "404");
-    }
-
-    #[cfg(feature = "reqwest")]
-    #[test]
-    fn io_kinds_in_the_source_chain_decide_the_transport_kind() {
-        #[derive(Debug, thiserror::Error)]
-        #[error("wrapped")]
-        struct Wrapped(#[source] io::Error);
-        for (kind, want) in [
-            (io::ErrorKind::ConnectionReset, TransportKind::Reset),
-            (io::ErrorKind::BrokenPipe, TransportKind::Reset),
-            (io::ErrorKind::UnexpectedEof, TransportKind::Incomplete),
-            (io::ErrorKind::TimedOut, TransportKind::ReadTimeout),
-            (io::ErrorKind::ConnectionRefused, TransportKind::Connect),
-            (io::ErrorKind::PermissionDenied, TransportKind::Other),
-        ] {
-            assert_eq!(TransportKind::of(&Wrapped(kind.into())), want, "{kind:?}");
-        }
     }
 }

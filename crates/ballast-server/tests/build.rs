@@ -1,10 +1,11 @@
-//! Checked configurations turned into running parts (the `runtime` feature):
-//! the HTTP systems a file describes build as lint promised, with the
-//! settings lint read.
+//! Checked configurations turned into running parts by the composition root
+//! (`ballast_server::build`): the HTTP systems a file describes build as lint
+//! promised, with the settings lint read.
 
 use std::time::Duration;
 
 use ballast_config::Config;
+use ballast_server::build::{http_system, http_systems};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/ballast.toml");
 
@@ -16,14 +17,14 @@ async fn retry_on_is_read_as_lint_reads_it() {
     )
     .unwrap();
     assert!(config.lint().iter().all(|f| !f.is_error()), "{:?}", config.lint());
-    let system = config.http_system("a").expect("builds");
+    let system = http_system(&config, "a").expect("builds");
     assert_eq!(system.retry_on(), ballast_http::RetryOn::from_names(&["5xx", "429"]).unwrap());
 }
 
 #[tokio::test]
 async fn the_shipped_example_builds_its_http_systems() {
     let config = Config::load(EXAMPLE).expect("example loads");
-    let systems = config.http_systems().expect("every HTTP system builds");
+    let systems = http_systems(&config).expect("every HTTP system builds");
     let names: Vec<_> = systems.iter().map(|s| s.name().to_owned()).collect();
     assert_eq!(names, ["crm", "sber", "sms"]);
     let sber = &systems[1];
@@ -35,7 +36,7 @@ async fn the_shipped_example_builds_its_http_systems() {
 #[test]
 fn a_system_without_base_url_is_not_an_http_system() {
     let config = Config::parse("inline.toml", "[systems.sms.timeout]\nattempt = \"1s\"\n").unwrap();
-    let err = config.http_system("sms").unwrap_err().to_string();
+    let err = http_system(&config, "sms").unwrap_err().to_string();
     assert!(err.contains("no base_url"), "{err}");
 }
 
@@ -47,7 +48,7 @@ fn client_timeouts_within_the_attempt_build() {
     )
     .unwrap();
     assert_eq!(config.lint(), vec![]);
-    assert!(config.http_system("a").is_ok());
+    assert!(http_system(&config, "a").is_ok());
 }
 
 #[test]
@@ -62,7 +63,7 @@ fn lint_and_the_http_client_agree_on_base_urls() {
     ] {
         let config = Config::parse("t.toml", format!("[systems.a]\nbase_url = \"{url}\"\n")).unwrap();
         let clean = !ballast_config::has_errors(&config.lint());
-        assert_eq!(config.http_system("a").is_ok(), clean, "{url}");
+        assert_eq!(http_system(&config, "a").is_ok(), clean, "{url}");
     }
 }
 
@@ -70,18 +71,18 @@ fn lint_and_the_http_client_agree_on_base_urls() {
 fn a_refused_base_url_keeps_its_secrets() {
     let config =
         Config::parse("t.toml", "[systems.a]\nbase_url = \"ftp://app:s3cret@h/?token=s3cret\"\n").unwrap();
-    let refused = config.http_system("a").unwrap_err().to_string();
+    let refused = http_system(&config, "a").unwrap_err().to_string();
     assert!(!refused.contains("s3cret"), "{refused}");
 }
 
 #[test]
 fn leaving_409_in_flight_out_of_retry_on_turns_it_off() {
     let text = "[systems.pay]\nbase_url = \"http://a/\"\ndedupes_by_key = true\nkey_ttl = \"1d\"\n[systems.pay.retry]\nretry_on = [\"5xx\"]\n";
-    let policy_on = Config::parse("t.toml", text).unwrap().http_system("pay").unwrap();
+    let policy_on = http_system(&Config::parse("t.toml", text).unwrap(), "pay").unwrap();
     assert!(!policy_on.retry_on().conflict_in_flight, "left out means off");
     let default =
         Config::parse("t.toml", "[systems.pay]\nbase_url = \"http://a/\"\ndedupes_by_key = true\n").unwrap();
-    assert!(default.http_system("pay").unwrap().retry_on().conflict_in_flight, "on by default");
+    assert!(http_system(&default, "pay").unwrap().retry_on().conflict_in_flight, "on by default");
 }
 
 #[test]
@@ -96,7 +97,7 @@ attempt = "1s"
 "GET /reports/*" = { kind = "read", timeout = "500ms" }
 "#;
     let config = Config::parse("t.toml", text).unwrap();
-    let system = config.http_system("reports").unwrap();
+    let system = http_system(&config, "reports").unwrap();
     let route = system.route(&http::Method::GET, "reports/2026/q4").unwrap();
     assert_eq!((route.name(), route.attempt_timeout()), ("GET /reports/*", Some(Duration::from_millis(500))));
 }

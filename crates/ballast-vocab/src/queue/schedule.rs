@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use crate::durable_backoff::DurableBackoff;
-use crate::limits::{DEFAULT_MAX_AGE, DEFAULT_MAX_ATTEMPTS, DEFAULT_POLL_INTERVAL};
+use super::backoff::DurableBackoff;
+use super::limits::{DEFAULT_MAX_AGE, DEFAULT_MAX_ATTEMPTS, DEFAULT_POLL_INTERVAL};
 
 /// The durable retry schedule of a queue.
 ///
@@ -15,18 +15,17 @@ use crate::limits::{DEFAULT_MAX_AGE, DEFAULT_MAX_ATTEMPTS, DEFAULT_POLL_INTERVAL
 /// [`DurableBackoff::nominal`]`(n)` — `2^n s`, capped at 1 h — jittered into
 /// the upper half, `[nominal / 2, nominal]`. A due task is picked up within
 /// one `poll_interval`. An attempt refused unsent does not count against
-/// `max_attempts` ([`TaskContext::not_attempted`](crate::TaskContext::not_attempted));
+/// `max_attempts` (`ballast_queue::TaskContext::not_attempted`);
 /// such postponements are bounded by `max_age` (or, for a keyed write, by
 /// its key's TTL).
 ///
-/// A [`Queue`](crate::Queue) carries one ([`Queue::with_schedule`](crate::Queue::with_schedule)):
-/// every task it enqueues without its own
-/// [`max_attempts`](crate::NewTask::max_attempts) gets this schedule's, and a
-/// [`Worker`](crate::Worker) built on it polls and backs off by it.
+/// A `ballast_queue::Queue` carries one (`Queue::with_schedule`): every task
+/// it enqueues without its own `max_attempts` gets this schedule's, and a
+/// `Worker` built on it polls and backs off by it.
 ///
 /// ```
 /// use std::time::Duration;
-/// use ballast_queue::DurableSchedule;
+/// use ballast_vocab::queue::DurableSchedule;
 ///
 /// let schedule = DurableSchedule::default();
 /// assert_eq!(schedule.max_attempts, 10);

@@ -18,7 +18,7 @@ impl Backend {
     /// place a URL's scheme is read.
     ///
     /// ```
-    /// use ballast_queue::Backend;
+    /// use ballast_vocab::queue::Backend;
     ///
     /// assert_eq!(Backend::from_url("sqlite://tasks.db"), Some(Backend::Sqlite));
     /// assert_eq!(Backend::from_url("postgresql://app@db/q"), Some(Backend::Postgres));

@@ -14,7 +14,7 @@ pub const MAX_KIND_LEN: usize = 128;
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How long a claim holds a task without a heartbeat unless
-/// [`WorkerBuilder::lease`](crate::WorkerBuilder::lease) says otherwise: a
+/// `ballast_queue::WorkerBuilder::lease` says otherwise: a
 /// task whose worker died is claimable again this long after its last
 /// heartbeat.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);

@@ -1,12 +1,13 @@
-//! A policy around a bare `reqwest::Client`, no newtype: `reqwest::Error` is
-//! classified as `ballast-http` classifies its systems' outcomes.
-#![cfg(feature = "reqwest")]
+//! A policy around a bare `reqwest::Client`: `reqwest::Error`, turned into
+//! [`Reqwest`] by `?`, is classified as `ballast-http` classifies its
+//! systems' outcomes.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ballast::{Backoff, Class, Classify, Policy, Retry, StopReason};
+use ballast_http::Reqwest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -42,14 +43,18 @@ async fn five_hundreds_are_retried_and_four_hundreds_are_not() {
     let client = reqwest::Client::new();
     let (url, count) = upstream(&[503, 502, 200]).await;
     let text = policy()
-        .read(|_| async { client.get(&url).send().await?.error_for_status()?.text().await })
+        .read(|_| async {
+            Ok::<_, Reqwest>(client.get(&url).send().await?.error_for_status()?.text().await?)
+        })
         .await
         .unwrap();
     assert_eq!((text.as_str(), count.load(Ordering::SeqCst)), ("ok", 3));
 
     let (url, count) = upstream(&[404]).await;
-    let failure =
-        policy().read(|_| async { client.get(&url).send().await?.error_for_status() }).await.unwrap_err();
+    let failure = policy()
+        .read(|_| async { Ok::<_, Reqwest>(client.get(&url).send().await?.error_for_status()?) })
+        .await
+        .unwrap_err();
     assert_eq!((failure.stop_reason(), count.load(Ordering::SeqCst)), (StopReason::Permanent, 1));
 }
 
@@ -58,8 +63,10 @@ async fn a_refused_connection_is_transient() {
     let refusing = ballast_test_support::Refusing::new();
     let closed = refusing.addr;
     let client = reqwest::Client::new();
-    let failure =
-        policy().read(|_| async { client.get(format!("http://{closed}/")).send().await }).await.unwrap_err();
+    let failure = policy()
+        .read(|_| async { Ok::<_, Reqwest>(client.get(format!("http://{closed}/")).send().await?) })
+        .await
+        .unwrap_err();
     assert_eq!((failure.stop_reason(), failure.attempts()), (StopReason::Exhausted, 3));
     assert_eq!(failure.error().map(|e| e.classify().class), Some(Class::Transient));
 }

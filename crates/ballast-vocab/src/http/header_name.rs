@@ -8,9 +8,9 @@ pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 /// checked by the same parser the client uses.
 ///
 /// ```
-/// assert!(ballast_http::is_header_name("Idempotency-Key"));
-/// assert!(!ballast_http::is_header_name("Idempotency Key"));
-/// assert!(!ballast_http::is_header_name(""));
+/// assert!(ballast_vocab::http::is_header_name("Idempotency-Key"));
+/// assert!(!ballast_vocab::http::is_header_name("Idempotency Key"));
+/// assert!(!ballast_vocab::http::is_header_name(""));
 /// ```
 pub fn is_header_name(name: &str) -> bool {
     http::HeaderName::from_bytes(name.as_bytes()).is_ok()

@@ -1,0 +1,148 @@
+//! The composition root: the running parts of a checked configuration —
+//! each system's [`HttpSystem`] (its client, its policy with metrics
+//! attached, headers and the seal key read from the environment), the
+//! durable [`Queue`] with its schedule, the [`Worker`]'s builder and the
+//! [`Retention`] — built from the settings `ballast-config` hands out, so a
+//! service runs exactly what `ballast lint` checked.
+//!
+//! ```
+//! use ballast_config::Config;
+//!
+//! let config = Config::parse("inline.toml", r#"
+//!     [systems.sber]
+//!     base_url = "http://127.0.0.1:8080"
+//!     dedupes_by_key = true
+//!     key_ttl = "24h"
+//!     critical = true
+//!     [systems.sber.retry]
+//!     max_attempts = 3
+//!     [systems.sber.timeout]
+//!     attempt = "1s"
+//! "#).unwrap();
+//! let sber = ballast_server::build::http_system(&config, "sber").unwrap();
+//! assert!(sber.is_critical() && sber.dedupes_by_key());
+//! ```
+
+use ballast_config::{Config, ConfigError, HttpSettings, QueueSettings};
+use ballast_http::metrics::SystemMetrics;
+use ballast_http::{HttpSystem, SealError, SealKey, SystemBuildError};
+use ballast_queue::{Queue, Retention, Worker, WorkerBuilder};
+
+/// Why a running part of the configuration was not built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The configuration refused it (lint errors, an unknown system, no `base_url`).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The HTTP client of a system could not be built.
+    #[error("[systems.{system}] in {file}: {source}")]
+    Http {
+        /// The system.
+        system: String,
+        /// The file.
+        file: String,
+        /// What the HTTP crate refused.
+        source: SystemBuildError,
+    },
+    /// A `[systems.NAME.headers]` value's variable is not set.
+    #[error(
+        "[systems.{system}.headers] {header} comes from {var}, which is not set (or empty): export it before \
+         `ballast serve` starts"
+    )]
+    HeaderEnvUnset {
+        /// The system.
+        system: String,
+        /// The header.
+        header: String,
+        /// The variable.
+        var: String,
+    },
+    /// `[queue] seal_key_env` names a variable that holds no usable key.
+    #[error("[queue] seal_key_env names {var}: {source}")]
+    SealKey {
+        /// The variable.
+        var: String,
+        /// Why the key is unusable (its value is never shown).
+        source: SealError,
+    },
+}
+
+/// The HTTP system `name`: its client (base URL, connect and read timeouts,
+/// the idempotency header, `retry_on`, routes), its policy with a
+/// [`SystemMetrics`] listener attached, headers and the seal key read from
+/// the environment. Refused when the system has lint errors, no `base_url`,
+/// or a variable it names is unset.
+pub fn http_system(config: &Config, name: &str) -> Result<HttpSystem, BuildError> {
+    let settings = config.http_settings(name)?;
+    from_settings(settings, config.source().name())
+}
+
+/// Every system as an [`HttpSystem`], ordered by name.
+pub fn http_systems(config: &Config) -> Result<Vec<HttpSystem>, BuildError> {
+    config.system_names().map(|name| http_system(config, name)).collect()
+}
+
+fn from_settings(settings: HttpSettings, file: &str) -> Result<HttpSystem, BuildError> {
+    let HttpSettings { name, policy, base_url, .. } = &settings;
+    let policy = policy.clone().listener(SystemMetrics::register(name));
+    let http = |source| BuildError::Http { system: name.clone(), file: file.to_owned(), source };
+    // The policy was built for this same name, with the checks lint runs.
+    let mut builder = HttpSystem::builder(name, base_url)
+        .policy(|_| policy)
+        .dedupes_by_key(settings.dedupes_by_key)
+        .critical(settings.critical)
+        .routes(settings.routes.clone());
+    for (header, var) in &settings.headers {
+        let value = std::env::var(var).ok().filter(|v| !v.is_empty()).ok_or_else(|| {
+            BuildError::HeaderEnvUnset { system: name.clone(), header: header.clone(), var: var.clone() }
+        })?;
+        builder = builder.header(header, &value);
+    }
+    if let Some(var) = &settings.seal_key_env {
+        let text = std::env::var(var).unwrap_or_default();
+        let key =
+            SealKey::from_text(&text).map_err(|source| BuildError::SealKey { var: var.clone(), source })?;
+        builder = builder.seal_key(key);
+    }
+    if !settings.seal_headers.is_empty() {
+        builder = builder.seal_headers(&settings.seal_headers);
+    }
+    if let Some(ttl) = settings.key_ttl {
+        builder = builder.key_ttl(ttl);
+    }
+    if let Some(unrouted) = settings.unrouted {
+        builder = builder.unrouted(unrouted);
+    }
+    if let Some(header) = &settings.idempotency_header {
+        builder = builder.idempotency_header(header.clone());
+    }
+    if let Some(retry_on) = settings.retry_on {
+        builder = builder.retry_on(retry_on);
+    }
+    if let Some(connect) = settings.connect_timeout {
+        builder = builder.connect_timeout(connect);
+    }
+    if let Some(read) = settings.read_timeout {
+        builder = builder.read_timeout(read);
+    }
+    builder.build().map_err(http)
+}
+
+/// Opens the queue's database with `settings`' schedule: tasks enqueued
+/// through it get its `max_attempts`, workers built on it its backoff and
+/// poll interval.
+pub async fn queue(settings: &QueueSettings) -> ballast_queue::Result<Queue> {
+    Ok(Queue::connect(&settings.url).await?.with_schedule(settings.schedule))
+}
+
+/// A worker builder for `queue` (from [`queue()`]) with `settings`' lease;
+/// add handlers and build.
+pub fn worker(settings: &QueueSettings, queue: Queue) -> WorkerBuilder {
+    Worker::builder(queue).lease(settings.lease)
+}
+
+/// The pruning of final tasks with `settings`' retentions; spawn it beside the worker.
+pub fn retention(settings: &QueueSettings) -> Retention {
+    Retention::default().completed(settings.retain_completed).failed(settings.retain_failed)
+}

@@ -1,0 +1,27 @@
+//! # ballast-vocab — the words ballast's crates share, with no runtime
+//!
+//! What `ballast lint` checks a configuration against must be what the HTTP
+//! client and the durable queue enforce. So the vocabulary lives here, below
+//! them all, and each reads it from here: the checker (`ballast-config`)
+//! without compiling an HTTP client or a database driver, the client
+//! (`ballast-http`) and the queue (`ballast-queue`), which re-export it under
+//! their own names.
+//!
+//! - [`http`]: which outcomes are transient ([`http::RetryOn`],
+//!   R-RES-RE-X2); a system's [`routes`](http::routes) (`read`,
+//!   `keyed_write`, `write_once`); its base URL and header names.
+//! - [`queue`]: the durable schedule ([`queue::DurableSchedule`],
+//!   R-RES-RE-5), the backends a queue URL names, every default and bound.
+//!
+//! ```
+//! use ballast_vocab::http::{parse_base_url, RetryOn};
+//! use ballast_vocab::queue::{Backend, DurableSchedule};
+//!
+//! assert!(parse_base_url("https://crm.example/api/").is_ok());
+//! assert!(RetryOn::from_names(&["5xx", "4xx"]).is_err(), "4xx are never retried (R-RES-RE-X2)");
+//! assert_eq!(Backend::from_url("postgres://db/q"), Some(Backend::Postgres));
+//! assert_eq!(DurableSchedule::default().max_attempts, 10);
+//! ```
+
+pub mod http;
+pub mod queue;
