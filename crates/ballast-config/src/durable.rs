@@ -1,7 +1,7 @@
 //! The durable queue's schedule as a `[queue]` section configures it: the
 //! one [`DurableSchedule`] value that `ballast lint` and `explain` reason
 //! about and that `ballast serve` hands to its queue and worker
-//! ([`QueueSettings::connect`](crate::QueueSettings::connect)), so the window
+//! ([`QueueSettings::schedule`](crate::QueueSettings::schedule)), so the window
 //! lint approves is the window the tasks have (R-RES-RE-1, R-RES-RE-5).
 
 use ballast_vocab::queue::DurableSchedule;
