@@ -18,8 +18,8 @@ use crate::classify::TransportKind;
 use crate::error::transport_message;
 use crate::plan::{Declared, Line};
 use crate::routes::is_safe;
-use crate::system::verdict;
 use crate::system_policy::SystemPolicy;
+use crate::verdict::verdict;
 use crate::RetryOn;
 
 /// A boxed error, as tower services commonly return.

@@ -70,6 +70,7 @@ mod system;
 mod system_policy;
 mod systems;
 pub mod transport;
+mod verdict;
 
 /// A system's routes: see [`ballast_vocab::http::routes`], where they live
 /// below the client so that `ballast lint` reads the same ones.

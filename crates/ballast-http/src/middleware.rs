@@ -51,8 +51,8 @@ use crate::classify::TransportKind;
 use crate::error::transport_message;
 use crate::plan::{key_in, Declared, Line};
 use crate::routes::is_safe;
-use crate::system::verdict;
 use crate::system_policy::SystemPolicy;
+use crate::verdict::verdict;
 use crate::RetryOn;
 
 /// Applies one system's [`Policy`] to every request of a

@@ -1,0 +1,167 @@
+//! Why a delivery did not deliver ([`DeliveryError`]), and how each reason
+//! is classified for the queue: held, retried with the key, or failed and
+//! alerted.
+
+use ballast::{Classification, Classify, Failure};
+
+use super::handler::{HOLD_SEALED, HOLD_UNKNOWN};
+use crate::seal::SealError;
+use crate::HttpError;
+
+/// Why a [`DeliveryHandler`] attempt did not deliver.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeliveryError {
+    /// The delivery names a system that is not configured (a reload removed
+    /// it, or it was never given to the handler): held, not failed, until
+    /// the system returns or the delivery is too old.
+    #[error(
+        "unknown system {system:?}: the delivery is held until a system of that name is configured again \
+         (give its HttpSystem to the DeliveryHandler, or restore its [systems] section)"
+    )]
+    UnknownSystem {
+        /// The system named by the delivery.
+        system: String,
+    },
+    /// The delivery is too old to be sent: its key may have expired, or it
+    /// outlived the handler's `max_age`. It was not sent.
+    #[error("{}", expired_message(system, *bound))]
+    Expired {
+        /// The system named by the delivery.
+        system: String,
+        /// What bounded it.
+        bound: ExpiredBy,
+    },
+    /// The task carries no idempotency key.
+    #[error(
+        "task {task_id} has no idempotency key: a write without a key is never retried (R-RES-RE-X1); \
+         enqueue deliveries with Delivery::task(&key)"
+    )]
+    NoKey {
+        /// The task's id.
+        task_id: i64,
+    },
+    /// The stored delivery is not a valid request.
+    #[error("the stored delivery is not a valid request: {0}")]
+    Invalid(#[source] HttpError),
+    /// The stored delivery does not open (a seal key no longer configured,
+    /// or the delivery changed since it was stored): held, not failed, until
+    /// the key returns or the delivery may no longer be sent.
+    #[error("delivery to {system} held: {source}")]
+    Sealed {
+        /// The system named by the delivery.
+        system: String,
+        /// Why it does not open.
+        source: SealError,
+    },
+    /// The system answered the write with a 4xx or 5xx.
+    #[error("{}", answered_message(system, *dedupes_by_key, *status, *verdict, *attempts))]
+    Answered {
+        /// The system's name.
+        system: String,
+        /// Whether the system deduplicates by key, which a durable retry needs.
+        dedupes_by_key: bool,
+        /// Its last answer's status.
+        status: http::StatusCode,
+        /// What the policy made of it.
+        verdict: Classification,
+        /// The attempts this delivery made.
+        attempts: u32,
+    },
+    /// The system gave no answer to the write.
+    #[error("{}", failed_message(system, *dedupes_by_key, failure))]
+    Failed {
+        /// The system's name.
+        system: String,
+        /// Whether the system deduplicates by key, which a durable retry needs.
+        dedupes_by_key: bool,
+        /// What the call reported.
+        failure: Failure<HttpError>,
+    },
+}
+
+/// What ended a delivery that was never sent: see [`Delivery::send_by`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpiredBy {
+    /// The system's `key_ttl`: a later attempt might no longer be deduplicated.
+    KeyTtl,
+    /// The handler's `max_age` (`[queue] max_age`).
+    MaxAge,
+}
+
+fn expired_message(system: &str, bound: ExpiredBy) -> String {
+    match bound {
+        ExpiredBy::KeyTtl => format!(
+            "not sent: the idempotency key of this write to {system} may have expired (its key_ttl since the \
+             first attempt, less one in-memory window), and a later attempt could apply the write twice \
+             (R-RES-RE-1); check with {system} whether the write was applied"
+        ),
+        ExpiredBy::MaxAge => format!(
+            "not sent: this delivery to {system} is older than [queue] max_age; check with {system} \
+             whether it is still wanted, and send it anew with its key if so"
+        ),
+    }
+}
+
+fn answered_message(
+    system: &str,
+    dedupes_by_key: bool,
+    status: http::StatusCode,
+    verdict: Classification,
+    attempts: u32,
+) -> String {
+    let said = crate::error::status_message(status, verdict.class);
+    match verdict.class {
+        ballast::Class::Permanent => format!("delivery to {system}: {said} ({attempts} attempt(s); R-RES-RE-X2)"),
+        ballast::Class::Transient if dedupes_by_key => format!("delivery to {system}: {said} ({attempts} attempt(s))"),
+        ballast::Class::Transient => format!(
+            "delivery to {system}: {said} ({attempts} attempt(s)); not retried: {system} does not deduplicate by \
+             key, and the write may have been applied (R-RES-RE-1)"
+        ),
+    }
+}
+
+fn failed_message(system: &str, dedupes_by_key: bool, failure: &Failure<HttpError>) -> String {
+    if dedupes_by_key || matches!(failure, Failure::Rejected { .. }) {
+        format!("delivery to {system} failed: {failure}")
+    } else {
+        format!(
+            "delivery to {system} failed: {failure}; not retried: {system} does not deduplicate by key, \
+             and retrying a write needs that guarantee (R-RES-RE-1)"
+        )
+    }
+}
+
+impl Classify for DeliveryError {
+    fn classify(&self) -> Classification {
+        let (dedupes_by_key, failure) = match self {
+            DeliveryError::Answered { dedupes_by_key: true, verdict, .. } if verdict.is_transient() => {
+                return *verdict;
+            }
+            DeliveryError::Answered { .. } => return Classification::permanent(),
+            DeliveryError::Failed { dedupes_by_key, failure, .. } => (dedupes_by_key, failure),
+            DeliveryError::UnknownSystem { .. } => {
+                return Classification::transient().with_retry_after(HOLD_UNKNOWN)
+            }
+            DeliveryError::Sealed { .. } => return Classification::transient().with_retry_after(HOLD_SEALED),
+            _ => return Classification::permanent(),
+        };
+        match failure {
+            // Nothing was sent: safe to try again whatever the system's contract.
+            Failure::Rejected { rejection, .. } => match rejection.retry_in() {
+                Some(retry_in) => Classification::transient().with_retry_after(retry_in),
+                None => Classification::transient(),
+            },
+            _ if failure.error().is_some_and(HttpError::nothing_sent) => Classification::transient(),
+            _ if !dedupes_by_key => Classification::permanent(),
+            Failure::Cancelled { .. } => Classification::transient(),
+            _ if failure.is_deferrable() => match failure.error().map(Classify::classify) {
+                Some(Classification { retry_after: Some(after), .. }) => {
+                    Classification::transient().with_retry_after(after)
+                }
+                _ => Classification::transient(),
+            },
+            _ => Classification::permanent(),
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The worker's side: [`DeliveryHandler`] sends each stored [`Delivery`]
+//! with its task's key, holds what cannot be sent yet, and stores the
+//! upstream's final answer as the task's result.
+
+use std::time::{Duration, SystemTime};
+
+use ballast::{Failure, Operation};
+use ballast_queue::{Handler, TaskContext, DEFAULT_MAX_AGE};
+use tracing::Instrument;
+
+use crate::{HttpError, HttpSystem, Systems};
+
+use super::{Delivery, DeliveryError, DeliveryResult, ExpiredBy};
+
+/// Runs [`Delivery`] tasks ([`DELIVERY_KIND`]): sends each with
+/// [`HttpSystem::write`] and the task's idempotency key.
+///
+/// Success completes the task. A transient failure reschedules it with the
+/// queue's `2^n s` backoff; a permanent one (a 4xx) fails it and fires the
+/// queue's alert. For a system that does not deduplicate by key, only a
+/// failure that sent nothing (a rejection, a refused connection) is tried
+/// again.
+///
+/// An attempt the breaker or the bulkhead refused before anything was sent,
+/// or one whose system is not configured (a reload removed it), is
+/// postponed — to the breaker's next probe, when it says — without counting
+/// against the task's `max_attempts`
+/// ([`TaskContext::not_attempted`]): a long outage cannot use up a
+/// delivery's attempts without a single request. What bounds it instead is
+/// [`Delivery::send_by`]: the key's TTL where the system deduplicates and
+/// declares one, [`max_age`](Self::max_age) otherwise. Past it the delivery
+/// fails with [`DeliveryError::Expired`], unsent, and alerts.
+///
+/// ```no_run
+/// # fn f(queue: ballast_queue::Queue, sber: ballast_http::HttpSystem) -> Result<(), ballast_queue::Error> {
+/// use ballast_http::{DeliveryHandler, DELIVERY_KIND};
+/// use ballast_queue::Worker;
+///
+/// let worker = Worker::builder(queue).handler(DELIVERY_KIND, DeliveryHandler::new([sber])).build()?;
+/// # let _ = worker; Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct DeliveryHandler {
+    systems: Systems,
+    max_age: Duration,
+}
+
+/// How long a delivery whose system is not configured waits before it is
+/// looked at again.
+pub(super) const HOLD_UNKNOWN: Duration = Duration::from_secs(30);
+
+/// How long a delivery that does not open waits before it is tried again.
+pub(super) const HOLD_SEALED: Duration = Duration::from_secs(300);
+
+impl DeliveryHandler {
+    /// Delivers to `systems`, found by name.
+    pub fn new(systems: impl IntoIterator<Item = HttpSystem>) -> Self {
+        Self::shared(Systems::new(systems))
+    }
+
+    /// Delivers to the systems of `systems` as they are at each delivery, so
+    /// a reload that replaces them reaches the worker too.
+    pub fn shared(systems: Systems) -> Self {
+        Self { systems, max_age: DEFAULT_MAX_AGE }
+    }
+
+    /// How long after its first attempt a delivery may still be sent when
+    /// its system declares no key TTL, or is not configured (default
+    /// [`DEFAULT_MAX_AGE`], 24 h; `ballast serve` takes `[queue] max_age`).
+    pub fn max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
+    }
+}
+
+impl Handler for DeliveryHandler {
+    type Payload = Delivery;
+    type Error = DeliveryError;
+
+    async fn handle(&self, task: TaskContext, delivery: Delivery) -> Result<(), DeliveryError> {
+        let system = self.systems.get(&delivery.system);
+        if let Some(by) = delivery.send_by(system.as_ref(), self.max_age) {
+            if SystemTime::now() > by {
+                return Err(DeliveryError::Expired {
+                    system: delivery.system.clone(),
+                    bound: match &system {
+                        Some(s) if s.dedupes_by_key() && s.key_ttl().is_some() => ExpiredBy::KeyTtl,
+                        _ => ExpiredBy::MaxAge,
+                    },
+                });
+            }
+        }
+        let Some(system) = system else {
+            task.not_attempted();
+            tracing::warn!(
+                system = %delivery.system,
+                task_id = task.id(),
+                "delivery held: no system of that name is configured; it is looked at again in {HOLD_UNKNOWN:?}"
+            );
+            return Err(DeliveryError::UnknownSystem { system: delivery.system.clone() });
+        };
+        let key = task.key().ok_or(DeliveryError::NoKey { task_id: task.id() })?;
+        let request = match system.open_delivery(key, &delivery) {
+            Ok(request) => request,
+            Err(HttpError::Unseal { source, .. }) => {
+                // Held, not failed: the key may come back (a rotation that
+                // dropped the old key too soon); bounded by send_by.
+                task.not_attempted();
+                tracing::warn!(
+                    system = %delivery.system,
+                    task_id = task.id(),
+                    error = %source,
+                    "delivery held: it does not open; looked at again in {HOLD_SEALED:?}, until it may no longer be sent"
+                );
+                return Err(DeliveryError::Sealed { system: delivery.system.clone(), source });
+            }
+            Err(e) => return Err(DeliveryError::Invalid(e)),
+        };
+        let span = if tracing::dispatcher::has_been_set() {
+            tracing::info_span!(
+                "ballast.delivery",
+                otel.kind = "consumer",
+                ballast.system = %delivery.system,
+                ballast.task.id = task.id(),
+                ballast.task.attempt = i64::from(task.attempt()),
+            )
+        } else {
+            tracing::Span::none()
+        };
+        #[cfg(feature = "otel")]
+        crate::otel::continue_trace(&span, &delivery.headers);
+        let response =
+            system.send(Operation::KeyedWrite(key), request).instrument(span).await.map_err(|failure| {
+                if matches!(failure, Failure::Rejected { attempts: 0, .. }) {
+                    task.not_attempted();
+                }
+                DeliveryError::Failed {
+                    system: delivery.system.clone(),
+                    dedupes_by_key: system.dedupes_by_key(),
+                    failure,
+                }
+            })?;
+        if let Some(verdict) = response.verdict() {
+            return Err(DeliveryError::Answered {
+                system: delivery.system.clone(),
+                dedupes_by_key: system.dedupes_by_key(),
+                status: response.status(),
+                verdict,
+                attempts: response.attempts(),
+            });
+        }
+        tracing::info!(
+            system = %delivery.system,
+            task_id = task.id(),
+            attempt = task.attempt(),
+            status = response.status().as_u16(),
+            "deferred write delivered"
+        );
+        // A status always serializes; the task completes either way.
+        let _ = task.set_result(&DeliveryResult { status: response.status().as_u16() });
+        Ok(())
+    }
+}

@@ -1,0 +1,50 @@
+//! Durable delivery of keyed writes: an HTTP write that in-memory retry could
+//! not finish becomes a [`Delivery`] task in a [`ballast_queue::Queue`],
+//! carrying the same idempotency key, and a worker running a
+//! [`DeliveryHandler`] sends it again later (R-RES-RE-4, R-RES-RE-1).
+//! Available with the crate's `queue` feature.
+//!
+//! ```no_run
+//! use ballast::IdempotencyKey;
+//! use ballast_http::{DeliveryHandler, HttpSystem, Request, DELIVERY_KIND};
+//! use ballast_queue::{Handover, Queue, Worker};
+//!
+//! # async fn run(sber: HttpSystem) -> Result<(), Box<dyn std::error::Error>> {
+//! let queue = Queue::connect("sqlite://tasks.db").await?;
+//! queue.migrate().await?;
+//!
+//! let key = IdempotencyKey::v5("order-42", "register-payment"); // stored with the order
+//! let pay = Request::post("payments").json(&serde_json::json!({ "amount": 100 }));
+//! match sber.write_or_defer(&key, &queue, pay).await? {
+//!     Handover::Done(response) => println!("paid: {}", response.status()),
+//!     Handover::Deferred { task_id, .. } => println!("in progress, task {task_id}"),
+//! }
+//!
+//! // In the worker process (or the same one):
+//! let worker = Worker::builder(queue).handler(DELIVERY_KIND, DeliveryHandler::new([sber])).build()?;
+//! # let _ = worker;
+//! # Ok(()) }
+//! ```
+
+mod defer;
+mod error;
+mod handler;
+mod wire;
+
+use serde::{Deserialize, Serialize};
+
+pub use error::{DeliveryError, ExpiredBy};
+pub use handler::DeliveryHandler;
+pub use wire::{Body, Delivery, SealedHeader};
+
+/// The task kind of a [`Delivery`]: register a [`DeliveryHandler`] under it.
+pub const DELIVERY_KIND: &str = "ballast.http.delivery";
+
+/// What a delivered [`Delivery`] task stores as its result
+/// ([`TaskInfo::result`](ballast_queue::TaskInfo::result)): the upstream's
+/// final answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryResult {
+    /// The HTTP status the upstream answered the delivering attempt with.
+    pub status: u16,
+}

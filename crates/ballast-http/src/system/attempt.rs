@@ -1,0 +1,299 @@
+//! A planned call's run: its URI and headers prepared once, then each
+//! attempt — sent, timed by the route, answered, judged — under the policy,
+//! with the call's span and each attempt's (OpenTelemetry's HTTP client
+//! conventions).
+
+use std::time::Duration;
+
+use ballast::Failure;
+use http::HeaderMap;
+use tracing::Instrument;
+
+use super::HttpSystem;
+use crate::plan::Plan;
+use crate::request::{Head, Request, StreamingRequest};
+use crate::routes::Route;
+use crate::transport::{OutBody, TransportError};
+use crate::verdict::{failed, verdict, AllAnswersGood};
+use crate::{HttpError, Response};
+
+impl HttpSystem {
+    /// The one attempt of a write once whose body is a stream.
+    pub(super) async fn run_streamed(
+        &self,
+        plan: Plan<'_>,
+        request: StreamingRequest,
+    ) -> Result<Response, Failure<HttpError>> {
+        let head = &request.head;
+        let route_timeout = plan.route().and_then(Route::attempt_timeout);
+        let (uri, headers) = match self.prepare(head, &plan) {
+            Ok(prepared) => prepared,
+            Err(e) => return Err(Failure::unsent(e)),
+        };
+        let mut body = Some(request.body);
+        let call = self.inner.system_policy.run(&plan, AllAnswersGood, |ctx| {
+            // A stream is sent once, so the body is always there.
+            let body = body.take().map(OutBody::Stream);
+            let (uri, headers) = (uri.clone(), headers.clone());
+            async move {
+                let body = body.ok_or_else(|| HttpError::invalid("a streaming body is sent once"))?;
+                let which = Which { keyed_write: false, attempt: ctx.attempt(), route_timeout };
+                let attempt = self.attempt(&head.method, uri, headers, body, which);
+                unknown_if_panicked(attempt).await.and_then(failed)
+            }
+        });
+        let span = self.call_span(head, &uri);
+        let result = call.instrument(span.clone()).await;
+        record_outcome(&span, &result);
+        result
+    }
+
+    /// The call of a plan.
+    pub(super) async fn run(
+        &self,
+        plan: Plan<'_>,
+        request: Request,
+        judged: bool,
+    ) -> Result<Response, Failure<HttpError>> {
+        let head = &request.head;
+        let route_timeout = plan.route().and_then(Route::attempt_timeout);
+        let (uri, headers) = match self.prepare(head, &plan) {
+            Ok(prepared) => prepared,
+            Err(e) => return Err(Failure::unsent(e)),
+        };
+        let keyed_write = plan.is_deduplicated_write();
+        let body = &request.body;
+        let attempt = |ctx: ballast::Context| {
+            let (uri, headers, body) = (uri.clone(), headers.clone(), OutBody::Full(body.clone()));
+            let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout };
+            unknown_if_panicked(self.attempt(&head.method, uri, headers, body, which))
+        };
+        let policy = &self.inner.system_policy;
+        // One span (none without a subscriber that wants it) and the call
+        // awaited in place: a future moved into a helper would be kept
+        // twice in this one's state.
+        let span = self.call_span(head, &uri);
+        // Judged, a failed answer stays an answer; else it is an error.
+        let judge = move |answer: &Response| if judged { answer.verdict } else { None };
+        let attempt = |ctx| {
+            futures_util::FutureExt::map(attempt(ctx), move |outcome| {
+                outcome.and_then(|answer| if judged { Ok(answer) } else { failed(answer) })
+            })
+        };
+        let result = policy.run(&plan, judge, attempt).instrument(span.clone()).await;
+        if let Some(answer) = result.as_ref().ok().filter(|a| a.verdict.is_some()) {
+            policy.answered_failure(answer.status);
+        }
+        if let Some(index) = plan.index() {
+            let answered = match &result {
+                Ok(answer) => Some(answer.verdict.is_none()),
+                Err(failure) => failure.error().and_then(HttpError::status).map(|_| false),
+            };
+            self.inner.route_calls.record(index, answered);
+        }
+        record_outcome(&span, &result);
+        result
+    }
+
+    /// The call's span, following OpenTelemetry's HTTP client conventions
+    /// (the call is internal, each attempt a client span of its own):
+    /// disabled unless a subscriber wants it.
+    pub(super) fn call_span(&self, head: &Head, uri: &http::Uri) -> tracing::Span {
+        if !tracing::dispatcher::has_been_set() {
+            return tracing::Span::none();
+        }
+        tracing::info_span!(
+            "ballast.http",
+            ballast.system = %self.name(),
+            http.request.method = %head.method,
+            url.full = %self.shown_uri(uri),
+            http.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        )
+    }
+
+    /// The URI and headers of every attempt, or why the request cannot be
+    /// sent. A method-override header stays only when the request reached
+    /// its route through it.
+    pub(super) fn prepare(&self, head: &Head, plan: &Plan<'_>) -> Result<(http::Uri, HeaderMap), HttpError> {
+        head.check()?;
+        let uri = self.inner.base.uri(head)?;
+        let mut headers = head.headers.clone();
+        if !plan.reached.by_override {
+            for name in crate::routes::METHOD_OVERRIDE_HEADERS {
+                headers.remove(name);
+            }
+        }
+        for (name, value) in &self.inner.headers {
+            headers.insert(name, value.clone());
+        }
+        self.inner.system_policy.set_key(plan, &mut headers)?;
+        Ok((uri, headers))
+    }
+
+    /// Tells an adaptive rate limit what the answer's headers say of the
+    /// system's limit (see `rate_headers`).
+    fn learn_rate(&self, headers: &HeaderMap) {
+        let Some(limiter) = self.policy().rate_limiter().filter(|l| l.limit().is_adaptive()) else { return };
+        let announced = crate::rate_headers::read(headers, std::time::SystemTime::now());
+        if let Some(rate) = announced.rate {
+            limiter.announce(rate);
+        }
+        if let Some(spent_for) = announced.spent_for {
+            limiter.hold_until(tokio::time::Instant::now() + spent_for);
+        }
+    }
+
+    /// One attempt: send, read the whole body, judge the answer.
+    async fn attempt(
+        &self,
+        method: &http::Method,
+        uri: http::Uri,
+        headers: HeaderMap,
+        body: OutBody,
+        which: Which,
+    ) -> Result<Response, HttpError> {
+        let Which { keyed_write, attempt, route_timeout } = which;
+        let retry_on = self.retry_on();
+        let secret_url = self.inner.secret_url;
+        let mut request = http::Request::new(body);
+        *request.method_mut() = method.clone();
+        *request.headers_mut() = headers;
+        let span = tracing::dispatcher::has_been_set().then(|| {
+            let span = tracing::debug_span!(
+                "ballast.http.attempt",
+                otel.kind = "client",
+                http.request.method = %method,
+                server.address = self.inner.base.url.host_str().unwrap_or_default(),
+                server.port = self.inner.base.url.port_or_known_default().map(i64::from),
+                url.full = %self.shown_uri(&uri),
+                http.request.resend_count = tracing::field::Empty,
+                http.response.status_code = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+            );
+            if attempt > 1 {
+                span.record("http.request.resend_count", i64::from(attempt - 1));
+            }
+            span
+        });
+        let span = span.filter(|span| !span.is_disabled());
+        let shown = uri.clone();
+        *request.uri_mut() = uri;
+        // Replaces a trace context the caller sent: the upstream's parent is this attempt.
+        #[cfg(feature = "otel")]
+        if let Some(trace) = span.as_ref().and_then(crate::otel::trace_headers) {
+            request.headers_mut().extend(trace);
+        }
+        let sent = self.inner.transport.send(request);
+        // A route's own attempt timeout, inside the system's: the answer's
+        // head and body within it, or the attempt failed as a read timeout.
+        let sent = async move {
+            match route_timeout {
+                None => sent.await,
+                Some(limit) => tokio::time::timeout(limit, sent).await.unwrap_or_else(|_| {
+                    let why = format!("no whole answer within the route's attempt timeout of {limit:?}");
+                    Err(TransportError::new(crate::classify::TransportKind::ReadTimeout, why))
+                }),
+            }
+        };
+        let result = match &span {
+            Some(span) => sent.instrument(span.clone()).await,
+            None => sent.await,
+        };
+        let result = match result {
+            Ok(answer) => {
+                let (parts, body) = answer.into_parts();
+                self.learn_rate(&parts.headers);
+                if parts.status == http::StatusCode::TOO_MANY_REQUESTS {
+                    self.inner.system_policy.throttled();
+                }
+                let verdict = verdict(retry_on, parts.status, &parts.headers, keyed_write);
+                Ok(Response {
+                    status: parts.status,
+                    headers: parts.headers,
+                    body,
+                    attempts: attempt,
+                    verdict,
+                })
+            }
+            Err(e) => {
+                let class = retry_on.transport_class(e.kind);
+                Err(HttpError::transport(e.kind, class, self.error_uri(&shown), e.source, secret_url))
+            }
+        };
+        if let Some(span) = span {
+            // A client span's status is an error for every 4xx and 5xx (the conventions).
+            match &result {
+                Ok(response) => {
+                    span.record("http.response.status_code", i64::from(response.status.as_u16()));
+                    if response.verdict.is_some() {
+                        span.record("error.type", response.status.as_str());
+                        span.record("otel.status_code", "ERROR");
+                    }
+                }
+                Err(HttpError::Transport { kind, .. }) => {
+                    span.record("error.type", kind.as_str());
+                    span.record("otel.status_code", "ERROR");
+                }
+                Err(_) => {
+                    span.record("error.type", "other");
+                    span.record("otel.status_code", "ERROR");
+                }
+            }
+        }
+        result
+    }
+}
+
+/// `attempt`, with a panic inside it taken for what it is to the caller: an
+/// attempt whose request may have been applied and whose outcome is unknown
+/// ([`HttpError::Panicked`]), never a write that failed.
+async fn unknown_if_panicked(
+    attempt: impl std::future::Future<Output = Result<Response, HttpError>>,
+) -> Result<Response, HttpError> {
+    match futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(attempt)).await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned());
+            tracing::error!(%message, "an attempt panicked; its outcome is unknown and it is classified as transient");
+            Err(HttpError::Panicked { message })
+        }
+    }
+}
+
+/// Records a call's final status on its span.
+fn record_outcome(span: &tracing::Span, result: &Result<Response, Failure<HttpError>>) {
+    if span.is_disabled() {
+        return;
+    }
+    match result {
+        Ok(response) => {
+            span.record("http.response.status_code", i64::from(response.status().as_u16()));
+            if response.verdict.is_some() {
+                span.record("error.type", response.status().as_str());
+            }
+        }
+        Err(failure) => {
+            if let Some(status) = failure.error().and_then(HttpError::status) {
+                span.record("http.response.status_code", i64::from(status.as_u16()));
+            }
+            span.record("error.type", failure.error_type());
+        }
+    }
+}
+
+/// Which attempt of which call: what an attempt needs besides its request.
+#[derive(Clone, Copy)]
+struct Which {
+    /// A keyed write to a system that deduplicates (a 409 in flight is transient).
+    keyed_write: bool,
+    /// The attempt, from 1.
+    attempt: u32,
+    /// The route's own attempt timeout, if any.
+    route_timeout: Option<Duration>,
+}

@@ -1,0 +1,372 @@
+//! [`HttpSystemBuilder`]: a system's settings, checked and turned into an
+//! [`HttpSystem`] with its transport — a pooled hyper client of its own, or
+//! the caller's reqwest client or tower service — and its policy.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ballast::{Policy, PolicyBuilder};
+use http::header::{HeaderName, HeaderValue};
+use http::HeaderMap;
+
+use super::base::Base;
+use super::{HttpSystem, Inner};
+use crate::routes::{Routes, Unrouted};
+use crate::system_policy::SystemPolicy;
+use crate::transport::{HyperTransport, OutBody, ReqwestTransport, Transport, TransportError};
+use crate::{parse_base_url, RetryOn, SystemBuildError, DEFAULT_IDEMPOTENCY_HEADER};
+
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Builds an [`HttpSystem`]; see [`HttpSystem::builder`].
+#[derive(Debug, Clone, derive_setters::Setters)]
+#[setters(generate = false)]
+pub struct HttpSystemBuilder {
+    name: String,
+    base_url: String,
+    policy: PolicyBuilder,
+    /// Sends through the given client instead of a client of ballast's own: your
+    /// default headers, proxy, custom CA, mTLS identity and user agent stay
+    /// as you configured them.
+    ///
+    /// What you must ensure on it, because ballast cannot change a built
+    /// client: no retries of its own and no redirects (build it with
+    /// `.retry(reqwest::retry::never())` and
+    /// `.redirect(reqwest::redirect::Policy::none())`): both resend requests
+    /// outside the policy, where the breaker does not see them and a 307/308
+    /// resends a write's body (R-RES-RE-X4). Its connect and read timeouts are
+    /// yours too, so [`connect_timeout`](Self::connect_timeout) and
+    /// [`read_timeout`](Self::read_timeout) are refused beside it; keep them
+    /// under the policy's attempt timeout.
+    ///
+    /// What ballast still adds to every request: the policy (the attempt
+    /// timeout, retries of reads and keyed writes, breaker, bulkhead), the
+    /// idempotency header of keyed writes, and the classification of every
+    /// outcome (R-RES-RE-X2).
+    ///
+    /// ```
+    /// use ballast_http::HttpSystem;
+    /// use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+    ///
+    /// let mut headers = HeaderMap::new();
+    /// headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer token"));
+    /// let client = reqwest::Client::builder()
+    ///     .default_headers(headers)
+    ///     .user_agent("billing/1.4")
+    ///     .retry(reqwest::retry::never())
+    ///     .redirect(reqwest::redirect::Policy::none())
+    ///     .build()
+    ///     .unwrap();
+    /// let crm = HttpSystem::builder("crm", "https://crm.example/").client(client).build().unwrap();
+    /// # let _ = crm;
+    /// ```
+    #[setters(generate, strip_option)]
+    client: Option<reqwest::Client>,
+    /// Whether the system's contract deduplicates writes by idempotency key,
+    /// with a key TTL longer than the whole retry window (default false).
+    /// Without it a keyed write still sends its key but makes one attempt
+    /// (R-RES-RE-1).
+    #[setters(generate)]
+    dedupes_by_key: bool,
+    /// The header keyed writes carry their key in (default `Idempotency-Key`).
+    #[setters(generate, into, rename = "idempotency_header")]
+    header: String,
+    /// How long to wait for a connection (default 1 s, or the policy's
+    /// attempt timeout if that is shorter).
+    #[setters(generate, strip_option)]
+    connect_timeout: Option<Duration>,
+    /// How long the system may stay silent while we read its response
+    /// (default: the policy's attempt timeout).
+    #[setters(generate, strip_option)]
+    read_timeout: Option<Duration>,
+    /// Which outcome classes are transient (default `{5xx, timeout, connect,
+    /// reset, 409-in-flight}`; the full table is in [`classify`](crate::classify)).
+    ///
+    /// **409 on a keyed write to a system that deduplicates by key** means
+    /// "the original request with this key is still in flight" (the IETF
+    /// Idempotency-Key draft; Stripe and others answer so): transient by
+    /// default, retried with the same key after backoff; turn it off with
+    /// [`RetryOn::with_409_in_flight`]`(false)` where the system's 409 means
+    /// something else. 408 and 429 mean "try again" only when the system's
+    /// contract says so, and are opted into here (honouring `Retry-After`).
+    /// Every other 4xx is a contract error and never retried (R-RES-RE-X2).
+    ///
+    /// ```
+    /// use ballast_http::{HttpSystem, RetryOn};
+    ///
+    /// let pay = HttpSystem::builder("pay", "https://pay.example/")
+    ///     .dedupes_by_key(true)
+    ///     .retry_on(RetryOn::default().with_429(true))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(pay.retry_on().conflict_in_flight && pay.retry_on().status_429);
+    /// ```
+    #[setters(generate)]
+    retry_on: RetryOn,
+    /// Whether the service is not ready while this system's breaker is open
+    /// (default false); see [`Health`](crate::Health).
+    #[setters(generate)]
+    critical: bool,
+    /// How long the system remembers an idempotency key, from its contract.
+    /// A deferred keyed write is never sent once its key may have expired:
+    /// its delivery fails instead, and alerts (R-RES-RE-1).
+    #[setters(generate, strip_option)]
+    key_ttl: Option<Duration>,
+    service: Option<crate::transport::ServiceTransport>,
+    /// What each endpoint of the system is ([`Routes`]): a read whatever its
+    /// method, a write that must carry a key (one without is refused unsent,
+    /// [`HttpError::KeyRequired`]), or a write sent once. A request no route
+    /// matches is what its method and key make it.
+    ///
+    /// ```
+    /// use ballast_http::routes::{RouteKind, Routes};
+    /// use ballast_http::HttpSystem;
+    ///
+    /// let routes = Routes::new().route("POST", "/orders/search", RouteKind::Read)?.route(
+    ///     "POST",
+    ///     "/payments",
+    ///     RouteKind::KeyedWrite,
+    /// )?;
+    /// let pay = HttpSystem::builder("pay", "https://pay.example/v1/").routes(routes).build().unwrap();
+    /// # let _ = pay;
+    /// # Ok::<(), ballast_http::routes::RouteError>(())
+    /// ```
+    #[setters(generate)]
+    routes: Routes,
+    /// What becomes of a write no route matches (default: refused unsent
+    /// when the system has routes, what its method and key make it when
+    /// it has none; see [`Unrouted`]).
+    #[setters(generate, strip_option)]
+    unrouted: Option<Unrouted>,
+    /// Added to every request; the first bad name or value, for `build`.
+    headers: Result<HeaderMap, String>,
+    /// Treats the whole base URL as a secret (a Slack webhook's path is its
+    /// token): errors, logs and spans show only its scheme and host.
+    #[setters(generate)]
+    secret_url: bool,
+    #[cfg(feature = "queue")]
+    seal: Option<crate::SealKey>,
+    #[cfg(feature = "queue")]
+    sealed: Vec<HeaderName>,
+}
+
+impl HttpSystemBuilder {
+    pub(super) fn new(name: String, base_url: &str) -> Self {
+        HttpSystemBuilder {
+            policy: Policy::builder(name.clone()),
+            name,
+            base_url: base_url.to_owned(),
+            client: None,
+            dedupes_by_key: false,
+            header: DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
+            connect_timeout: None,
+            read_timeout: None,
+            retry_on: RetryOn::default(),
+            critical: false,
+            key_ttl: None,
+            service: None,
+            routes: Routes::new(),
+            unrouted: None,
+            headers: Ok(HeaderMap::new()),
+            secret_url: false,
+            #[cfg(feature = "queue")]
+            seal: None,
+            #[cfg(feature = "queue")]
+            sealed: crate::seal::SEALED_BY_DEFAULT.iter().map(|n| HeaderName::from_static(n)).collect(),
+        }
+    }
+
+    /// The system's policy: `configure` receives `Policy::builder(name)` —
+    /// the system's own name, so the policy's metrics, spans and readiness
+    /// cannot name another system — and sets its retry, breaker, bulkhead and
+    /// timeouts (default: `Policy::builder(name)` as is: 3 attempts, 5 s per
+    /// attempt, no breaker, no bulkhead).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ballast::{Breaker, Bulkhead, Retry, Timeout};
+    /// use ballast_http::HttpSystem;
+    ///
+    /// let sber = HttpSystem::builder("sber", "https://gateway.example/api/")
+    ///     .policy(|p| {
+    ///         p.retry(Retry::attempts(3))
+    ///             .breaker(Breaker::count(0.5, 50).half_open_after(Duration::from_secs(30)))
+    ///             // 8 attempts in flight; up to 16 more wait for a slot. Without
+    ///             // `.queue(n)` the 9th concurrent call is refused at once.
+    ///             .bulkhead(Bulkhead::new(8).queue(16))
+    ///             .timeout(Timeout::aggressive(Duration::from_secs(5)))
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(sber.policy().name(), "sber");
+    /// ```
+    #[must_use]
+    pub fn policy(mut self, configure: impl FnOnce(PolicyBuilder) -> PolicyBuilder) -> Self {
+        self.policy = configure(self.policy);
+        self
+    }
+
+    /// Sends through `service` instead of a client: any tower service that
+    /// takes an attempt's request and answers with the whole response — a
+    /// transport of your own, or an upstream in the process for tests (on
+    /// tokio's paused clock, where no socket can be). The policy, the
+    /// idempotency header and the classification are applied as with a
+    /// client; the service must not retry (R-RES-RE-X4).
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use ballast_http::transport::{OutBody, TransportError};
+    /// use ballast_http::HttpSystem;
+    ///
+    /// let upstream = tower::service_fn(|_: http::Request<OutBody>| async {
+    ///     Ok::<_, TransportError>(http::Response::new(Bytes::from_static(b"{}")))
+    /// });
+    /// let crm = HttpSystem::builder("crm", "http://crm.test/").transport(upstream).build().unwrap();
+    /// # let _ = crm;
+    /// ```
+    #[must_use]
+    pub fn transport<S>(mut self, service: S) -> Self
+    where
+        S: tower::Service<
+                http::Request<OutBody>,
+                Response = http::Response<bytes::Bytes>,
+                Error = TransportError,
+            > + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        self.service = Some(crate::transport::ServiceTransport::new(service));
+        self
+    }
+
+    /// Adds a header to every request the system sends — the system's own
+    /// credential, say — replacing one the caller set. Its value is marked
+    /// sensitive (kept out of debug output) and never stored with a deferred
+    /// write: it is added again when the write is sent.
+    ///
+    /// ```
+    /// let pay = ballast_http::HttpSystem::builder("pay", "https://pay.example/")
+    ///     .header("Authorization", "Bearer from-the-environment")
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = pay;
+    /// ```
+    #[must_use]
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        if let Ok(headers) = &mut self.headers {
+            match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+                (Ok(name), Ok(mut value)) => {
+                    value.set_sensitive(true);
+                    headers.insert(name, value);
+                }
+                (Err(_), _) => self.headers = Err(format!("header name {name:?}")),
+                (_, Err(_)) => self.headers = Err(format!("the value of header {name}")),
+            }
+        }
+        self
+    }
+
+    /// The key that seals the credential headers (and the body) of a write
+    /// deferred to the durable queue before it is stored; without one,
+    /// deferring a request that carries a credential header is refused unsent.
+    #[cfg(feature = "queue")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+    #[must_use]
+    pub fn seal_key(mut self, key: crate::SealKey) -> Self {
+        self.seal = Some(key);
+        self
+    }
+
+    /// Seals `names` too, besides [`SEALED_BY_DEFAULT`](crate::seal::SEALED_BY_DEFAULT)
+    /// (`Authorization`, `Proxy-Authorization`, `Cookie`, `X-Api-Key`).
+    #[cfg(feature = "queue")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+    pub fn seal_headers<S: AsRef<str>>(mut self, names: &[S]) -> Self {
+        for name in names {
+            match HeaderName::from_bytes(name.as_ref().as_bytes()) {
+                Ok(name) if !self.sealed.contains(&name) => self.sealed.push(name),
+                Ok(_) => {}
+                Err(_) => self.headers = Err(format!("sealed header name {:?}", name.as_ref())),
+            }
+        }
+        self
+    }
+
+    /// Builds the system and, unless one was given, its client, with the
+    /// client's own retries and redirects off (R-RES-RE-X4).
+    pub fn build(self) -> Result<HttpSystem, SystemBuildError> {
+        let url = parse_base_url(&self.base_url)?;
+        let policy = self.policy.build()?;
+        if policy.name() != self.name {
+            // Only a closure that ignored the builder it was given gets here.
+            return Err(SystemBuildError::NameMismatch {
+                system: self.name,
+                policy: policy.name().to_owned(),
+            });
+        }
+        let header = HeaderName::from_bytes(self.header.as_bytes())
+            .map_err(|_| SystemBuildError::InvalidHeaderName { name: self.header.clone() })?;
+        let own = self.client.is_some() || self.service.is_some();
+        let set = [("connect_timeout", self.connect_timeout), ("read_timeout", self.read_timeout)];
+        if let Some((setting, _)) = set.iter().find(|(_, t)| own && t.is_some()) {
+            return Err(SystemBuildError::OwnClientTimeout { setting });
+        }
+        let transport = match (self.client, self.service) {
+            (_, Some(service)) => Transport::Service(service),
+            (Some(client), None) => Transport::Reqwest(ReqwestTransport(client)),
+            (None, None) => own_transport(&policy, self.connect_timeout, self.read_timeout)?,
+        };
+        let mut headers = self.headers.map_err(|what| SystemBuildError::InvalidHeader { what })?;
+        let base = Base::new(&url, &mut headers)?;
+        if let (Some(limiter), Some(ttl)) = (policy.rate_limiter(), self.key_ttl) {
+            // A write held past its key's TTL could no longer be deduplicated.
+            limiter.cap_holds(ttl);
+        }
+        crate::metrics::describe_system(&self.name, &policy, self.critical);
+        let system_policy = SystemPolicy::new(policy, self.dedupes_by_key, header, self.retry_on);
+        Ok(HttpSystem {
+            inner: Arc::new(Inner {
+                base,
+                route_calls: crate::metrics::RouteCounters::register(&self.name, &self.routes),
+                unrouted: self.unrouted.unwrap_or(if self.routes.is_empty() {
+                    Unrouted::ByMethod
+                } else {
+                    Unrouted::Refuse
+                }),
+                routes: self.routes,
+                transport,
+                system_policy,
+                critical: self.critical,
+                key_ttl: self.key_ttl,
+                headers,
+                secret_url: self.secret_url,
+                #[cfg(feature = "queue")]
+                seal: self.seal,
+                #[cfg(feature = "queue")]
+                sealed: self.sealed,
+            }),
+        })
+    }
+}
+
+/// The transport ballast builds for a system: a pooled hyper client with
+/// connect and read timeouts under the attempt timeout, no retries, no
+/// redirects (R-RES-RE-X4: a 307/308 would resend a write's body).
+fn own_transport(
+    policy: &Policy,
+    connect: Option<Duration>,
+    read: Option<Duration>,
+) -> Result<Transport, SystemBuildError> {
+    let attempt = policy.timeout().attempt();
+    let read = read.unwrap_or(attempt);
+    let connect = connect.unwrap_or(DEFAULT_CONNECT_TIMEOUT.min(attempt));
+    for (which, timeout) in [("connect", connect), ("read", read)] {
+        if timeout.is_zero() || timeout > attempt {
+            return Err(SystemBuildError::TimeoutHierarchy { which, timeout, attempt });
+        }
+    }
+    let transport = HyperTransport::new(connect, read).map_err(SystemBuildError::Client)?;
+    Ok(Transport::Hyper(transport))
+}
