@@ -28,7 +28,7 @@ impl Queue {
     /// ```
     pub async fn unfinished_by(&self, kind: &str, field: &str) -> Result<BTreeMap<String, u64>> {
         if field.is_empty() || !field.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(Error::Config(format!(
+            return Err(Error::InvalidArgument(format!(
                 "unfinished_by: {field:?} is not a plain payload field name (letters, digits, _)"
             )));
         }
@@ -82,7 +82,10 @@ impl Queue {
     /// — what [`Retention`](crate::Retention) does on an interval.
     pub async fn prune_batch(&self, state: TaskState, older_than: Duration, limit: u32) -> Result<u64> {
         if !state.is_final() {
-            return Err(Error::Config(format!("prune_batch: {} is not a final state", state.as_str())));
+            return Err(Error::InvalidArgument(format!(
+                "prune_batch: {} is not a final state",
+                state.as_str()
+            )));
         }
         self.store.prune(Some(state), older_than, Some(limit)).await
     }

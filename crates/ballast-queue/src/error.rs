@@ -1,8 +1,13 @@
-//! What the queue reports to its caller: one error enum for the crate.
+//! What the queue reports to its caller while it opens its database and
+//! runs: [`Error`]. Building a worker has errors of its own
+//! ([`WorkerBuildError`](crate::WorkerBuildError)).
 
 use crate::Backend;
 
-/// Everything the queue can report to its caller.
+/// What the queue reports while it opens its database and runs, in the
+/// order of those phases: opening (`UnsupportedUrl` to `InMemorySqlite`),
+/// then every statement (`Database`, `FileGone`), then what a caller asked
+/// for (`Payload` to `InvalidArgument`).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -78,9 +83,9 @@ pub enum Error {
         /// The transaction's backend.
         tx: Backend,
     },
-    /// A worker was configured in a way that cannot run.
-    #[error("invalid worker configuration: {0}")]
-    Config(String),
+    /// An argument an admin call cannot take.
+    #[error("{0}")]
+    InvalidArgument(String),
 }
 
 /// Shorthand for results of this crate.

@@ -48,7 +48,7 @@
 //!     }
 //! }
 //!
-//! # async fn run() -> Result<(), ballast_queue::Error> {
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let queue = Queue::connect("sqlite://tasks.db").await?;
 //! queue.migrate().await?;
 //! let key = IdempotencyKey::v5("order-17", "send-sms");
@@ -105,7 +105,7 @@ pub use types::{
     EnqueueOutcome, ErrorRecord, KindStats, ListFilter, TaskInfo, TaskState, UnknownState, ERROR_HISTORY,
     TABLE,
 };
-pub use worker::{RunSummary, Worker, WorkerBuilder};
+pub use worker::{RunSummary, Worker, WorkerBuildError, WorkerBuilder};
 
 /// The README's example, compiled and run as a doc test so it cannot rot.
 #[cfg(doctest)]

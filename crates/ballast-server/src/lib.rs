@@ -86,7 +86,7 @@ pub enum ServeError {
     },
     /// The worker's settings were refused.
     #[error("cannot build the delivery worker: {0}")]
-    Worker(#[source] ballast_queue::Error),
+    Worker(#[source] ballast_queue::WorkerBuildError),
     /// The admin address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {

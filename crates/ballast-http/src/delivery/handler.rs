@@ -32,7 +32,7 @@ use super::{Delivery, DeliveryError, DeliveryResult, ExpiredBy};
 /// fails with [`DeliveryError::Expired`], unsent, and alerts.
 ///
 /// ```no_run
-/// # fn f(queue: ballast_queue::Queue, sber: ballast_http::HttpSystem) -> Result<(), ballast_queue::Error> {
+/// # fn f(queue: ballast_queue::Queue, sber: ballast_http::HttpSystem) -> Result<(), ballast_queue::WorkerBuildError> {
 /// use ballast_http::{DeliveryHandler, DELIVERY_KIND};
 /// use ballast_queue::Worker;
 ///

@@ -1,15 +1,19 @@
-//! The completer: keeps the outcomes of finished attempts until the next
-//! round trip writes them as one batch, with the producer's next claim;
-//! then counts, logs and alerts what the database took, and what it refused
-//! because the lease had been lost.
+//! The completer: keeps the outcomes of finished attempts until its next
+//! round trip ([`Completer::flush`]) writes them as one batch, with the
+//! producer's next claim; then ([`Completer::answered`]) counts, logs and
+//! alerts what the database took, and what it refused because the lease
+//! had been lost — or keeps the batch for the next round trip.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::alert::{Alert, FailedTask};
+use crate::error::Result;
 use crate::metrics::AttemptCounters;
 use crate::outcome::Outcome;
-use crate::store::Lease;
+use crate::store::any::AnyStore;
+use crate::store::{ClaimRequest, ClaimedTask, Exchange, Lease, Store};
 
 use super::RunSummary;
 
@@ -45,6 +49,12 @@ impl Batch {
     }
 }
 
+/// A round trip's batch and what the database answered.
+pub(super) struct Flushed {
+    batch: Batch,
+    result: Result<Exchange>,
+}
+
 /// See the module docs.
 pub(super) struct Completer {
     pending: Batch,
@@ -71,20 +81,46 @@ impl Completer {
         self.pending.outcomes.is_empty()
     }
 
-    /// Everything waiting, for one round trip.
-    pub fn take(&mut self) -> Batch {
-        std::mem::take(&mut self.pending)
+    /// One round trip: every outcome waiting, written with `claim` in one
+    /// exchange with the database. Give its answer to
+    /// [`answered`](Self::answered); the future may run beside the loop.
+    pub fn flush(
+        &mut self,
+        store: AnyStore,
+        claim: ClaimRequest,
+    ) -> impl Future<Output = Flushed> + Send + 'static {
+        let batch = std::mem::take(&mut self.pending);
+        async move {
+            let result = store.settle_and_claim(batch.outcomes(), &claim).await;
+            Flushed { batch, result }
+        }
+    }
+
+    /// A round trip's answer: the tasks it claimed, its outcomes counted,
+    /// logged and alerted; on a database error the error, its outcomes kept
+    /// to go first in the next round trip.
+    pub fn answered(&mut self, flushed: Flushed) -> Result<Vec<ClaimedTask>> {
+        match flushed.result {
+            Ok(exchange) => {
+                self.settled(flushed.batch, &exchange.refused);
+                Ok(exchange.claimed)
+            }
+            Err(e) => {
+                self.put_back(flushed.batch);
+                Err(e)
+            }
+        }
     }
 
     /// A batch whose round trip failed: it goes first in the next one.
-    pub fn put_back(&mut self, mut batch: Batch) {
+    fn put_back(&mut self, mut batch: Batch) {
         batch.outcomes.append(&mut self.pending.outcomes);
         batch.reports.append(&mut self.pending.reports);
         self.pending = batch;
     }
 
     /// A batch the database took, but for the outcomes in `refused`.
-    pub fn settled(&mut self, batch: Batch, refused: &[Lease]) {
+    fn settled(&mut self, batch: Batch, refused: &[Lease]) {
         for (outcome, (counters, report)) in batch.outcomes.iter().zip(batch.reports) {
             let lease = outcome.lease();
             if refused.contains(&lease) {

@@ -1,0 +1,242 @@
+//! One run of a worker: the loop that joins the producer, the executor and
+//! the completer, and sends the completer's round trips beside itself, up
+//! to the worker's pipeline, until shutdown; then the grace period and the
+//! last outcomes.
+
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use super::completer::{Completer, Flushed, Report, Settling};
+use super::executor::{Executor, Finished};
+use super::producer::Producer;
+use super::{RunSummary, LINGER};
+use crate::lease::Held;
+use crate::outcome::Outcome;
+use crate::Queue;
+
+/// A round trip's answer, with what it asked for.
+struct Answer {
+    flushed: Flushed,
+    want: usize,
+    asked: Instant,
+}
+
+/// Runs `worker` until `shutdown`; see [`Worker::run`](super::Worker::run).
+pub(super) async fn run(worker: super::Worker, shutdown: CancellationToken) -> RunSummary {
+    let super::Worker {
+        queue,
+        claim,
+        concurrency,
+        batch,
+        pipeline,
+        poll_interval,
+        grace,
+        attempts,
+        counters,
+    } = worker;
+    let held = attempts.held.clone();
+    let producer = Producer::start(&queue.store, claim, concurrency, batch, held.clone(), counters).await;
+    let mut run = Run {
+        completer: Completer::new(std::sync::Arc::clone(&attempts.alert)),
+        executor: Executor::new(attempts),
+        producer,
+        held,
+        queue,
+        trips: JoinSet::new(),
+        asking: 0,
+        batch,
+        pipeline,
+        poll_interval,
+        linger_until: None,
+        retry_at: None,
+        quiet: crate::quiet::Quiet::default(),
+    };
+    run.until(&shutdown).await;
+    run.finish(grace).await
+}
+
+/// What wakes the loop.
+enum Event {
+    Stop,
+    Finished((crate::store::Lease, Finished)),
+    Answered(Answer),
+    Tick,
+    Woken,
+    Backed,
+}
+
+/// One run of a worker: the three parts and the round trips between them
+/// and the database.
+pub(super) struct Run {
+    producer: Producer,
+    executor: Executor,
+    completer: Completer,
+    held: Held,
+    queue: Queue,
+    /// Round trips in flight; `asking` tasks are asked for by them, and
+    /// count against the concurrency as if they were running already.
+    trips: JoinSet<Answer>,
+    asking: usize,
+    batch: usize,
+    pipeline: usize,
+    poll_interval: Duration,
+    /// Until when the next round trip may wait for the handlers still running.
+    linger_until: Option<Instant>,
+    /// After a database error: no round trip before then.
+    retry_at: Option<Instant>,
+    /// Repeated errors, logged once an interval.
+    quiet: crate::quiet::Quiet,
+}
+
+impl Run {
+    async fn until(&mut self, shutdown: &CancellationToken) {
+        let mut poll = tokio::time::interval_at(Instant::now() + self.poll_interval, self.poll_interval);
+        poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        while !shutdown.is_cancelled() {
+            while let Some(finished) = self.executor.try_next() {
+                self.finished(finished);
+            }
+            while let Some(answer) = self.trips.try_join_next() {
+                self.answered(answer.expect("a round trip does not panic"));
+            }
+            let want = self.producer.want(self.asking);
+            let backing_off = self.retry_at.is_some_and(|at| Instant::now() < at);
+            let ready = (want > 0 || !self.completer.is_empty()) && self.trips.len() < self.pipeline;
+            if ready && !backing_off {
+                self.retry_at = None;
+                // One round trip settles and claims a whole batch: while
+                // handlers are still running and neither side of it is full,
+                // wait for them, at most LINGER.
+                let full = self.producer.in_flight(self.asking) == 0
+                    || self.producer.full(want)
+                    || self.completer.len() >= self.batch;
+                let deadline = *self.linger_until.get_or_insert_with(|| Instant::now() + LINGER);
+                if !full && Instant::now() < deadline {
+                    let event = tokio::select! {
+                        _ = shutdown.cancelled() => Event::Stop,
+                        Some(finished) = self.executor.next() => Event::Finished(finished),
+                        Some(answer) = self.trips.join_next() => Event::Answered(answer.expect("a round trip does not panic")),
+                        _ = tokio::time::sleep_until(deadline) => Event::Backed,
+                    };
+                    self.handle(event);
+                    continue;
+                }
+                self.linger_until = None;
+                self.ask(want);
+                continue;
+            }
+            let retry_at = self.retry_at.unwrap_or_else(Instant::now);
+            let event = tokio::select! {
+                _ = shutdown.cancelled() => Event::Stop,
+                Some(finished) = self.executor.next() => Event::Finished(finished),
+                Some(answer) = self.trips.join_next() => Event::Answered(answer.expect("a round trip does not panic")),
+                _ = tokio::time::sleep_until(retry_at), if backing_off => Event::Backed,
+                _ = poll.tick() => Event::Tick,
+                _ = self.queue.wake.notified() => Event::Woken,
+                _ = self.producer.notified() => Event::Woken,
+            };
+            self.handle(event);
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Finished(finished) => self.finished(finished),
+            Event::Answered(answer) => self.answered(answer),
+            Event::Tick | Event::Woken => self.producer.wake(),
+            Event::Stop | Event::Backed => {}
+        }
+    }
+
+    /// An attempt came back: its outcome waits for the next round trip.
+    fn finished(&mut self, (lease, finished): (crate::store::Lease, Finished)) {
+        if let Finished::Ran(settling) = finished {
+            self.held.remove(lease);
+            self.completer.push(settling);
+        }
+    }
+
+    /// Sends the completer's round trip — the outcomes waiting and a claim
+    /// for up to `want` tasks — beside this loop; [`answered`](Self::answered)
+    /// takes its answer.
+    fn ask(&mut self, want: usize) {
+        self.asking += want;
+        let flush = self.completer.flush(self.queue.store.clone(), self.producer.request(want));
+        self.trips.spawn(async move {
+            let asked = Instant::now();
+            Answer { flushed: flush.await, want, asked }
+        });
+    }
+
+    /// Accounts for the outcomes of an answered round trip and starts the
+    /// handlers of the tasks it claimed. On a database error the outcomes
+    /// are kept for the next try, which waits a moment.
+    fn answered(&mut self, answer: Answer) {
+        self.asking -= answer.want;
+        match self.completer.answered(answer.flushed) {
+            Err(e) => {
+                let error = e.to_string();
+                if let Some(held_back) = self.quiet.let_through(&error) {
+                    tracing::error!(
+                        %error,
+                        held_back,
+                        "settling and claiming tasks failed; retrying every second (the same error is logged once in {:?}, with how many were held back)",
+                        crate::quiet::QUIET_FOR
+                    );
+                }
+                self.producer.failed();
+                self.retry_at = Some(Instant::now() + self.poll_interval.min(Duration::from_secs(1)));
+            }
+            Ok(claimed) => {
+                for cleared in self.producer.claimed(answer.want, answer.asked, claimed) {
+                    self.executor.start(cleared.task, cleared.cancel, cleared.counters);
+                }
+            }
+        }
+    }
+
+    /// Lets the claims already sent come back (their tasks run, or are
+    /// released, like the others), gives the handlers `grace`, then stops
+    /// the rest and releases their tasks with the last outcomes.
+    async fn finish(mut self, grace: Duration) -> RunSummary {
+        while let Some(answer) = self.trips.join_next().await {
+            self.answered(answer.expect("a round trip does not panic"));
+        }
+        let deadline = Instant::now() + grace;
+        while self.held.len() > 0 {
+            let event = tokio::select! {
+                Some(finished) = self.executor.next() => Event::Finished(finished),
+                _ = tokio::time::sleep_until(deadline) => break,
+            };
+            self.handle(event);
+        }
+        self.held.cancel_all();
+        self.executor.abort().await;
+        while let Some(finished) = self.executor.try_next() {
+            self.finished(finished);
+        }
+        for (lease, counters) in self.held.drain() {
+            self.completer.push(Settling {
+                outcome: Outcome::Released { lease },
+                counters,
+                report: Report::Released,
+            });
+        }
+        if !self.completer.is_empty() {
+            let outcomes = self.completer.len();
+            let flushed = self.completer.flush(self.queue.store.clone(), self.producer.request(0)).await;
+            if let Err(e) = self.completer.answered(flushed) {
+                tracing::warn!(
+                    error = %e,
+                    outcomes,
+                    "could not write the last outcomes at shutdown; their leases expire on their own and the tasks run again"
+                );
+            }
+        }
+        self.producer.stop().await;
+        self.completer.summary()
+    }
+}

@@ -1,0 +1,168 @@
+//! The worker's own tests: what the conformance suite cannot reach from
+//! outside (a heartbeat racing the outcomes, the schedule a worker takes).
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ballast::{Classification, Classified};
+use tokio::time::Instant;
+use tracing_subscriber::fmt::MakeWriter;
+
+use super::completer::Completer;
+use super::executor::Finished;
+use super::producer::{Cleared, Producer};
+use super::Worker;
+use crate::alert::Alert;
+use crate::handler::Handler;
+use crate::lease;
+use crate::store::Store;
+use crate::{DurableBackoff, NewTask, Queue, TaskContext};
+
+/// Fails every attempt, transiently or for good.
+struct Failing(Classification);
+
+impl Handler for Failing {
+    type Payload = u64;
+    type Error = Classified;
+
+    async fn handle(&self, _: TaskContext, _: u64) -> std::result::Result<(), Classified> {
+        Err(Classified::new("declined", self.0))
+    }
+}
+
+/// Everything logged at debug level and above while the test runs.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl MakeWriter<'_> for Logs {
+    type Writer = Logs;
+
+    fn make_writer(&self) -> Logs {
+        self.clone()
+    }
+}
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// C3: an alert whose tasks no handler of the worker runs would page
+/// nobody; the worker is refused when it is built.
+#[tokio::test]
+async fn an_alert_whose_tasks_no_handler_runs_is_refused() {
+    struct Pager;
+    impl Alert for Pager {
+        fn task_failed(&self, _: &crate::FailedTask) {}
+        fn enqueue(&self, failed: &crate::FailedTask) -> Vec<NewTask> {
+            vec![NewTask::new("page", &failed.id).key(failed.failure_key("page"))]
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Queue::connect(&format!("sqlite://{}", dir.path().join("queue.db").display())).await.unwrap();
+    let builder =
+        || Worker::builder(queue.clone()).handler("k", Failing(Classification::permanent())).alert(Pager);
+    let refused = builder().build().unwrap_err().to_string();
+    assert!(refused.contains("\"page\"") && refused.contains("R-RES-RE-5"), "{refused}");
+    assert!(builder().handler("page", Failing(Classification::permanent())).build().is_ok());
+}
+
+/// A worker built on a queue follows the queue's schedule unless told otherwise.
+#[tokio::test]
+async fn a_worker_polls_and_backs_off_by_its_queue_s_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Queue::connect(&format!("sqlite://{}", dir.path().join("queue.db").display())).await.unwrap();
+    let schedule = crate::DurableSchedule {
+        poll_interval: Duration::from_millis(250),
+        backoff: DurableBackoff::exponential(Duration::from_millis(10)),
+        max_attempts: 3,
+        ..Default::default()
+    };
+    let queue = queue.with_schedule(schedule);
+    let worker =
+        Worker::builder(queue.clone()).handler("k", Failing(Classification::permanent())).build().unwrap();
+    assert_eq!(
+        (worker.poll_interval, worker.attempts.backoff, worker.attempts.max_attempts),
+        (schedule.poll_interval, schedule.backoff, 3)
+    );
+    let told = Worker::builder(queue)
+        .handler("k", Failing(Classification::permanent()))
+        .poll_interval(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    assert_eq!(told.poll_interval, Duration::from_secs(1));
+}
+
+/// A heartbeat round that began before the handlers returned reaches the
+/// database after the worker stored their outcomes (rescheduled, failed):
+/// the leases it finds gone were given up by this worker, not lost.
+#[tokio::test]
+async fn heartbeat_racing_the_task_s_own_outcome_reports_no_lost_lease() {
+    let logs = Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Queue::connect(&format!("sqlite://{}", dir.path().join("queue.db").display())).await.unwrap();
+    queue.migrate().await.unwrap();
+    queue.enqueue(NewTask::new("flaky", &1)).await.unwrap();
+    queue.enqueue(NewTask::new("broken", &2)).await.unwrap();
+    let worker = Worker::builder(queue)
+        .handler("flaky", Failing(Classification::transient()))
+        .handler("broken", Failing(Classification::permanent()))
+        .build()
+        .unwrap();
+    let store = worker.queue.store.clone();
+    let held = worker.attempts.held.clone();
+    let mut producer = Producer::start(
+        &store,
+        worker.claim.clone(),
+        worker.concurrency,
+        worker.batch,
+        held.clone(),
+        worker.counters.clone(),
+    )
+    .await;
+    let claim = producer.request(2);
+    let asked = Instant::now();
+    let claimed = store.settle_and_claim(&[], &claim).await.unwrap().claimed;
+    let cleared = producer.claimed(2, asked, claimed);
+    assert_eq!(cleared.len(), 2);
+
+    let round = held.leases();
+    let mut completer = Completer::new(Arc::clone(&worker.attempts.alert));
+    for Cleared { task, cancel, counters } in cleared {
+        let lease = task.lease;
+        let Finished::Ran(settling) = worker.attempts.attempt(task, cancel, counters).await else {
+            panic!("the handler ran")
+        };
+        held.remove(lease);
+        completer.push(settling);
+    }
+    let flushed = completer.flush(store.clone(), producer.request(0)).await;
+    completer.answered(flushed).unwrap();
+    lease::renew(&store, &held, &round, worker.claim.lease).await;
+    producer.stop().await;
+
+    let summary = completer.summary();
+    assert_eq!((summary.rescheduled, summary.failed, summary.lost), (1, 1, 0));
+    let logs = logs.text();
+    assert!(!logs.contains("lease lost"), "a lease given up by this worker reported lost:\n{logs}");
+}
