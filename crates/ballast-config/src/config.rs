@@ -1,5 +1,7 @@
 //! A loaded configuration: the model, its source text and where each key is.
 
+use crate::error::ConfigError;
+use crate::finding::{Finding, KeyFinding};
 use crate::model::{File, System};
 use crate::source::{Source, SpanIndex};
 
@@ -54,7 +56,7 @@ impl Config {
     /// the document at the operation's line there.
     pub fn check_openapi(&self, name: &str, doc: &crate::openapi::Document) -> Vec<crate::Finding> {
         let Some(system) = self.system(name) else { return Vec::new() };
-        let routes = crate::translate::translate(name, system).routes;
+        let routes = crate::systems::translate::translate(name, system).routes;
         let located: Vec<_> = routes
             .iter()
             .map(|route| {
@@ -73,5 +75,21 @@ impl Config {
             })
             .collect();
         doc.check(self.source.name(), &located, &self.idempotency_header(name))
+    }
+}
+
+impl Config {
+    /// `Err` with the errors among `problems` of `section`, if any.
+    pub(crate) fn refuse(&self, section: &str, problems: Vec<KeyFinding>) -> Result<(), ConfigError> {
+        let errors: Vec<Finding> = problems
+            .into_iter()
+            .filter(|p| p.severity == ballast::Severity::Error)
+            .map(|p| p.locate(&self.source, &self.index))
+            .collect();
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let file = self.source.name().to_owned();
+        Err(ConfigError::Refused { section: section.to_owned(), file, findings: errors })
     }
 }

@@ -11,9 +11,9 @@ use ballast::{
 
 use crate::model::Part;
 
-use crate::build::ConfigError;
 use crate::config::Config;
 use crate::duration::display;
+use crate::error::ConfigError;
 use crate::suggest::did_you_mean;
 use ballast_vocab::queue::DurableSchedule;
 
@@ -95,8 +95,8 @@ impl Config {
 
     fn timeline(&self, name: &str) -> SystemExplanation {
         let system = self.file.systems.get(name).cloned().unwrap_or_default();
-        let crate::translate::Translated { builder, retry, timeout, routes, unrouted, .. } =
-            crate::translate::translate(name, &system);
+        let crate::systems::translate::Translated { builder, retry, timeout, routes, unrouted, .. } =
+            crate::systems::translate::translate(name, &system);
         let findings = self.lint_system(name);
         let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
         let in_memory = builder.timeline();
@@ -122,7 +122,7 @@ impl Config {
             writes_retried,
             durable,
             key_ttl: system.key_ttl.map(|d| d.get()),
-            key_needed: crate::rules::required_key_ttl(&self.file, window),
+            key_needed: crate::systems::rules::required_key_ttl(&self.file, window),
         }
     }
 }

@@ -64,19 +64,23 @@
 //! | (none) | error | `[serve]` values out of range (`listen` not an address, `max_connections` 0, zero timeouts) |
 //! | (none) | error | unknown keys (with "did you mean"), wrong types, out-of-range values; a file over 1 MiB |
 
-mod build;
+// One module per TOML section — its keys, its rules and its settings
+// together: `queue`, `serve`, `gateway` (with what both listeners share in
+// `listener`), `alerts`, `telemetry`, `systems`.
+mod alerts;
 mod config;
-mod durable;
+mod error;
 mod explain;
 mod finding;
-mod http;
+mod gateway;
 mod lint;
+mod listener;
 mod load;
-mod rules;
-mod serving;
+mod queue;
+mod serve;
 mod source;
+mod systems;
 mod telemetry;
-mod translate;
 
 pub mod duration;
 pub mod model;
@@ -85,27 +89,27 @@ pub mod report;
 pub mod size;
 pub mod suggest;
 
+pub use alerts::{AlertFormat, WebhookSettings, ALERT_FORMATS};
 pub use ballast_vocab::queue::DurableSchedule;
-pub use build::{ConfigError, QueueSettings};
 pub use config::Config;
 pub use duration::{ConfigDuration, DurationError};
+pub use error::ConfigError;
 pub use explain::{Durable, DurableStep, Explanation, SystemExplanation};
 pub use finding::Finding;
-pub use http::HttpSettings;
+pub use gateway::GatewaySettings;
 pub use lint::has_errors;
 pub use load::{Checked, LoadError, MAX_CONFIG_BYTES};
-pub use rules::ORDER;
-pub use serving::{
-    AlertFormat, GatewaySettings, ServeSettings, WebhookSettings, DEFAULT_BODY_READ_TIMEOUT,
-    DEFAULT_SESSION_TTL,
-};
+pub use queue::QueueSettings;
+pub use serve::{ServeSettings, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_SESSION_TTL};
 pub use size::{ConfigSize, SizeError};
 pub use source::{Location, Source};
+pub use systems::http::HttpSettings;
+pub use systems::rules::ORDER;
+pub use systems::translate::{BACKOFF_KINDS, BREAKER_KINDS, MAX_COUNT_WINDOW, STRATEGIES};
 pub use telemetry::{
     ResolvedTelemetry, Root, Sampler, TelemetryError, TelemetrySettings, TraceExport, DEFAULT_BATCH_SIZE,
     DEFAULT_EXPORT_TIMEOUT, DEFAULT_QUEUE_SIZE, DEFAULT_SCHEDULE_DELAY, DEFAULT_SERVICE_NAME, SAMPLERS,
 };
-pub use translate::{BACKOFF_KINDS, BREAKER_KINDS, MAX_COUNT_WINDOW, STRATEGIES};
 
 /// The README's example, compiled and run as a doc test so it cannot rot.
 #[cfg(doctest)]

@@ -16,13 +16,13 @@ impl Config {
     /// assert_eq!(re3.location.map(|l| (l.line, l.column)), Some((2, 16)));
     /// ```
     pub fn lint(&self) -> Vec<Finding> {
-        let mut problems = self.file.queue.as_ref().map(crate::rules::queue).unwrap_or_default();
-        problems.extend(self.file.serve.as_ref().map(crate::rules::serve).unwrap_or_default());
-        problems.extend(self.file.gateway.as_ref().map(crate::rules::gateway).unwrap_or_default());
-        problems.extend(self.file.alerts.as_ref().map(crate::rules::alerts).unwrap_or_default());
+        let mut problems = self.file.queue.as_ref().map(crate::queue::rules).unwrap_or_default();
+        problems.extend(self.file.serve.as_ref().map(crate::serve::rules).unwrap_or_default());
+        problems.extend(self.file.gateway.as_ref().map(crate::gateway::rules).unwrap_or_default());
+        problems.extend(self.file.alerts.as_ref().map(crate::alerts::rules).unwrap_or_default());
         problems.extend(self.file.telemetry.as_ref().map(crate::telemetry::rules).unwrap_or_default());
         for (name, system) in &self.file.systems {
-            problems.extend(crate::rules::system(&self.file, name, system));
+            problems.extend(crate::systems::rules::system(&self.file, name, system));
         }
         if self.file.systems.is_empty() {
             problems.push(crate::finding::KeyFinding::at(
@@ -41,7 +41,7 @@ impl Config {
     /// The findings about one system (empty if it is not declared).
     pub fn lint_system(&self, name: &str) -> Vec<Finding> {
         let problems = match self.file.systems.get(name) {
-            Some(system) => crate::rules::system(&self.file, name, system),
+            Some(system) => crate::systems::rules::system(&self.file, name, system),
             None => Vec::new(),
         };
         self.located(problems)

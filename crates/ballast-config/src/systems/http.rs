@@ -9,8 +9,8 @@ use ballast::PolicyBuilder;
 use ballast_vocab::http::routes::{Routes, Unrouted};
 use ballast_vocab::http::RetryOn;
 
-use crate::build::ConfigError;
 use crate::config::Config;
+use crate::error::ConfigError;
 
 /// The HTTP client of one system as its section declares it; see
 /// [`Config::http_settings`].
@@ -85,7 +85,7 @@ impl Config {
             .clone()
             .ok_or_else(|| ConfigError::NoBaseUrl { system: name.to_owned(), file: file() })?;
         // Checked with the policy above: refused had any route been wrong.
-        let translated = crate::translate::translate(name, system);
+        let translated = crate::systems::translate::translate(name, system);
         let retry_on = match system.retry.as_ref().and_then(|r| r.section()?.retry_on.as_ref()) {
             // Lint has already refused unknown names (with the same reading),
             // but a name the client does not know is never replaced by a default.

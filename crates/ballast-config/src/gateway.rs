@@ -1,0 +1,149 @@
+//! `[gateway]`: the outbound gateway of `ballast serve` (`/call/{system}/…`,
+//! `/tasks/{id}`) — its keys, its rules, and its settings with the
+//! defaults of what a file leaves out.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::Config;
+use crate::duration::ConfigDuration;
+use crate::error::ConfigError;
+use crate::finding::KeyFinding;
+use crate::listener::{body_timeout, count, listener, Listener, MAX_BODY_LIMIT};
+use crate::model::Schema::{self, Value};
+use crate::serve::DEFAULT_BODY_READ_TIMEOUT;
+use crate::size::ConfigSize;
+
+/// `[gateway]`: `ballast serve`'s data plane, where services in any language
+/// call the external systems through their policies
+/// (`/call/{system}/{path}`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct GatewaySection {
+    /// `listen`: the gateway's address (default `127.0.0.1:9465`). Any address
+    /// but loopback requires `token_env`.
+    pub listen: Option<String>,
+    /// `max_body`: the largest request body buffered (default `"1MiB"`); a
+    /// larger one is answered 413, nothing sent.
+    pub max_body: Option<ConfigSize>,
+    /// `token_env`: the environment variable holding the token every request
+    /// must carry as `Authorization: Bearer <token>`.
+    pub token_env: Option<String>,
+    /// `max_connections`: connections served at once (default 1024).
+    pub max_connections: Option<u64>,
+    /// `header_read_timeout`: how long a client may take to send a request's
+    /// headers (default 5 s).
+    pub header_read_timeout: Option<ConfigDuration>,
+    /// `body_read_timeout`: how long a client may take to send a request's
+    /// body once its headers are in (default 10 s).
+    pub body_read_timeout: Option<ConfigDuration>,
+    /// `trust_forwarded`: pass caller-sent `Forwarded`, `X-Forwarded-*`,
+    /// `X-Real-IP` and the other client-address headers upstream (default
+    /// false: they are dropped, so no caller can speak for another).
+    pub trust_forwarded: Option<bool>,
+    /// `allowed_hosts`: `Host` names the gateway answers to besides
+    /// `localhost`, the loopback addresses and its listen address (the name
+    /// services reach it by). Any other `Host` is answered 421: a web page
+    /// that rebinds its name to this host cannot call the systems.
+    pub allowed_hosts: Option<Vec<String>>,
+}
+
+pub(crate) const KEYS: &[(&str, Schema)] = &[
+    ("listen", Value),
+    ("max_body", Value),
+    ("token_env", Value),
+    ("max_connections", Value),
+    ("header_read_timeout", Value),
+    ("body_read_timeout", Value),
+    ("trust_forwarded", Value),
+    ("allowed_hosts", Value),
+];
+
+/// The `[gateway]` section's values.
+pub(crate) fn rules(g: &GatewaySection) -> Vec<KeyFinding> {
+    let mut out = listener(
+        "gateway",
+        Listener {
+            listen: g.listen.as_deref(),
+            max_connections: g.max_connections,
+            header_read_timeout: g.header_read_timeout,
+            token_env: g.token_env.as_deref(),
+        },
+    );
+    out.extend(body_timeout("gateway", g.body_read_timeout));
+    if g.max_body.is_some_and(|b| b.bytes() == 0 || b.bytes() > MAX_BODY_LIMIT) {
+        out.push(KeyFinding::error(
+            None,
+            vec!["gateway".to_owned(), "max_body".to_owned()],
+            "`max_body` is outside 1 byte..=1GiB".into(),
+            "use the largest body a call needs, e.g. \"1MiB\" (the default)",
+        ));
+    }
+    out
+}
+
+/// The outbound gateway of `ballast serve` (`/call/{system}/…`,
+/// `/tasks/{id}`), from `[gateway]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewaySettings {
+    /// The gateway's address.
+    pub listen: SocketAddr,
+    /// The largest request body buffered, in bytes.
+    pub max_body: usize,
+    /// The environment variable holding the token, if any.
+    pub token_env: Option<String>,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body.
+    pub body_read_timeout: Duration,
+    /// Whether caller-sent `Forwarded`, `X-Forwarded-*` and `X-Real-IP` are
+    /// passed upstream (default false: dropped).
+    pub trust_forwarded: bool,
+    /// `Host` names the gateway answers to besides `localhost`, the loopback
+    /// addresses and its listen address; any other is answered 421.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for GatewaySettings {
+    /// Loopback port 9465, 1 MiB bodies, no token, 1024 connections, 5 s for
+    /// headers.
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9465)),
+            max_body: 1 << 20,
+            token_env: None,
+            max_connections: 1024,
+            header_read_timeout: Duration::from_secs(5),
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            trust_forwarded: false,
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
+
+impl Config {
+    /// The gateway's settings, `None` without a `[gateway]` section: `[gateway]`
+    /// over [`GatewaySettings::default`]. Refused when it has lint errors.
+    pub fn gateway(&self) -> Result<Option<GatewaySettings>, ConfigError> {
+        let Some(gateway) = &self.file.gateway else { return Ok(None) };
+        self.refuse("gateway", crate::gateway::rules(gateway))?;
+        let defaults = GatewaySettings::default();
+        Ok(Some(GatewaySettings {
+            listen: gateway.listen.as_deref().and_then(|l| l.parse().ok()).unwrap_or(defaults.listen),
+            max_body: gateway
+                .max_body
+                .map_or(defaults.max_body, |b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
+            token_env: gateway.token_env.clone(),
+            max_connections: count(gateway.max_connections).unwrap_or(defaults.max_connections),
+            header_read_timeout: gateway
+                .header_read_timeout
+                .map_or(defaults.header_read_timeout, |d| d.get()),
+            body_read_timeout: gateway.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
+            trust_forwarded: gateway.trust_forwarded.unwrap_or(false),
+            allowed_hosts: gateway.allowed_hosts.clone().unwrap_or_default(),
+        }))
+    }
+}

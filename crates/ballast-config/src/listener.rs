@@ -1,0 +1,94 @@
+//! What `[serve]` and `[gateway]` share, as listeners of `ballast serve`:
+//! an address, connection and header limits, a token beyond loopback, a
+//! body read timeout — checked alike for both.
+
+use std::time::Duration;
+
+use crate::alerts::is_env_name;
+use crate::duration::display;
+use crate::finding::KeyFinding;
+
+/// The longest `body_read_timeout` accepted: beyond it a slow client holds a
+/// slot for as long as it likes.
+pub(crate) const MAX_BODY_READ_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// `body_read_timeout` of a listener: above zero, at most 5 minutes.
+pub(crate) fn body_timeout(section: &str, value: Option<crate::duration::ConfigDuration>) -> Vec<KeyFinding> {
+    match value.map(|d| d.get()) {
+        Some(d) if d.is_zero() || d > MAX_BODY_READ_TIMEOUT => vec![KeyFinding::error(
+            None,
+            vec![section.to_owned(), "body_read_timeout".to_owned()],
+            format!(
+                "`body_read_timeout` {} is outside 1ms..={}: a client sending its body slowly would {}",
+                display(d),
+                display(MAX_BODY_READ_TIMEOUT),
+                if d.is_zero() { "never be read" } else { "hold a connection slot that long" }
+            ),
+            "use a few seconds, e.g. \"10s\" (the default)",
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// The largest `max_body` accepted: bodies are buffered in memory.
+pub(crate) const MAX_BODY_LIMIT: u64 = 1 << 30;
+
+/// The settings every listener of `ballast serve` has.
+pub(crate) struct Listener<'a> {
+    pub(crate) listen: Option<&'a str>,
+    pub(crate) max_connections: Option<u64>,
+    pub(crate) header_read_timeout: Option<crate::duration::ConfigDuration>,
+    pub(crate) token_env: Option<&'a str>,
+}
+
+/// A listener's values: an address and port, connection and header limits,
+/// and a token for any address but loopback.
+pub(crate) fn listener(section: &str, l: Listener<'_>) -> Vec<KeyFinding> {
+    let mut out = Vec::new();
+    let mut refuse = |key: &str, message: String, help: &str| {
+        out.push(KeyFinding::error(None, vec![section.to_owned(), key.to_owned()], message, help));
+    };
+    let addr = l.listen.map(|listen| (listen, listen.parse::<std::net::SocketAddr>()));
+    match addr {
+        Some((listen, Err(_))) => refuse(
+            "listen",
+            format!("listen \"{listen}\" is not an address and port"),
+            "write an IP address and a port, e.g. \"127.0.0.1:9464\" (port 0 picks a free one)",
+        ),
+        Some((listen, Ok(addr))) if !addr.ip().is_loopback() && l.token_env.is_none() => refuse(
+            "listen",
+            format!("[{section}] listens on {listen}, beyond this host, without a token"),
+            "set `token_env` to the name of an environment variable holding a token every request must \
+             bring (`Authorization: Bearer …`), or listen on 127.0.0.1",
+        ),
+        _ => {}
+    }
+    if l.max_connections.is_some_and(|n| n == 0 || n > 1_000_000) {
+        refuse(
+            "max_connections",
+            "`max_connections` is outside 1..=1000000".into(),
+            "use a few hundred, e.g. 256: enough for its clients, few enough to keep descriptors for the worker",
+        );
+    }
+    if l.header_read_timeout.is_some_and(|d| d.get().is_zero()) {
+        refuse(
+            "header_read_timeout",
+            "`header_read_timeout` is zero: no request could ever be read".into(),
+            "use a few seconds, e.g. \"5s\"",
+        );
+    }
+    if let Some(name) = l.token_env {
+        if !is_env_name(name) {
+            refuse(
+                "token_env",
+                format!("token_env \"{name}\" is not an environment variable name"),
+                "name the variable that holds the token, e.g. \"BALLAST_GATEWAY_TOKEN\" (never the token itself)",
+            );
+        }
+    }
+    out
+}
+
+pub(crate) fn count(n: Option<u64>) -> Option<usize> {
+    n.map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+}

@@ -1,0 +1,192 @@
+//! `[serve]`: the admin listener of `ballast serve` (`/metrics`,
+//! `/health/*`, `/ui/`) — its keys, its rules, and its settings with the
+//! defaults of what a file leaves out.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::Config;
+use crate::duration::ConfigDuration;
+use crate::error::ConfigError;
+use crate::finding::KeyFinding;
+use crate::listener::{body_timeout, count, listener, Listener};
+use crate::model::Schema::{self, Value};
+
+/// `[serve]`: the admin listener of `ballast serve` (`/metrics`, `/health/*`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ServeSection {
+    /// `listen`: the admin listener's address (default in
+    /// [`ServeSettings::default`](crate::ServeSettings), `127.0.0.1:9464`); `--listen` overrides it.
+    pub listen: Option<String>,
+    /// `max_connections`: connections served at once; more wait to be
+    /// accepted (default in [`ServeSettings::default`](crate::ServeSettings), 256).
+    pub max_connections: Option<u64>,
+    /// `header_read_timeout`: how long a client may take to send a request's
+    /// headers before the connection is closed (default in
+    /// [`ServeSettings::default`](crate::ServeSettings), 5 s).
+    pub header_read_timeout: Option<ConfigDuration>,
+    /// `token_env`: the environment variable holding the token the admin
+    /// listener asks for (required on any address but loopback).
+    pub token_env: Option<String>,
+    /// `protect_metrics`: whether `/metrics` and `/health/*` ask for the token
+    /// too (default false: scrapers and probes need none).
+    pub protect_metrics: Option<bool>,
+    /// `stats_interval`: how often the queue's counts are refreshed for
+    /// `/metrics` and readiness (default in [`ServeSettings::default`](crate::ServeSettings), 5 s).
+    pub stats_interval: Option<ConfigDuration>,
+    /// `body_read_timeout`: how long a client may take to send a request's
+    /// body once its headers are in (default 10 s); a slower one is answered
+    /// 408 and its connection closed.
+    pub body_read_timeout: Option<ConfigDuration>,
+    /// `allowed_hosts`: `Host` names the admin listener answers to besides
+    /// `localhost`, the loopback addresses and its listen address (e.g. the
+    /// name a reverse proxy forwards). Any other `Host` is answered 421: a web
+    /// page that rebinds its name to this host gets nothing.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `session_ttl`: how long a dashboard login lasts (default 12 h).
+    pub session_ttl: Option<ConfigDuration>,
+    /// `remove_systems`: systems this file removes on purpose. A reload
+    /// (SIGHUP) that removes a system with unfinished deliveries is refused
+    /// unless the system is named here; its deliveries are then held until a
+    /// system of that name returns or they age out (`[queue] max_age`).
+    pub remove_systems: Option<Vec<String>>,
+}
+
+pub(crate) const KEYS: &[(&str, Schema)] = &[
+    ("listen", Value),
+    ("max_connections", Value),
+    ("header_read_timeout", Value),
+    ("token_env", Value),
+    ("protect_metrics", Value),
+    ("stats_interval", Value),
+    ("body_read_timeout", Value),
+    ("allowed_hosts", Value),
+    ("session_ttl", Value),
+    ("remove_systems", Value),
+];
+
+/// The `[serve]` section's values.
+pub(crate) fn rules(s: &ServeSection) -> Vec<KeyFinding> {
+    let mut out = listener(
+        "serve",
+        Listener {
+            listen: s.listen.as_deref(),
+            max_connections: s.max_connections,
+            header_read_timeout: s.header_read_timeout,
+            token_env: s.token_env.as_deref(),
+        },
+    );
+    if s.protect_metrics == Some(true) && s.token_env.is_none() {
+        out.push(KeyFinding::error(
+            None,
+            vec!["serve".to_owned(), "protect_metrics".to_owned()],
+            "`protect_metrics` asks scrapers for a token, but [serve] names no `token_env`".into(),
+            "set `token_env`, or drop `protect_metrics`",
+        ));
+    }
+    out.extend(body_timeout("serve", s.body_read_timeout));
+    if s.session_ttl.is_some_and(|d| d.get().is_zero()) {
+        out.push(KeyFinding::error(
+            None,
+            vec!["serve".to_owned(), "session_ttl".to_owned()],
+            "`session_ttl` is zero: every dashboard login would end at once".into(),
+            "use hours, e.g. \"12h\" (the default)",
+        ));
+    }
+    for (i, host) in s.allowed_hosts.iter().flatten().enumerate() {
+        let plain = !host.is_empty()
+            && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+            && !host.contains("://");
+        if !plain {
+            out.push(KeyFinding::error(
+                None,
+                vec!["serve".to_owned(), "allowed_hosts".to_owned(), i.to_string()],
+                format!("allowed_hosts entry {host:?} is not a host name"),
+                "write the name a browser or proxy sends in `Host`, e.g. \"ballast.internal\" or \"ballast.internal:9464\"",
+            ));
+        }
+    }
+    if s.stats_interval.is_some_and(|d| d.get() < Duration::from_secs(1)) {
+        out.push(KeyFinding::error(
+            None,
+            vec!["serve".to_owned(), "stats_interval".to_owned()],
+            "`stats_interval` is under 1 s: counting the queue that often loads its database".into(),
+            "use a few seconds, e.g. \"5s\"",
+        ));
+    }
+    out
+}
+
+/// The admin listener of `ballast serve` (`/metrics`, `/health/*`, `/ui/`),
+/// from `[serve]` (defaults without it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeSettings {
+    /// The admin listener's address.
+    pub listen: SocketAddr,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// The environment variable holding the admin token, if any.
+    pub token_env: Option<String>,
+    /// Whether `/metrics` and `/health/*` ask for the token too.
+    pub protect_metrics: bool,
+    /// How often the queue's counts are refreshed.
+    pub stats_interval: Duration,
+    /// How long a client may take to send a request's body.
+    pub body_read_timeout: Duration,
+    /// Host names the admin listener answers to besides its own
+    /// (`localhost`, the loopback addresses, the listen address).
+    pub allowed_hosts: Vec<String>,
+    /// How long a dashboard session lasts.
+    pub session_ttl: Duration,
+}
+
+impl Default for ServeSettings {
+    /// Loopback port 9464, 256 connections, 5 s for headers, no token (open
+    /// metrics), counts every 5 s.
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            max_connections: 256,
+            header_read_timeout: Duration::from_secs(5),
+            token_env: None,
+            protect_metrics: false,
+            stats_interval: Duration::from_secs(5),
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            allowed_hosts: Vec::new(),
+            session_ttl: DEFAULT_SESSION_TTL,
+        }
+    }
+}
+
+/// How long a client may take to send a request's body, on both listeners,
+/// unless `body_read_timeout` says otherwise (10 s: nginx's `client_body_timeout` is 60 s for the
+/// open internet; a service on the same network needs far less).
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a dashboard session lasts unless `[serve] session_ttl` says otherwise (12 h).
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
+impl Config {
+    /// The admin listener's settings: `[serve]` over [`ServeSettings::default`].
+    /// Refused when `[serve]` has lint errors.
+    pub fn serve(&self) -> Result<ServeSettings, ConfigError> {
+        let defaults = ServeSettings::default();
+        let Some(serve) = &self.file.serve else { return Ok(defaults) };
+        self.refuse("serve", crate::serve::rules(serve))?;
+        Ok(ServeSettings {
+            listen: serve.listen.as_deref().and_then(|l| l.parse().ok()).unwrap_or(defaults.listen),
+            max_connections: count(serve.max_connections).unwrap_or(defaults.max_connections),
+            header_read_timeout: serve.header_read_timeout.map_or(defaults.header_read_timeout, |d| d.get()),
+            token_env: serve.token_env.clone(),
+            protect_metrics: serve.protect_metrics.unwrap_or(false),
+            stats_interval: serve.stats_interval.map_or(defaults.stats_interval, |d| d.get()),
+            body_read_timeout: serve.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
+            allowed_hosts: serve.allowed_hosts.clone().unwrap_or_default(),
+            session_ttl: serve.session_ttl.map_or(defaults.session_ttl, |d| d.get()),
+        })
+    }
+}
