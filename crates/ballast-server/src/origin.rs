@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::header::{HOST, ORIGIN};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -110,7 +110,7 @@ pub(crate) fn misdirected(hosts: &Hosts, request: &Request) -> Option<Response> 
          not to {host:?}; if you reach it by that name (a proxy, a DNS name of this host), add it to \
          [{section}] allowed_hosts"
     );
-    Some(Problem::new(StatusCode::MISDIRECTED_REQUEST, Reason::UnknownHost, detail).into_response())
+    Some(Problem::new(Reason::UnknownHost, detail).into_response())
 }
 
 /// Refuses a state-changing request that a browser says comes from another
@@ -122,7 +122,7 @@ pub async fn same_origin_actions(request: Request, next: Next) -> Response {
     match foreign(request.headers(), &["same-origin", "none"]) {
         Some(why) => {
             let detail = format!("{why}: the dashboard's actions are taken only from its own pages");
-            Problem::new(StatusCode::FORBIDDEN, Reason::CrossSite, detail).into_response()
+            Problem::new(Reason::CrossSite, detail).into_response()
         }
         None => next.run(request).await,
     }
@@ -134,7 +134,7 @@ pub fn from_another_site(headers: &HeaderMap) -> Option<Response> {
     let why = foreign(headers, &["same-origin", "none"])?;
     let detail =
         format!("{why}: the gateway serves services, not web pages; call it from your service's code");
-    Some(Problem::new(StatusCode::FORBIDDEN, Reason::CrossSite, detail).into_response())
+    Some(Problem::new(Reason::CrossSite, detail).into_response())
 }
 
 /// Why `headers` say the request comes from another origin, if they do:

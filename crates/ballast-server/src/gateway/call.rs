@@ -23,7 +23,7 @@ use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderValue};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use ballast::{Failure, IdempotencyKey, Rejection, Rule, StopReason};
+use ballast::{Failure, IdempotencyKey, Rule};
 use ballast_http::plan::key_in;
 use ballast_http::routes::canonical_method;
 use ballast_http::{HttpError, HttpSystem};
@@ -40,7 +40,7 @@ pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Re
     let (parts, body) = request.into_parts();
     let Some((name, path)) = target(parts.uri.path()) else {
         let detail = "call a system as /call/{system}/{path}";
-        return Problem::new(StatusCode::NOT_FOUND, Reason::BadRequest, detail).into_response();
+        return Problem::new(Reason::NotFound, detail).into_response();
     };
     let span = super::trace::server_span(&parts, &name);
     if span.is_disabled() {
@@ -62,14 +62,14 @@ async fn handle(
     let Some(system) = gateway.systems().get(&name) else {
         let names = gateway.systems().names().join(", ");
         let detail = format!("no system {name:?} is configured; the systems are: {names}");
-        return Problem::new(StatusCode::NOT_FOUND, Reason::UnknownSystem, detail).into_response();
+        return Problem::new(Reason::UnknownSystem, detail).into_response();
     };
     if came_through_us(&parts.headers) {
         let detail = format!(
             "this request already came through a ballast gateway (Via: 1.1 {VIA_NAME}): the base_url of {name:?} \
              points back at the gateway, so it would call itself; nothing was sent"
         );
-        return Problem::new(StatusCode::LOOP_DETECTED, Reason::LoopDetected, detail).into_response();
+        return Problem::new(Reason::LoopDetected, detail).into_response();
     }
     let key = match key_in(&parts.headers, &IDEMPOTENCY_KEY) {
         Ok(key) => key,
@@ -95,7 +95,7 @@ async fn handle(
         return call.await.unwrap_or_else(|e| {
             let detail =
                 format!("the deferrable write stopped ({e}); whether it reached the system is unknown");
-            Problem::new(StatusCode::INTERNAL_SERVER_ERROR, Reason::QueueUnavailable, detail).into_response()
+            Problem::new(Reason::Internal, detail).into_response()
         });
     }
     planned(&gateway, &system, request, key.as_ref(), false).await
@@ -149,7 +149,7 @@ fn target(path: &str) -> Option<(String, String)> {
 
 fn bad_key(reason: &str) -> Response {
     let detail = format!("the Idempotency-Key header is not a valid key ({reason}); nothing was sent");
-    Problem::new(StatusCode::BAD_REQUEST, Reason::BadKey, detail).rule(Some(Rule::Re1)).into_response()
+    Problem::new(Reason::BadKey, detail).rule(Some(Rule::Re1)).into_response()
 }
 
 /// The body, buffered: refused past `max_body` before anything is sent.
@@ -160,7 +160,7 @@ async fn read_body(
 ) -> Result<bytes::Bytes, Problem> {
     let too_large = || {
         let detail = format!("the request body is larger than max_body ({max_body} bytes); nothing was sent");
-        Problem::new(StatusCode::PAYLOAD_TOO_LARGE, Reason::TooLarge, detail)
+        Problem::new(Reason::TooLarge, detail)
     };
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max_body as u64) {
@@ -175,13 +175,9 @@ async fn read_body(
             too_large()
         } else if let Some(late) = causes.find_map(|s| s.downcast_ref::<crate::listener::BodyTimeout>()) {
             let detail = format!("{late}; nothing was sent");
-            Problem::new(StatusCode::REQUEST_TIMEOUT, Reason::BodyTimeout, detail)
+            Problem::new(Reason::BodyTimeout, detail)
         } else {
-            Problem::new(
-                StatusCode::BAD_REQUEST,
-                Reason::BadRequest,
-                format!("the request body broke off: {e}"),
-            )
+            Problem::new(Reason::BadRequest, format!("the request body broke off: {e}"))
         }
     })
 }
@@ -222,9 +218,7 @@ async fn deferred(
         Err(HandoverError::Failed(failure)) => answer(Err(failure), system),
         Err(HandoverError::Enqueue { failure, error }) => {
             let detail = format!("{failure}; deferring it to the queue failed too: {error}");
-            Problem::new(StatusCode::SERVICE_UNAVAILABLE, Reason::QueueUnavailable, detail)
-                .attempts(failure.attempts())
-                .into_response()
+            Problem::new(Reason::QueueUnavailable, detail).attempts(failure.attempts()).into_response()
         }
     }
 }
@@ -232,62 +226,9 @@ async fn deferred(
 /// The response to send for a call's outcome: the upstream's answer as it
 /// came, or, when there was none, the gateway's problem.
 fn answer(outcome: Result<ballast_http::Response, Failure<HttpError>>, system: &HttpSystem) -> Response {
-    let failure = match outcome {
-        Ok(response) => return upstream(response),
-        Err(failure) => failure,
-    };
-    let attempts = failure.attempts();
-    let rule = match failure.error() {
-        // Refused for want of the key a route requires, or of a route: R-RES-RE-1.
-        Some(HttpError::KeyRequired { .. } | HttpError::Unrouted { .. }) => Some(Rule::Re1),
-        _ => failure.stop_reason().rule(),
-    };
-    let problem = match &failure {
-        Failure::Rejected { rejection, .. } => rejected(*rejection, &failure),
-        _ if failure.stop_reason() == StopReason::BudgetExhausted => {
-            let detail = format!("{failure}: the retry budget of {} has no retry left", system.name());
-            Problem::new(StatusCode::SERVICE_UNAVAILABLE, Reason::BudgetExhausted, detail)
-                .retry_after(std::time::Duration::from_secs(1))
-        }
-        Failure::Timeout { .. } => {
-            Problem::new(StatusCode::GATEWAY_TIMEOUT, Reason::Timeout, failure.to_string())
-        }
-        Failure::Operation { error: HttpError::BadPath { .. }, attempts: 0, .. } => {
-            Problem::new(StatusCode::BAD_REQUEST, Reason::BadPath, failure.to_string())
-        }
-        // The system's route requires a key (R-RES-RE-1): refused unsent by the system.
-        Failure::Operation { error: HttpError::KeyRequired { route }, attempts: 0, .. } => {
-            Problem::new(StatusCode::BAD_REQUEST, Reason::KeyRequired, failure.to_string()).route(route)
-        }
-        Failure::Operation { error: HttpError::Unrouted { .. }, attempts: 0, .. } => {
-            Problem::new(StatusCode::BAD_REQUEST, Reason::Unrouted, failure.to_string())
-        }
-        Failure::Operation { error: HttpError::SealKeyMissing { .. }, attempts: 0, .. } => {
-            Problem::new(StatusCode::BAD_REQUEST, Reason::SealKeyMissing, failure.to_string())
-        }
-        Failure::Operation { attempts: 0, .. } => {
-            Problem::new(StatusCode::BAD_REQUEST, Reason::BadRequest, failure.to_string())
-        }
-        _ => {
-            let sent = !failure.error().is_some_and(HttpError::nothing_sent);
-            Problem::new(StatusCode::BAD_GATEWAY, Reason::Transport, failure.to_string()).sent(sent)
-        }
-    };
-    problem.attempts(attempts).rule(rule).into_response()
-}
-
-fn rejected<E: std::fmt::Display>(rejection: Rejection, failure: &Failure<E>) -> Problem {
-    let unavailable = StatusCode::SERVICE_UNAVAILABLE;
-    match rejection {
-        Rejection::BreakerOpen { retry_in } | Rejection::BreakerHalfOpen { retry_in } => {
-            Problem::new(unavailable, Reason::BreakerOpen, failure.to_string()).retry_after(retry_in)
-        }
-        Rejection::BulkheadFull => Problem::new(unavailable, Reason::BulkheadFull, failure.to_string())
-            .retry_after(std::time::Duration::from_secs(1)),
-        Rejection::RateLimited { retry_in } => {
-            Problem::new(unavailable, Reason::RateLimited, failure.to_string()).retry_after(retry_in)
-        }
-        _ => Problem::new(unavailable, Reason::BreakerOpen, failure.to_string()),
+    match outcome {
+        Ok(response) => upstream(response),
+        Err(failure) => Problem::from_failure(&failure, system.name()).into_response(),
     }
 }
 

@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::header::{HeaderName, HeaderValue};
-use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
@@ -160,8 +159,7 @@ async fn front(State(gateway): State<Gateway>, request: Request, next: Next) -> 
             "the gateway never forwards {method}: TRACE would echo the system's credentials back, CONNECT \
              would open a tunnel past the policy; nothing was sent"
         );
-        let mut refused =
-            Problem::new(StatusCode::METHOD_NOT_ALLOWED, Reason::MethodNotAllowed, detail).into_response();
+        let mut refused = Problem::new(Reason::MethodNotAllowed, detail).into_response();
         refused.headers_mut().insert(axum::http::header::ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
         refused
     } else if let Some(refused) = crate::origin::from_another_site(request.headers()) {
@@ -172,8 +170,7 @@ async fn front(State(gateway): State<Gateway>, request: Request, next: Next) -> 
         match check {
             Some(Check::Refused) => {
                 let detail = "this gateway asks for `Authorization: Bearer <token>`";
-                let mut response =
-                    Problem::new(StatusCode::UNAUTHORIZED, Reason::Unauthorized, detail).into_response();
+                let mut response = Problem::new(Reason::Unauthorized, detail).into_response();
                 response
                     .headers_mut()
                     .insert(axum::http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -182,9 +179,7 @@ async fn front(State(gateway): State<Gateway>, request: Request, next: Next) -> 
             Some(Check::Throttled(wait)) => {
                 let detail =
                     "too many wrong tokens lately, from this address or at this gateway: try again later";
-                Problem::new(StatusCode::TOO_MANY_REQUESTS, Reason::Unauthorized, detail)
-                    .retry_after(wait)
-                    .into_response()
+                Problem::new(Reason::TokenThrottled, detail).retry_after(wait).into_response()
             }
             Some(Check::Admitted) | None => next.run(request).await,
         }
@@ -197,5 +192,5 @@ async fn front(State(gateway): State<Gateway>, request: Request, next: Next) -> 
 
 async fn not_found() -> Response {
     let detail = "the gateway serves /call/{system}/{path} and /tasks/{id}";
-    Problem::new(StatusCode::NOT_FOUND, Reason::BadRequest, detail).into_response()
+    Problem::new(Reason::NotFound, detail).into_response()
 }

@@ -1,11 +1,15 @@
 //! The gateway's own answers: `application/problem+json` (RFC 9457) with a
-//! `ballast` member saying why, in words a client can branch on.
+//! `ballast` member saying why, in words a client can branch on. Each
+//! [`Reason`] has one status ([`Reason::status`]), and a call that ended
+//! without an answer becomes its problem in one place
+//! ([`Problem::from_failure`]).
 
 use std::time::Duration;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ballast::Rule;
+use ballast::{Failure, Rejection, Rule, StopReason};
+use ballast_http::HttpError;
 use serde::Serialize;
 
 /// Why the gateway answered itself rather than with the upstream's answer:
@@ -60,10 +64,54 @@ pub enum Reason {
     UnknownHost,
     /// The request lacks the gateway's token.
     Unauthorized,
-    /// No task of that id.
+    /// Too many wrong tokens lately, from this address or at this listener.
+    TokenThrottled,
+    /// Nothing there: no task of that id, or a path the gateway does not serve.
     NotFound,
     /// The write should have been deferred, but the queue could not store it.
     QueueUnavailable,
+    /// The gateway failed on its own (a deferral that stopped midway):
+    /// whether the write reached the system is unknown.
+    Internal,
+}
+
+impl Reason {
+    /// The status every answer of this reason has.
+    ///
+    /// ```
+    /// use axum::http::StatusCode;
+    /// use ballast_server::gateway::problem::Reason;
+    ///
+    /// assert_eq!(Reason::BreakerOpen.status(), StatusCode::SERVICE_UNAVAILABLE);
+    /// assert_eq!(Reason::KeyRequired.status(), StatusCode::BAD_REQUEST);
+    /// ```
+    pub fn status(self) -> StatusCode {
+        match self {
+            Reason::BreakerOpen
+            | Reason::BulkheadFull
+            | Reason::RateLimited
+            | Reason::BudgetExhausted
+            | Reason::QueueUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Reason::KeyRequired
+            | Reason::Unrouted
+            | Reason::BadKey
+            | Reason::BadPath
+            | Reason::SealKeyMissing
+            | Reason::BadRequest => StatusCode::BAD_REQUEST,
+            Reason::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Reason::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Reason::Transport => StatusCode::BAD_GATEWAY,
+            Reason::UnknownSystem | Reason::NotFound => StatusCode::NOT_FOUND,
+            Reason::LoopDetected => StatusCode::LOOP_DETECTED,
+            Reason::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Reason::CrossSite => StatusCode::FORBIDDEN,
+            Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Reason::UnknownHost => StatusCode::MISDIRECTED_REQUEST,
+            Reason::Unauthorized => StatusCode::UNAUTHORIZED,
+            Reason::TokenThrottled => StatusCode::TOO_MANY_REQUESTS,
+            Reason::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
 }
 
 /// The `ballast` member of a problem.
@@ -97,8 +145,9 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// A problem with `status`, for `reason`, saying `detail`.
-    pub fn new(status: StatusCode, reason: Reason, detail: impl Into<String>) -> Self {
+    /// A problem for `reason` (with its [status](Reason::status)), saying `detail`.
+    pub fn new(reason: Reason, detail: impl Into<String>) -> Self {
+        let status = reason.status();
         Self {
             status,
             retry_after: None,
@@ -137,6 +186,58 @@ impl Problem {
     pub fn retry_after(mut self, wait: Duration) -> Self {
         self.retry_after = Some(wait);
         self
+    }
+}
+
+impl Problem {
+    /// The problem of a call to `system` that ended without an answer: the
+    /// reason its failure gives, the attempts it made and the rule that
+    /// decided it.
+    pub fn from_failure(failure: &Failure<HttpError>, system: &str) -> Self {
+        let rule = match failure.error() {
+            // Refused for want of the key a route requires, or of a route: R-RES-RE-1.
+            Some(HttpError::KeyRequired { .. } | HttpError::Unrouted { .. }) => Some(Rule::Re1),
+            _ => failure.stop_reason().rule(),
+        };
+        let said = failure.to_string();
+        let problem = match failure {
+            Failure::Rejected { rejection, .. } => Self::rejected(*rejection, said),
+            _ if failure.stop_reason() == StopReason::BudgetExhausted => {
+                let detail = format!("{said}: the retry budget of {system} has no retry left");
+                Problem::new(Reason::BudgetExhausted, detail).retry_after(Duration::from_secs(1))
+            }
+            Failure::Timeout { .. } => Problem::new(Reason::Timeout, said),
+            Failure::Operation { error, attempts: 0, .. } => match error {
+                HttpError::BadPath { .. } => Problem::new(Reason::BadPath, said),
+                // The system's route requires a key (R-RES-RE-1): refused unsent.
+                HttpError::KeyRequired { route } => Problem::new(Reason::KeyRequired, said).route(route),
+                HttpError::Unrouted { .. } => Problem::new(Reason::Unrouted, said),
+                HttpError::SealKeyMissing { .. } => Problem::new(Reason::SealKeyMissing, said),
+                _ => Problem::new(Reason::BadRequest, said),
+            },
+            _ => {
+                let sent = !failure.error().is_some_and(HttpError::nothing_sent);
+                Problem::new(Reason::Transport, said).sent(sent)
+            }
+        };
+        problem.attempts(failure.attempts()).rule(rule)
+    }
+
+    /// The problem of an attempt the policy refused: the system is
+    /// unavailable for now, and `Retry-After` says until when.
+    fn rejected(rejection: Rejection, said: String) -> Self {
+        match rejection {
+            Rejection::BreakerOpen { retry_in } | Rejection::BreakerHalfOpen { retry_in } => {
+                Problem::new(Reason::BreakerOpen, said).retry_after(retry_in)
+            }
+            Rejection::BulkheadFull => {
+                Problem::new(Reason::BulkheadFull, said).retry_after(Duration::from_secs(1))
+            }
+            Rejection::RateLimited { retry_in } => {
+                Problem::new(Reason::RateLimited, said).retry_after(retry_in)
+            }
+            _ => Problem::new(Reason::BreakerOpen, said),
+        }
     }
 }
 

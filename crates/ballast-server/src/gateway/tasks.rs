@@ -2,7 +2,6 @@
 //! last error and, once delivered, the upstream's final status.
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ballast_http::{Delivery, DELIVERY_KIND};
@@ -35,7 +34,7 @@ pub(super) async fn task(State(gateway): State<Gateway>, Path(id): Path<String>)
             "no deferred write {id:?}: a deferred write is named by the handle its 202 gave in Location \
              (/tasks/{{handle}}), not by a task id"
         );
-        Problem::new(StatusCode::NOT_FOUND, Reason::NotFound, detail).into_response()
+        Problem::new(Reason::NotFound, detail).into_response()
     };
     let Some(task_id) = Delivery::handle_id(&id) else { return not_found() };
     let task = match gateway.queue().get(task_id).await {
@@ -43,8 +42,7 @@ pub(super) async fn task(State(gateway): State<Gateway>, Path(id): Path<String>)
         Ok(_) => return not_found(),
         Err(e) => {
             let detail = format!("cannot read the queue: {e}");
-            return Problem::new(StatusCode::SERVICE_UNAVAILABLE, Reason::QueueUnavailable, detail)
-                .into_response();
+            return Problem::new(Reason::QueueUnavailable, detail).into_response();
         }
     };
     let seconds =

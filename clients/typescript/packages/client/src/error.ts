@@ -10,13 +10,17 @@
  * | `rate_limited` | 503 + `Retry-After` | the system's rate limit had no permit; the next frees after `Retry-After` |
  * | `timeout` | 504 | an attempt or the whole call timed out |
  * | `transport` | 502 | no complete answer after the last attempt (`sent` says whether it may have arrived) |
- * | `unknown_system`, `not_found` | 404 | no such system; no deferred write of that handle |
+ * | `unknown_system`, `not_found` | 404 | no such system; no deferred write of that handle, or a path the gateway does not serve |
  * | `bad_key`, `bad_path`, `bad_request`, `seal_key_missing` | 400 | refused unsent |
  * | `key_required` | 400 | the route is declared `keyed_write` and the write carried no key: refused unsent (R-RES-RE-1) |
+ * | `unrouted` | 400 | a write no route of the system declares: refused unsent (R-RES-RE-1) |
+ * | `method_not_allowed` | 405 | `TRACE` or `CONNECT`: never forwarded |
  * | `too_large`, `body_timeout` | 413, 408 | the request body was too large or too slow |
  * | `loop_detected` | 508 | the system's `base_url` points back at the gateway |
  * | `cross_site`, `unauthorized`, `unknown_host` | 403, 401, 421 | refused before anything else |
+ * | `token_throttled` | 429 + `Retry-After` | too many wrong tokens lately: refused before the token is looked at |
  * | `queue_unavailable` | 503 | a write to defer could not be stored |
+ * | `internal` | 500 | the gateway failed midway through a deferral: whether the write arrived is unknown |
  */
 export type Reason =
   | 'breaker_open'
@@ -28,6 +32,8 @@ export type Reason =
   | 'unknown_system'
   | 'bad_key'
   | 'key_required'
+  | 'unrouted'
+  | 'method_not_allowed'
   | 'bad_path'
   | 'loop_detected'
   | 'body_timeout'
@@ -37,8 +43,10 @@ export type Reason =
   | 'bad_request'
   | 'unknown_host'
   | 'unauthorized'
+  | 'token_throttled'
   | 'not_found'
-  | 'queue_unavailable';
+  | 'queue_unavailable'
+  | 'internal';
 
 /** The reasons that mean "the system is unavailable now; ask again after `retryAfter`". */
 export type UnavailableReason = Extract<
