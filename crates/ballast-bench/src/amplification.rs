@@ -68,7 +68,7 @@ impl Client {
 
 /// Figures of one run.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Outcome {
+pub struct Figures {
     /// Calls offered by the callers.
     pub offered: u64,
     /// Attempts that reached the upstream.
@@ -77,7 +77,7 @@ pub struct Outcome {
     pub succeeded: u64,
 }
 
-impl Outcome {
+impl Figures {
     /// Attempts per offered call.
     pub fn load_factor(&self) -> f64 {
         self.attempts as f64 / self.offered.max(1) as f64
@@ -134,7 +134,7 @@ impl Upstream {
 
 /// Offers `rate` calls a second for `duration` and counts what reaches the
 /// upstream. Runs on a paused clock: call it outside any runtime.
-pub fn simulate(client: Client, scenario: Scenario, rate: u32, duration: Duration, seed: u64) -> Outcome {
+pub fn simulate(client: Client, scenario: Scenario, rate: u32, duration: Duration, seed: u64) -> Figures {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
     let rt = match rt {
         Ok(rt) => rt,
@@ -144,7 +144,7 @@ pub fn simulate(client: Client, scenario: Scenario, rate: u32, duration: Duratio
     local.block_on(&rt, run(client, scenario, rate, duration, seed))
 }
 
-async fn run(client: Client, scenario: Scenario, rate: u32, duration: Duration, seed: u64) -> Outcome {
+async fn run(client: Client, scenario: Scenario, rate: u32, duration: Duration, seed: u64) -> Figures {
     let upstream = Rc::new(Upstream { scenario, seed, start: Instant::now(), attempts: Cell::new(0) });
     let succeeded = Rc::new(Cell::new(0u64));
     let policy = match client {
@@ -181,7 +181,7 @@ async fn run(client: Client, scenario: Scenario, rate: u32, duration: Duration, 
             panic!("a simulated call panicked: {e}");
         }
     }
-    Outcome { offered, attempts: upstream.attempts.get(), succeeded: succeeded.get() }
+    Figures { offered, attempts: upstream.attempts.get(), succeeded: succeeded.get() }
 }
 
 fn build(retry: Retry, breaker: Option<Breaker>, seed: u64) -> Policy {

@@ -8,7 +8,7 @@ use std::error::Error as StdError;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
+use std::task::{Context, Poll};
 
 use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Policy};
 use http::header::HeaderName;
@@ -146,7 +146,7 @@ where
 
     /// Always ready: each attempt waits for its own clone of the inner
     /// service, inside the bulkhead and the attempt timeout.
-    fn poll_ready(&mut self, _cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
-use ballast::{Classify, Context, Failure, Judge, Policy};
+use ballast::{AttemptContext, Classify, Failure, Judge, Policy};
 use futures_util::future::Either;
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
@@ -102,7 +102,7 @@ impl SystemPolicy {
         mut op: F,
     ) -> Result<T, Failure<E>>
     where
-        F: FnMut(Context) -> Fut,
+        F: FnMut(AttemptContext) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify + std::fmt::Display,
         J: Judge<T>,

@@ -89,7 +89,7 @@ impl TransportError {
 }
 
 /// A future of a transport's answer.
-pub type Answer = Pin<Box<dyn Future<Output = Result<http::Response<Bytes>, TransportError>> + Send>>;
+pub type AnswerFuture = Pin<Box<dyn Future<Output = Result<http::Response<Bytes>, TransportError>> + Send>>;
 
 /// ballast's own transport: a pooled hyper client over rustls, whose connect
 /// timeout is the connector's and whose read timeout bounds the wait for the
@@ -124,13 +124,13 @@ impl HyperTransport {
 impl tower::Service<http::Request<OutBody>> for HyperTransport {
     type Response = http::Response<Bytes>;
     type Error = TransportError;
-    type Future = Answer;
+    type Future = AnswerFuture;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: http::Request<OutBody>) -> Answer {
+    fn call(&mut self, request: http::Request<OutBody>) -> AnswerFuture {
         let (client, read) = (self.client.clone(), self.read_timeout);
         Box::pin(async move {
             let response = match tokio::time::timeout(read, client.request(request)).await {
@@ -209,13 +209,13 @@ pub struct ReqwestTransport(pub reqwest::Client);
 impl tower::Service<http::Request<OutBody>> for ReqwestTransport {
     type Response = http::Response<Bytes>;
     type Error = TransportError;
-    type Future = Answer;
+    type Future = AnswerFuture;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: http::Request<OutBody>) -> Answer {
+    fn call(&mut self, request: http::Request<OutBody>) -> AnswerFuture {
         let client = self.0.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
@@ -265,7 +265,7 @@ impl std::fmt::Debug for Transport {
 
 impl Transport {
     /// Sends `request` and reads its whole answer.
-    pub(crate) fn send(&self, request: http::Request<OutBody>) -> Answer {
+    pub(crate) fn send(&self, request: http::Request<OutBody>) -> AnswerFuture {
         use tower::Service as _;
         match self {
             Transport::Hyper(t) => t.clone().call(request),

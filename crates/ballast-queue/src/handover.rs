@@ -6,7 +6,7 @@
 use std::fmt;
 use std::future::Future;
 
-use ballast::{Classify, Context, Failure, IdempotencyKey, Policy, Rejection};
+use ballast::{AttemptContext, Classify, Failure, IdempotencyKey, Policy, Rejection};
 
 use crate::error::Error;
 use crate::task::NewTask;
@@ -84,7 +84,7 @@ pub trait WriteOrDefer {
     where
         T: Send,
         E: Classify + fmt::Display + Send,
-        F: FnMut(Context) -> Fut + Send,
+        F: FnMut(AttemptContext) -> Fut + Send,
         Fut: Future<Output = Result<T, E>> + Send;
 }
 
@@ -99,7 +99,7 @@ impl WriteOrDefer for Policy {
     where
         T: Send,
         E: Classify + fmt::Display + Send,
-        F: FnMut(Context) -> Fut + Send,
+        F: FnMut(AttemptContext) -> Fut + Send,
         Fut: Future<Output = Result<T, E>> + Send,
     {
         hand_over(queue, key, task, self.write(key, op).await).await

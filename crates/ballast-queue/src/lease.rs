@@ -34,14 +34,14 @@ pub(crate) fn deadline(asked: Instant, lease: Duration) -> Instant {
 /// handler may not start.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Held {
-    inner: Arc<Mutex<Inner>>,
+    inner: Arc<Mutex<HeldState>>,
     /// Wakes the watchdog when a task's deadline comes before the one it
     /// sleeps until.
     earlier: Arc<Notify>,
 }
 
 #[derive(Debug, Default)]
-struct Inner {
+struct HeldState {
     tasks: HashMap<Lease, HeldTask>,
     /// The deadline the watchdog sleeps until, if any.
     watching: Option<Instant>,
@@ -59,7 +59,7 @@ struct HeldTask {
 }
 
 impl Held {
-    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn inner(&self) -> std::sync::MutexGuard<'_, HeldState> {
         // Nothing panics under the lock; a poisoned lock is still consistent.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -25,7 +25,7 @@ use crate::outcome::{Rejection, StopReason, TimeoutKind};
 use crate::policy_state::PolicyState;
 use crate::rate_limit::Grant;
 use crate::timeout::{deadline_after, Attempt, AttemptDeadline, Strategy};
-use crate::{Class, Classify, Context, Failure, IdempotencyKey, OpKind, Operation, Rule};
+use crate::{AttemptContext, Class, Classify, Failure, IdempotencyKey, OpKind, Operation, Rule};
 
 /// Whether anyone collects tracing spans. Without a subscriber a disabled
 /// span still costs: when a dependency turns on `tracing`'s `log` feature
@@ -175,7 +175,7 @@ pub(crate) fn run<'a, T, E, F, Fut, J>(
     op: F,
 ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
 where
-    F: FnMut(Context) -> Fut + 'a,
+    F: FnMut(AttemptContext) -> Fut + 'a,
     Fut: Future<Output = Result<T, E>> + 'a,
     E: Classify + 'a,
     T: 'a,
@@ -292,7 +292,7 @@ impl<F, J> Call<'_, F, J> {
     /// no error here; the retry loop adds the previous attempt's.
     async fn attempt<T, E, Fut>(&mut self, n: u32) -> Step<T, E>
     where
-        F: FnMut(Context) -> Fut,
+        F: FnMut(AttemptContext) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify,
         J: Judge<T>,
@@ -359,7 +359,7 @@ impl<F, J> Call<'_, F, J> {
             }
             Strategy::Aggressive => None,
         };
-        let ctx = Context {
+        let ctx = AttemptContext {
             attempt: n,
             kind: self.kind,
             key: self.key.cloned(),
@@ -451,7 +451,7 @@ impl<F, J> Call<'_, F, J> {
         mut span: MaybeSpan,
     ) -> Result<T, Failure<E>>
     where
-        F: FnMut(Context) -> Fut,
+        F: FnMut(AttemptContext) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Classify,
         J: Judge<T>,

@@ -82,7 +82,7 @@ pub use classify::{Class, Classification, Classify};
 pub use events::{Event, EventKind, Listener};
 pub use fallback::Fallback;
 pub use key::{IdempotencyKey, KeyError, KEY_NAMESPACE, MAX_KEY_LEN};
-pub use op::{Context, OpKind, Operation};
+pub use op::{AttemptContext, OpKind, Operation};
 pub use outcome::{Failure, Rejection, StopReason, TimeoutKind};
 pub use policy::{Policy, PolicyBuilder, Scoped, WINDOW_ERROR, WINDOW_WARNING};
 pub use rate_limit::{RateLimit, RateLimiter, RateSnapshot, Scope};

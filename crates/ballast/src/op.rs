@@ -89,16 +89,16 @@ impl<'a> Operation<'a> {
 ///
 /// The signal fires when a cooperative timeout expires or when the caller
 /// cancels (see [`Policy::cancel_on`](crate::Policy::cancel_on)); an attempt
-/// that can stop early should watch [`Context::cancelled`].
+/// that can stop early should watch [`AttemptContext::cancelled`].
 #[derive(Debug, Clone)]
-pub struct Context {
+pub struct AttemptContext {
     pub(crate) attempt: u32,
     pub(crate) kind: OpKind,
     pub(crate) key: Option<IdempotencyKey>,
     pub(crate) cancel: Option<CancellationToken>,
 }
 
-impl Context {
+impl AttemptContext {
     /// 1 for the first attempt, 2 for the first retry, …
     pub fn attempt(&self) -> u32 {
         self.attempt

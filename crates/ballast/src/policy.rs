@@ -20,7 +20,7 @@ use crate::retry::Retry;
 use crate::rules::{BuildError, Rule, Severity, Violation};
 use crate::timeline::Timeline;
 use crate::timeout::Timeout;
-use crate::{Classify, Context, Failure, IdempotencyKey, Judge, Operation, StopReason};
+use crate::{AttemptContext, Classify, Failure, IdempotencyKey, Judge, Operation, StopReason};
 
 /// The in-memory window over which the guide sends work to the task queue (R-RES-RE-4).
 pub const WINDOW_ERROR: Duration = Duration::from_secs(30);
@@ -315,7 +315,7 @@ impl Policy {
     /// Runs a read (GET-equivalent), retried on transient errors (R-RES-RE-1a).
     pub fn read<'a, T, E, F, Fut>(&'a self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,
@@ -325,14 +325,14 @@ impl Policy {
 
     /// Runs a write that carries `key`, which the external system
     /// deduplicates by: retried on transient errors, every attempt seeing the
-    /// same key through [`Context::key`] (R-RES-RE-1b).
+    /// same key through [`AttemptContext::key`] (R-RES-RE-1b).
     pub fn write<'a, T, E, F, Fut>(
         &'a self,
         key: &'a IdempotencyKey,
         op: F,
     ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,
@@ -348,7 +348,7 @@ impl Policy {
         op: F,
     ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,
@@ -382,7 +382,7 @@ impl Policy {
         op: F,
     ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,
@@ -422,7 +422,7 @@ impl Policy {
         op: F,
     ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,
@@ -435,7 +435,7 @@ impl Policy {
     /// (R-RES-RE-X1), still through breaker, bulkhead and timeout.
     pub fn write_once<'a, T, E, F, Fut>(&'a self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,
@@ -456,7 +456,7 @@ impl<'a> Scoped<'a> {
     /// [`Policy::read`], cancellable.
     pub fn read<T, E, F, Fut>(self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,
@@ -471,7 +471,7 @@ impl<'a> Scoped<'a> {
         op: F,
     ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,
@@ -482,7 +482,7 @@ impl<'a> Scoped<'a> {
     /// [`Policy::write_once`], cancellable.
     pub fn write_once<T, E, F, Fut>(self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,
@@ -497,7 +497,7 @@ impl<'a> Scoped<'a> {
         op: F,
     ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,
@@ -513,7 +513,7 @@ impl<'a> Scoped<'a> {
         op: F,
     ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,
@@ -531,7 +531,7 @@ impl<'a> Scoped<'a> {
         op: F,
     ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
-        F: FnMut(Context) -> Fut + 'a,
+        F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
         E: Classify + 'a,
         T: 'a,

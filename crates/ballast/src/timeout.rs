@@ -8,7 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{ready, Context as TaskContext, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
@@ -32,7 +32,7 @@ pub enum Strategy {
     /// The attempt's future is dropped at once: the policy stops waiting,
     /// whatever the attempt was doing. The guide's choice for HTTP calls.
     Aggressive,
-    /// The attempt's cancellation token ([`Context::cancelled`](crate::Context::cancelled))
+    /// The attempt's cancellation token ([`AttemptContext::cancelled`](crate::AttemptContext::cancelled))
     /// fires and the policy awaits the attempt's own result. A success that
     /// arrives after the signal still counts as a success (its side effect
     /// happened); an error counts as a timeout.
@@ -197,7 +197,7 @@ impl<'s, F> AttemptDeadline<'s, F> {
 impl<T, F: Future<Output = T>> Future for AttemptDeadline<'_, F> {
     type Output = Attempt<T>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let _entered = this.span.map(tracing::Span::enter);
         if let Poll::Ready(v) = poll_marked(this.fut.as_mut(), cx, *this.nested) {
@@ -250,7 +250,7 @@ impl<T, F: Future<Output = T>> Future for AttemptDeadline<'_, F> {
 /// Polls an attempt's operation with the thread marked as inside an attempt,
 /// so a retrying call it makes runs once (see the `nesting` module).
 #[inline]
-fn poll_marked<F: Future>(fut: Pin<&mut F>, cx: &mut TaskContext<'_>, nested: Rule) -> Poll<F::Output> {
+fn poll_marked<F: Future>(fut: Pin<&mut F>, cx: &mut Context<'_>, nested: Rule) -> Poll<F::Output> {
     let _mark = Mark::enter(nested);
     fut.poll(cx)
 }

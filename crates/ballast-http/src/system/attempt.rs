@@ -63,7 +63,7 @@ impl HttpSystem {
         };
         let keyed_write = plan.is_deduplicated_write();
         let body = &request.body;
-        let attempt = |ctx: ballast::Context| {
+        let attempt = |ctx: ballast::AttemptContext| {
             let (uri, headers, body) = (uri.clone(), headers.clone(), OutBody::Full(body.clone()));
             let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout };
             unknown_if_panicked(self.attempt(&head.method, uri, headers, body, which))

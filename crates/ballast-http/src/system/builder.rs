@@ -10,7 +10,7 @@ use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 
 use super::base::Base;
-use super::{HttpSystem, Inner};
+use super::{HttpSystem, SystemState};
 use crate::routes::{Routes, Unrouted};
 use crate::system_policy::SystemPolicy;
 use crate::transport::{HyperTransport, OutBody, ReqwestTransport, Transport, TransportError};
@@ -327,7 +327,7 @@ impl HttpSystemBuilder {
         crate::metrics::describe_system(&self.name, &policy, self.critical);
         let system_policy = SystemPolicy::new(policy, self.dedupes_by_key, header, self.retry_on);
         Ok(HttpSystem {
-            inner: Arc::new(Inner {
+            inner: Arc::new(SystemState {
                 base,
                 route_calls: crate::metrics::RouteCounters::register(&self.name, &self.routes),
                 unrouted: self.unrouted.unwrap_or(if self.routes.is_empty() {

@@ -40,11 +40,11 @@ use crate::{HttpError, Request, Response, RetryOn};
 /// Cloning is cheap and clones share the transport, the pool and the policy.
 #[derive(Debug, Clone)]
 pub struct HttpSystem {
-    inner: Arc<Inner>,
+    inner: Arc<SystemState>,
 }
 
 #[derive(Debug)]
-struct Inner {
+struct SystemState {
     base: Base,
     routes: Routes,
     unrouted: Unrouted,

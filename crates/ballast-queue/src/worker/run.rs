@@ -18,7 +18,7 @@ use crate::outcome::Outcome;
 use crate::Queue;
 
 /// A round trip's answer, with what it asked for.
-struct Answer {
+struct RoundTrip {
     flushed: Flushed,
     want: usize,
     asked: Instant,
@@ -62,7 +62,7 @@ pub(super) async fn run(worker: super::Worker, shutdown: CancellationToken) -> R
 enum Event {
     Stop,
     Finished((crate::store::Lease, Finished)),
-    Answered(Answer),
+    Answered(RoundTrip),
     Tick,
     Woken,
     Backed,
@@ -78,7 +78,7 @@ pub(super) struct Run {
     queue: Queue,
     /// Round trips in flight; `asking` tasks are asked for by them, and
     /// count against the concurrency as if they were running already.
-    trips: JoinSet<Answer>,
+    trips: JoinSet<RoundTrip>,
     asking: usize,
     batch: usize,
     pipeline: usize,
@@ -167,14 +167,14 @@ impl Run {
         let flush = self.completer.flush(self.queue.store.clone(), self.producer.request(want));
         self.trips.spawn(async move {
             let asked = Instant::now();
-            Answer { flushed: flush.await, want, asked }
+            RoundTrip { flushed: flush.await, want, asked }
         });
     }
 
     /// Accounts for the outcomes of an answered round trip and starts the
     /// handlers of the tasks it claimed. On a database error the outcomes
     /// are kept for the next try, which waits a moment.
-    fn answered(&mut self, answer: Answer) {
+    fn answered(&mut self, answer: RoundTrip) {
         self.asking -= answer.want;
         match self.completer.answered(answer.flushed) {
             Err(e) => {

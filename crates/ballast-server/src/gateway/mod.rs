@@ -48,10 +48,10 @@ pub const ROUTE: HeaderName = HeaderName::from_static("ballast-route");
 
 /// What the gateway's routes share. Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct Gateway(Arc<Inner>);
+pub struct Gateway(Arc<GatewayState>);
 
 #[derive(Debug, Clone)]
-struct Inner {
+struct GatewayState {
     systems: Systems,
     queue: Queue,
     max_body: usize,
@@ -71,7 +71,7 @@ impl Gateway {
     /// bodies up to `max_body` bytes and, with a `token`, admits only requests
     /// that bring it.
     pub fn new(systems: Systems, queue: Queue, max_body: usize, token: Option<Token>) -> Self {
-        Self(Arc::new(Inner {
+        Self(Arc::new(GatewayState {
             systems,
             queue,
             max_body,

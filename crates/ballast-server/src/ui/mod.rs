@@ -71,9 +71,9 @@ fn secret() -> String {
 
 /// What the dashboard reads and acts on. Cheap to clone.
 #[derive(Clone)]
-pub struct Ui(Arc<Inner>);
+pub struct Ui(Arc<UiState>);
 
-struct Inner {
+struct UiState {
     systems: Systems,
     queue: Queue,
     monitor: QueueMonitor,
@@ -106,7 +106,7 @@ impl Ui {
         session_ttl: Duration,
     ) -> Self {
         let csrf = secret();
-        Self(Arc::new(Inner {
+        Self(Arc::new(UiState {
             rates: Rates::new(&systems),
             systems,
             queue,

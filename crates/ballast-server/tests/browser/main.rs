@@ -32,9 +32,9 @@ const SCREENSHOT_ENV: &str = "BALLAST_UPDATE_SCREENSHOT";
 const SYSTEMS: &str = include_str!("../configs/browser.toml");
 
 /// Declines every `charge` and delivers everything else.
-struct Outcome;
+struct DeclinesCharges;
 
-impl Handler for Outcome {
+impl Handler for DeclinesCharges {
     type Payload = serde_json::Value;
     type Error = Classified;
     async fn handle(&self, task: TaskContext, _: serde_json::Value) -> Result<(), Classified> {
@@ -76,8 +76,11 @@ async fn a_days_tasks(served: &Served) -> Queue {
         .enqueue(NewTask::new("crm.sync", &serde_json::json!({"contact": 7})).run_after(later))
         .await
         .unwrap();
-    let worker =
-        Worker::builder(queue.clone()).handler("charge", Outcome).handler("notify", Outcome).build().unwrap();
+    let worker = Worker::builder(queue.clone())
+        .handler("charge", DeclinesCharges)
+        .handler("notify", DeclinesCharges)
+        .build()
+        .unwrap();
     let stop = CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone()));
     eventually("task 1 fails and the notifications go out", || async {
