@@ -2,8 +2,8 @@
 //! with `FOR UPDATE SKIP LOCKED` so concurrent workers never wait on, or take,
 //! each other's tasks; all times come from the database's `now()`.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgListener, PgPool, PgRow};
@@ -12,154 +12,18 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use super::{ClaimRequest, ClaimedTask, Exchange, Lease, Store, ValidTask};
+mod settle;
+mod sql;
+
+use settle::split;
+use sql::*;
+
+use super::{ClaimRequest, Exchange, Lease, Store, ValidTask};
 use crate::error::Result;
 use crate::outcome::Outcome;
 use crate::types::{
     duration_micros, from_micros, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState,
 };
-
-const MIGRATIONS: &[(i64, &str)] = &[
-    (1, include_str!("../../migrations/postgres/0001_tasks.sql")),
-    (2, include_str!("../../migrations/postgres/0002_live_index.sql")),
-    (3, include_str!("../../migrations/postgres/0003_task_result.sql")),
-    (4, include_str!("../../migrations/postgres/0004_probe.sql")),
-];
-
-/// Serializes concurrent `migrate()` calls across processes.
-const MIGRATION_LOCK: i64 = 0x6261_6c6c_6173_7401;
-
-/// The channel the insert trigger notifies.
-const CHANNEL: &str = "ballast_tasks";
-
-const COLUMNS: &str = "id, kind, payload::text AS payload, idempotency_key, state, attempt, max_attempts, \
-     (extract(epoch FROM run_at) * 1000000)::bigint AS run_at, lease_owner, \
-     (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS lease_expires_at, last_error, \
-     errors::text AS errors, (extract(epoch FROM created_at) * 1000000)::bigint AS created_at, \
-     (extract(epoch FROM updated_at) * 1000000)::bigint AS updated_at, \
-     (extract(epoch FROM finalized_at) * 1000000)::bigint AS finalized_at, result::text AS result";
-
-/// Settles a batch of outcomes and claims the next batch in one statement,
-/// so a busy worker pays one round trip and one commit per batch.
-///
-/// The outcomes arrive as parallel arrays, one element per task: id, lease
-/// token, outcome (`c` completed, `r` rescheduled, `f` failed, `x` released),
-/// result (JSON text), delay (µs), error, counted, sorted by id. Each row
-/// changes only while it is still `running` under its token; the leases it
-/// returns (id and token: two outcomes of one task, a stale attempt's and
-/// the current one's, are told apart) are the outcomes applied. The token
-/// stays on a settled row until a claim replaces it, so an outcome this
-/// worker wrote in a round trip whose answer was lost is recognised when it
-/// writes it again ([`WRITTEN`]).
-///
-/// The settle runs to its end before the claim starts (the claim reads its
-/// count: an init plan), and takes its rows in id order; the claim never
-/// waits (`SKIP LOCKED`). So two workers' statements cannot wait on each
-/// other in a circle: a claim that took a row another settle needs does not
-/// wait for anything before it commits.
-///
-/// One walk of the live index, in `run_at` order, finds both due pending
-/// tasks and running ones whose lease expired (a running task's `run_at` is
-/// in the past, so an expired one comes early); rows settled here are never
-/// re-claimed. The claim changes no indexed column, so its row versions can
-/// be HOT.
-///
-/// The claim's `LIMIT` is written into the text (`{limit}`, see
-/// [`Statements`]) and the claimed rows are found by `id = ANY(ARRAY(…))`,
-/// an index lookup however many there are: every part keeps its plan
-/// whatever the parameters are, so PostgreSQL soon runs the prepared
-/// statement on its generic plan instead of planning it anew for each batch.
-/// With the limit a parameter, the generic plan guesses a tenth of the table
-/// and is never chosen, and planning each batch cost a fifth of the
-/// statement's CPU.
-const SETTLE_AND_CLAIM: &str = "
-WITH input AS (
-    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bool[])
-        AS i(id, token, outcome, result, delay, error, counted)
-),
-settled AS (
-    UPDATE ballast_tasks t
-    SET state = CASE i.outcome WHEN 'c' THEN 'completed' WHEN 'f' THEN 'failed' ELSE 'pending' END,
-        result = CASE WHEN i.outcome = 'c' THEN coalesce(i.result::jsonb, t.result) ELSE t.result END,
-        run_at = CASE i.outcome WHEN 'r' THEN now() + i.delay * interval '1 microsecond'
-                                WHEN 'x' THEN now() ELSE t.run_at END,
-        attempt = CASE WHEN i.outcome = 'x' OR (i.outcome = 'r' AND NOT i.counted)
-                       THEN greatest(t.attempt - 1, 0) ELSE t.attempt END,
-        last_error = coalesce(i.error, t.last_error),
-        errors = CASE WHEN i.error IS NULL THEN t.errors
-                 ELSE (CASE WHEN jsonb_array_length(t.errors) >= 10 THEN t.errors - 0 ELSE t.errors END)
-                      || jsonb_build_array(jsonb_build_object('attempt', t.attempt,
-                             'at', (extract(epoch FROM now()) * 1000000)::bigint, 'error', i.error)) END,
-        finalized_at = CASE WHEN i.outcome IN ('c', 'f') THEN now() END,
-        lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-    FROM input i
-    WHERE t.id = i.id AND t.lease_token = i.token AND t.state = 'running'
-    RETURNING t.id, i.token
-),
-picked AS (
-    SELECT id FROM ballast_tasks
-    WHERE finalized_at IS NULL AND run_at <= now() AND kind = ANY($8)
-      AND (state = 'pending' OR (lease_expires_at <= now() AND id <> ALL($1)))
-      AND (SELECT count(*) FROM settled) >= 0
-    ORDER BY run_at
-    LIMIT {limit}
-    FOR UPDATE SKIP LOCKED
-),
-claimed AS (
-    UPDATE ballast_tasks t
-    SET state = 'running', attempt = t.attempt + 1, lease_owner = $9,
-        lease_token = gen_random_uuid(), lease_expires_at = now() + $10 * interval '1 microsecond',
-        updated_at = now()
-    WHERE t.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING t.id, t.kind, t.payload::text AS payload, t.idempotency_key, t.attempt,
-              t.max_attempts, t.lease_token
-)
-SELECT true AS claimed, id, kind, payload, idempotency_key, attempt, max_attempts, lease_token
-FROM claimed
-UNION ALL
-SELECT false, id, NULL, NULL, NULL, NULL, NULL, token FROM settled";
-
-/// Of the leases given, those whose own outcome is already written: the
-/// task is no longer running and still carries the attempt's token.
-const WRITTEN: &str = "
-SELECT t.id, t.lease_token FROM ballast_tasks t
-JOIN unnest($1::bigint[], $2::uuid[]) AS c(id, token) ON t.id = c.id AND t.lease_token = c.token
-WHERE t.state <> 'running'";
-
-/// The monitor's write (see `0004_probe.sql`).
-const PROBE: &str = "INSERT INTO ballast_probe (id, probes) VALUES (1, 1)
-    ON CONFLICT (id) DO UPDATE SET probes = ballast_probe.probes + 1";
-
-/// SQLSTATEs of a transaction PostgreSQL aborted to break a deadlock or a
-/// serialization conflict: retried at once, not reported.
-const RETRIED_STATES: [&str; 2] = ["40P01", "40001"];
-
-/// How many times a settle-and-claim PostgreSQL aborted is sent again
-/// before the error is the worker's to report.
-const RETRIES: usize = 3;
-
-/// Inserts a whole batch in one statement. Each task gets its id from the
-/// identity sequence up front, so every input row is reported, in order, with
-/// whether it was inserted or refused by `ON CONFLICT` (an existing task with
-/// the same kind and key, or an earlier one in the same batch).
-const ENQUEUE_BATCH: &str = "
-WITH input AS MATERIALIZED (
-    SELECT nextval((SELECT pg_get_serial_sequence('ballast_tasks', 'id'))::regclass) AS id, i.*
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[]) WITH ORDINALITY
-        AS i(kind, payload, key, max_attempts, run_at, ord)
-),
-ins AS (
-    INSERT INTO ballast_tasks (id, kind, payload, idempotency_key, max_attempts, run_at)
-    OVERRIDING SYSTEM VALUE
-    SELECT id, kind, payload::jsonb, key, max_attempts,
-           COALESCE(timestamptz 'epoch' + run_at * interval '1 microsecond', now())
-    FROM input ORDER BY ord
-    ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id
-)
-SELECT input.id, ins.id IS NOT NULL AS created
-FROM input LEFT JOIN ins ON ins.id = input.id
-ORDER BY input.ord";
 
 #[derive(Debug, Clone)]
 pub(crate) struct PgStore {
@@ -171,26 +35,6 @@ impl PgStore {
     pub fn new(pool: PgPool) -> Self {
         Self { pool, statements: Statements::default() }
     }
-}
-
-/// [`SETTLE_AND_CLAIM`]'s text for each claim limit asked for so far: one
-/// prepared statement per limit and connection (sqlx keeps them), at most
-/// as many as a worker's batch size.
-#[derive(Debug, Clone, Default)]
-struct Statements(Arc<Mutex<HashMap<usize, Arc<str>>>>);
-
-impl Statements {
-    fn settle_and_claim(&self, limit: usize) -> Arc<str> {
-        let mut texts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let text = texts
-            .entry(limit)
-            .or_insert_with(|| SETTLE_AND_CLAIM.replace("{limit}", &limit.to_string()).into());
-        Arc::clone(text)
-    }
-}
-
-fn split(leases: &[Lease]) -> (Vec<i64>, Vec<Uuid>) {
-    leases.iter().map(|l| (l.id, l.token)).unzip()
 }
 
 /// Inserts one task on `conn` (the pool's, or the caller's open transaction).
@@ -218,82 +62,6 @@ pub(crate) async fn enqueue_one(conn: &mut PgConnection, task: &ValidTask) -> Re
         .fetch_one(&mut *conn)
         .await?;
     Ok(EnqueueOutcome { id, created: false })
-}
-
-/// [`SETTLE_AND_CLAIM`] (as `sql`, its limit written in) on `conn`; wakes
-/// other workers if it released tasks.
-async fn settle_and_claim(
-    conn: &mut PgConnection,
-    sql: &str,
-    outcomes: &[Outcome],
-    claim: &ClaimRequest,
-) -> Result<Exchange> {
-    let n = outcomes.len();
-    let (mut ids, mut tokens, mut codes) =
-        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    let (mut results, mut delays, mut errors, mut counted) =
-        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    // In id order, as every settle takes its rows (see SETTLE_AND_CLAIM).
-    let mut sorted: Vec<&Outcome> = outcomes.iter().collect();
-    sorted.sort_by_key(|o| o.lease().id);
-    for outcome in sorted {
-        let lease = outcome.lease();
-        ids.push(lease.id);
-        tokens.push(lease.token);
-        codes.push(outcome.code());
-        errors.push(outcome.error());
-        let (result, delay, count) = match outcome {
-            Outcome::Completed { result, .. } => (result.as_deref(), None, true),
-            Outcome::Rescheduled { delay, counted, .. } => (None, Some(duration_micros(*delay)), *counted),
-            Outcome::Failed { .. } | Outcome::Released { .. } => (None, None, true),
-        };
-        results.push(result);
-        delays.push(delay);
-        counted.push(count);
-    }
-    let rows = sqlx::query(sql)
-        .bind(&ids)
-        .bind(&tokens)
-        .bind(&codes)
-        .bind(&results)
-        .bind(&delays)
-        .bind(&errors)
-        .bind(&counted)
-        .bind(&*claim.kinds)
-        .bind(&*claim.owner)
-        .bind(duration_micros(claim.lease))
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut exchange = Exchange::default();
-    let mut settled = std::collections::HashSet::with_capacity(n);
-    for row in rows {
-        if row.try_get::<bool, _>("claimed")? {
-            exchange.claimed.push(ClaimedTask {
-                lease: Lease { id: row.try_get("id")?, token: row.try_get("lease_token")? },
-                kind: row.try_get("kind")?,
-                payload: row.try_get("payload")?,
-                key: row.try_get("idempotency_key")?,
-                attempt: row.try_get("attempt")?,
-                max_attempts: row.try_get("max_attempts")?,
-            });
-        } else {
-            settled.insert(Lease { id: row.try_get("id")?, token: row.try_get("lease_token")? });
-        }
-    }
-    if settled.len() != n {
-        let unsettled: Vec<Lease> =
-            outcomes.iter().map(Outcome::lease).filter(|l| !settled.contains(l)).collect();
-        let (ids, tokens) = split(&unsettled);
-        let written: Vec<(i64, Uuid)> =
-            sqlx::query_as(WRITTEN).bind(&ids).bind(&tokens).fetch_all(&mut *conn).await?;
-        exchange.refused = unsettled.into_iter().filter(|l| !written.contains(&(l.id, l.token))).collect();
-    }
-    let released =
-        outcomes.iter().any(|o| matches!(o, Outcome::Released { lease } if settled.contains(lease)));
-    if released {
-        sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(&mut *conn).await?;
-    }
-    Ok(exchange)
 }
 
 fn count(n: i32) -> u32 {
@@ -327,29 +95,6 @@ fn task_info(row: &PgRow) -> Result<TaskInfo> {
             .transpose()
             .map_err(|e| decode(e.into()))?,
     })
-}
-
-impl PgStore {
-    /// One settle-and-claim: in a transaction with the follow-ups when any
-    /// outcome has some (a failure's alert tasks exist only if the failure
-    /// was stored, by its own fenced write).
-    async fn settle_and_claim_once(&self, outcomes: &[Outcome], claim: &ClaimRequest) -> Result<Exchange> {
-        let sql = self.statements.settle_and_claim(claim.limit);
-        if outcomes.iter().all(|o| o.follow_ups().is_empty()) {
-            let mut conn = self.pool.acquire().await?;
-            return settle_and_claim(&mut conn, &sql, outcomes, claim).await;
-        }
-        let mut tx = self.pool.begin().await?;
-        let exchange = settle_and_claim(&mut tx, &sql, outcomes, claim).await?;
-        // An outcome written before (a lost answer) enqueued its follow-ups then.
-        for outcome in outcomes.iter().filter(|o| !exchange.refused.contains(&o.lease())) {
-            for task in outcome.follow_ups() {
-                enqueue_one(&mut tx, task).await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(exchange)
-    }
 }
 
 impl Store for PgStore {
@@ -450,18 +195,7 @@ impl Store for PgStore {
     }
 
     async fn settle_and_claim(&self, outcomes: &[Outcome], claim: &ClaimRequest) -> Result<Exchange> {
-        let mut tries = 0;
-        loop {
-            match self.settle_and_claim_once(outcomes, claim).await {
-                Err(crate::Error::Database(sqlx::Error::Database(e)))
-                    if tries < RETRIES && e.code().is_some_and(|c| RETRIED_STATES.contains(&&*c)) =>
-                {
-                    tries += 1;
-                    tracing::debug!(error = %e, "settle-and-claim aborted by PostgreSQL (deadlock or conflict); sent again");
-                }
-                other => return other,
-            }
-        }
+        self.settle_and_claim_retried(outcomes, claim).await
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
