@@ -5,9 +5,9 @@
 //! where it should go) instead of a bare deserialization error. Each
 //! section's structs live in the section's own module, beside its rules and
 //! settings (`queue`, `serve`, `gateway`, `alerts`, `telemetry`,
-//! `systems`), and are re-exported here; so does each section's list of
-//! keys, which [`ROOT`] gathers so the loader can refuse unknown keys with
-//! a "did you mean" suggestion.
+//! `systems`), and are re-exported here; each section's list of keys is
+//! gathered in the schema at the end of this module, so the loader can
+//! refuse unknown keys with a "did you mean" suggestion.
 
 use std::collections::BTreeMap;
 

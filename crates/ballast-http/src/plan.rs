@@ -1,5 +1,5 @@
 //! What a call to a system is, decided once: the [`Plan`] that one function,
-//! [`Planner::plan`], makes before anything is sent, and that every front end
+//! `Planner::plan`, makes before anything is sent, and that every front end
 //! passes on to the attempts — [`HttpSystem::read`](crate::HttpSystem::read),
 //! `write`, `write_once`, `send` and `write_or_defer`, the gateway through
 //! [`HttpSystem::plan_by_method`](crate::HttpSystem::plan_by_method),

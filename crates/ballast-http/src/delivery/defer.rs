@@ -1,5 +1,5 @@
 //! Deferring a keyed write: [`HttpSystem::capture`] turns the request into
-//! a [`Delivery`], and [`HttpSystem::write_or_defer`] tries it in memory and
+//! a [`Delivery`](crate::Delivery), and [`HttpSystem::write_or_defer`] tries it in memory and
 //! hands it to the queue with its key when the in-memory window cannot
 //! finish it (R-RES-RE-4).
 
@@ -17,7 +17,7 @@ use super::wire::Envelope;
 use super::{Body, Delivery};
 
 impl HttpSystem {
-    /// `request` as a [`Delivery`] to store for a later send with `key`:
+    /// `request` as a [`Delivery`](crate::Delivery) to store for a later send with `key`:
     /// with the system's [seal key](crate::HttpSystemBuilder::seal_key), the
     /// caller's credential headers (`Authorization`, `Proxy-Authorization`,
     /// `Cookie`, `X-Api-Key` and those of
@@ -125,9 +125,9 @@ impl HttpSystem {
     /// Sends a keyed write as [`send`](HttpSystem::send) does; if it gives
     /// up on transient failures — no answer, or a transient answer such as a
     /// 503 after its last attempt — or is rejected (breaker open, bulkhead
-    /// full), enqueues a [`Delivery`] task with the same `key` ([`capture`](Self::capture)d
+    /// full), enqueues a [`Delivery`](crate::Delivery) task with the same `key` ([`capture`](Self::capture)d
     /// before the first attempt, trace context included) so a worker running
-    /// a [`DeliveryHandler`] finishes it, and returns [`Handover::Deferred`]
+    /// a [`DeliveryHandler`](crate::DeliveryHandler) finishes it, and returns [`Handover::Deferred`]
     /// — the semantics of [`ballast_queue::WriteOrDefer`].
     ///
     /// Every other answer is [`Handover::Done`], as it came: a 201, and a 4xx

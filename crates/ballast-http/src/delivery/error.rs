@@ -1,4 +1,4 @@
-//! Why a delivery did not deliver ([`DeliveryError`]), and how each reason
+//! Why a delivery did not deliver ([`DeliveryError`](crate::DeliveryError)), and how each reason
 //! is classified for the queue: held, retried with the key, or failed and
 //! alerted.
 
@@ -8,7 +8,7 @@ use super::handler::{HOLD_SEALED, HOLD_UNKNOWN};
 use crate::seal::SealError;
 use crate::HttpError;
 
-/// Why a [`DeliveryHandler`] attempt did not deliver.
+/// Why a [`DeliveryHandler`](crate::DeliveryHandler) attempt did not deliver.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeliveryError {
@@ -80,7 +80,7 @@ pub enum DeliveryError {
     },
 }
 
-/// What ended a delivery that was never sent: see [`Delivery::send_by`].
+/// What ended a delivery that was never sent: see [`Delivery::send_by`](crate::Delivery::send_by).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpiredBy {
     /// The system's `key_ttl`: a later attempt might no longer be deduplicated.

@@ -1,4 +1,4 @@
-//! The worker's side: [`DeliveryHandler`] sends each stored [`Delivery`]
+//! The worker's side: [`DeliveryHandler`](crate::DeliveryHandler) sends each stored [`Delivery`](crate::Delivery)
 //! with its task's key, holds what cannot be sent yet, and stores the
 //! upstream's final answer as the task's result.
 
@@ -12,7 +12,7 @@ use crate::{HttpError, HttpSystem, Systems};
 
 use super::{Delivery, DeliveryError, DeliveryResult, ExpiredBy};
 
-/// Runs [`Delivery`] tasks ([`DELIVERY_KIND`]): sends each with
+/// Runs [`Delivery`](crate::Delivery) tasks ([`DELIVERY_KIND`](crate::DELIVERY_KIND)): sends each with
 /// [`HttpSystem::write`] and the task's idempotency key.
 ///
 /// Success completes the task. A transient failure reschedules it with the
@@ -27,9 +27,9 @@ use super::{Delivery, DeliveryError, DeliveryResult, ExpiredBy};
 /// against the task's `max_attempts`
 /// ([`TaskContext::not_attempted`]): a long outage cannot use up a
 /// delivery's attempts without a single request. What bounds it instead is
-/// [`Delivery::send_by`]: the key's TTL where the system deduplicates and
+/// [`Delivery::send_by`](crate::Delivery::send_by): the key's TTL where the system deduplicates and
 /// declares one, [`max_age`](Self::max_age) otherwise. Past it the delivery
-/// fails with [`DeliveryError::Expired`], unsent, and alerts.
+/// fails with [`DeliveryError::Expired`](crate::DeliveryError::Expired), unsent, and alerts.
 ///
 /// ```no_run
 /// # fn f(queue: ballast_queue::Queue, sber: ballast_http::HttpSystem) -> Result<(), ballast_queue::WorkerBuildError> {

@@ -1,4 +1,4 @@
-//! A [`Delivery`] on the wire: the task payload a deferred keyed write is
+//! A [`Delivery`](crate::Delivery) on the wire: the task payload a deferred keyed write is
 //! stored as — its method, path, query, headers and body, the credential
 //! headers (and with a seal key the body and query) sealed in one envelope
 //! bound to the rest.
@@ -62,7 +62,7 @@ pub struct Delivery {
     /// since the Unix epoch. A delivery is never sent once its key may have
     /// expired — the system's [`key_ttl`](crate::HttpSystemBuilder::key_ttl)
     /// after this, less one in-memory window — nor, for a system without one,
-    /// once it is older than [`DeliveryHandler::max_age`]: it fails and alerts
+    /// once it is older than [`DeliveryHandler::max_age`](crate::DeliveryHandler::max_age): it fails and alerts
     /// instead (R-RES-RE-1). `None` in deliveries stored before this field
     /// existed: they are bounded by their attempts alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -303,7 +303,7 @@ impl Delivery {
         Ok(request)
     }
 
-    /// The queue task that delivers it with `key`, of kind [`DELIVERY_KIND`].
+    /// The queue task that delivers it with `key`, of kind [`DELIVERY_KIND`](crate::DELIVERY_KIND).
     pub fn task(&self, key: &IdempotencyKey) -> NewTask {
         NewTask::new(DELIVERY_KIND, self).key(key.clone())
     }

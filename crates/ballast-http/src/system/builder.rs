@@ -115,7 +115,7 @@ pub struct HttpSystemBuilder {
     service: Option<crate::transport::ServiceTransport>,
     /// What each endpoint of the system is ([`Routes`]): a read whatever its
     /// method, a write that must carry a key (one without is refused unsent,
-    /// [`HttpError::KeyRequired`]), or a write sent once. A request no route
+    /// [`HttpError::KeyRequired`](crate::HttpError::KeyRequired)), or a write sent once. A request no route
     /// matches is what its method and key make it.
     ///
     /// ```

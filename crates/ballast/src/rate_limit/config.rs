@@ -45,7 +45,7 @@ pub enum Scope {
     #[default]
     Replica,
     /// The replicas of a fleet hold it together: permits come from a bucket
-    /// they share ([`shared`]), kept by `ballast-fleet` in PostgreSQL.
+    /// they share ([`shared`](super::shared)), kept by `ballast-fleet` in PostgreSQL.
     Fleet,
 }
 
@@ -94,7 +94,7 @@ impl RateLimit {
     }
 
     /// Follows the system: a throttle lowers the rate, calls that go
-    /// through raise it back to the configured one (see [`adaptive`]).
+    /// through raise it back to the configured one (see [`adaptive`](super::adaptive)).
     pub const fn adaptive(mut self) -> Self {
         self.adaptive = true;
         self
@@ -116,7 +116,7 @@ impl RateLimit {
 
     /// Holds the limit for a whole fleet of replicas rather than for this
     /// process: the permits come from a bucket the replicas share (see
-    /// [`shared`]). Until something keeps that bucket — `ballast serve` on a
+    /// [`shared`](super::shared)). Until something keeps that bucket — `ballast serve` on a
     /// PostgreSQL queue does — the limiter runs on a local one at the rate.
     pub const fn fleet(mut self) -> Self {
         self.scope = Scope::Fleet;
