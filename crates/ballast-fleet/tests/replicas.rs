@@ -102,37 +102,29 @@ async fn what_one_replica_learns_reaches_the_other_within_a_second() {
         assert!(call(policy).await, "a permit from the fleet's bucket");
     }
     let (a, b) = (policies[0].rate_limiter().unwrap(), policies[1].rate_limiter().unwrap());
+    // Calls on `a` until `learned` holds of its rate, a second at most.
+    let reaches_a = |what: &'static str, learned: fn(f64) -> bool| {
+        let (policy, a) = (policies[0].clone(), a.clone());
+        async move {
+            let started = std::time::Instant::now();
+            while !learned(a.rate()) {
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(1),
+                    "{what} on the other: {}",
+                    a.rate()
+                );
+                call(&policy).await;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    };
     b.announce(40.0);
     call(&policies[1]).await;
-    let started = std::time::Instant::now();
-    loop {
-        call(&policies[0]).await;
-        if a.rate() <= 40.0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(1),
-            "announced rate on the other: {}",
-            a.rate()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    reaches_a("an announced rate", |rate| rate <= 40.0).await;
     // A second after the announcement, a throttle lowers the fleet's rate.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     b.throttled(None);
     call(&policies[1]).await;
-    let started = std::time::Instant::now();
-    loop {
-        call(&policies[0]).await;
-        if a.rate() < 40.0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(1),
-            "a throttle on the other: {}",
-            a.rate()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    reaches_a("a throttle", |rate| rate < 40.0).await;
     stop.cancel();
 }

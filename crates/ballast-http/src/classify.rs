@@ -9,7 +9,7 @@
 //! | connection reset or aborted, broken pipe, incomplete message | transient ([`RetryOn::reset`]) |
 //! | the policy's own attempt timeout | always transient (decided by the core) |
 //! | 408, 429 | permanent; transient by opt-in, with `Retry-After` |
-//! | 409 on a keyed write to a deduplicating system | permanent; transient by opt-in ("original still in flight") |
+//! | 409 on a keyed write to a deduplicating system | transient by default ("original still in flight"; [`RetryOn::conflict_in_flight`]) |
 //! | every other 4xx | permanent, never retried |
 //! | 1xx–3xx | success: the response is returned (redirects are not followed) |
 //! | invalid request, TLS/protocol errors, anything else | permanent |

@@ -22,7 +22,7 @@ pub enum HttpError {
     Status {
         /// The status.
         status: StatusCode,
-        /// Transient (5xx and opted-in 408/429/409) or permanent.
+        /// Transient (5xx, a keyed write's 409 in flight, opted-in 408/429) or permanent.
         class: Class,
         /// The wait the server asked for in `Retry-After`, if any.
         retry_after: Option<Duration>,

@@ -25,11 +25,7 @@ impl HttpSystem {
         request: StreamingRequest,
     ) -> Result<Response, Failure<HttpError>> {
         let head = &request.head;
-        let route_timeout = plan.route().and_then(Route::attempt_timeout);
-        let (uri, headers) = match self.prepare(head, &plan) {
-            Ok(prepared) => prepared,
-            Err(e) => return Err(Failure::unsent(e)),
-        };
+        let Prepared { uri, headers, route_timeout } = self.prepare(head, &plan).map_err(Failure::unsent)?;
         let mut body = Some(request.body);
         let call = self.inner.system_policy.run(&plan, AllAnswersGood, |ctx| {
             // A stream is sent once, so the body is always there.
@@ -56,11 +52,7 @@ impl HttpSystem {
         judged: bool,
     ) -> Result<Response, Failure<HttpError>> {
         let head = &request.head;
-        let route_timeout = plan.route().and_then(Route::attempt_timeout);
-        let (uri, headers) = match self.prepare(head, &plan) {
-            Ok(prepared) => prepared,
-            Err(e) => return Err(Failure::unsent(e)),
-        };
+        let Prepared { uri, headers, route_timeout } = self.prepare(head, &plan).map_err(Failure::unsent)?;
         let keyed_write = plan.is_deduplicated_write();
         let body = &request.body;
         let attempt = |ctx: ballast::AttemptContext| {
@@ -112,10 +104,10 @@ impl HttpSystem {
         )
     }
 
-    /// The URI and headers of every attempt, or why the request cannot be
-    /// sent. A method-override header stays only when the request reached
-    /// its route through it.
-    pub(super) fn prepare(&self, head: &Head, plan: &Plan<'_>) -> Result<(http::Uri, HeaderMap), HttpError> {
+    /// What every attempt sends, or why the request cannot be sent. A
+    /// method-override header stays only when the request reached its route
+    /// through it.
+    fn prepare(&self, head: &Head, plan: &Plan<'_>) -> Result<Prepared, HttpError> {
         head.check()?;
         let uri = self.inner.base.uri(head)?;
         let mut headers = head.headers.clone();
@@ -128,7 +120,7 @@ impl HttpSystem {
             headers.insert(name, value.clone());
         }
         self.inner.system_policy.set_key(plan, &mut headers)?;
-        Ok((uri, headers))
+        Ok(Prepared { uri, headers, route_timeout: plan.route().and_then(Route::attempt_timeout) })
     }
 
     /// Tells an adaptive rate limit what the answer's headers say of the
@@ -285,6 +277,14 @@ fn record_outcome(span: &tracing::Span, result: &Result<Response, Failure<HttpEr
             span.record("error.type", failure.error_type());
         }
     }
+}
+
+/// What every attempt of a call sends: its URI and headers, prepared once,
+/// and its route's own attempt timeout.
+struct Prepared {
+    uri: http::Uri,
+    headers: HeaderMap,
+    route_timeout: Option<Duration>,
 }
 
 /// Which attempt of which call: what an attempt needs besides its request.
