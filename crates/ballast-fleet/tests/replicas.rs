@@ -101,11 +101,12 @@ async fn what_one_replica_learns_reaches_the_other_within_a_second() {
     for policy in &policies {
         assert!(call(policy).await, "a permit from the fleet's bucket");
     }
-    let (a, b) = (policies[0].rate_limiter().unwrap(), policies[1].rate_limiter().unwrap());
+    let b = policies[1].rate_limiter().unwrap();
     // Calls on `a` until `learned` holds of its rate, a second at most.
     let reaches_a = |what: &'static str, learned: fn(f64) -> bool| {
-        let (policy, a) = (policies[0].clone(), a.clone());
+        let policy = policies[0].clone();
         async move {
+            let a = policy.rate_limiter().expect("a rate limiter");
             let started = std::time::Instant::now();
             while !learned(a.rate()) {
                 assert!(
