@@ -41,7 +41,7 @@ fn import_prints_every_operation_as_a_route_with_its_reason_and_line() {
             "\"GET /pets\"            = \"read\"",
             "\"POST /pets\"           = \"write_once\"",
             "\"GET /pets/{petId}\"    = \"read\"",
-            "\"DELETE /pets/{petId}\" = \"keyed_write\"",
+            "\"DELETE /pets/{petId}\" = \"read\"",
         ]
     );
     // Another header name: the payment's key is then not the system's.

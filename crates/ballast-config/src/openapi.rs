@@ -8,8 +8,9 @@
 //! applies:
 //!
 //! 1. `x-ballast-kind: read | keyed_write | write_once` on the operation;
-//! 2. `x-idempotent: true`: `read` for GET, HEAD and OPTIONS, else
-//!    `keyed_write`;
+//! 2. `x-idempotent: true` without the idempotency header: `read`, on any
+//!    method — a POST search is idempotent by design, the guide's
+//!    "GET-equivalent" (`ballast lint` notes a read that is not a GET);
 //! 3. GET, HEAD, OPTIONS: `read`;
 //! 4. a header parameter named as the system's idempotency header (on the
 //!    operation or its path, `$ref`s to `#/components/parameters` followed):
@@ -177,8 +178,7 @@ pub fn parse(file: &str, text: &str, key_header: &str) -> Result<Document, OpenA
                 .is_some_and(|v| matches!(v.data, YamlData::Value(Scalar::Boolean(true))));
             let (kind, why) = match declared {
                 Some(kind) => (kind, "x-ballast-kind"),
-                None if idempotent && safe => (RouteKind::Read, "x-idempotent"),
-                None if idempotent => (RouteKind::KeyedWrite, "x-idempotent"),
+                None if idempotent && !takes_key => (RouteKind::Read, "x-idempotent"),
                 None if safe => (RouteKind::Read, "a safe method"),
                 None if takes_key => (RouteKind::KeyedWrite, "takes the idempotency header"),
                 None => (RouteKind::WriteOnce, "a write without the idempotency header"),
@@ -433,7 +433,23 @@ paths:
                 ("GET /payments".to_owned(), RouteKind::Read, 15),
                 ("POST /payments/search".to_owned(), RouteKind::Read, 17),
                 ("PATCH /payments/{id}".to_owned(), RouteKind::WriteOnce, 22),
-                ("PUT /payments/{id}".to_owned(), RouteKind::KeyedWrite, 23),
+                ("PUT /payments/{id}".to_owned(), RouteKind::Read, 23),
+            ]
+        );
+    }
+
+    /// An operation idempotent by design (a POST search) is a read; one
+    /// that takes the idempotency header stays a keyed write.
+    #[test]
+    fn x_idempotent_is_a_read_unless_the_operation_takes_the_key() {
+        let doc = "openapi: 3.0.0\npaths:\n  /search:\n    post:\n      x-idempotent: true\n  /payments:\n    post:\n      x-idempotent: true\n      parameters:\n        - { name: Idempotency-Key, in: header }\n";
+        let doc = parse("s.yaml", doc, "idempotency-key").unwrap();
+        let kinds: Vec<_> = doc.operations.iter().map(|o| (o.name(), o.kind, o.why)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("POST /search".to_owned(), RouteKind::Read, "x-idempotent"),
+                ("POST /payments".to_owned(), RouteKind::KeyedWrite, "takes the idempotency header"),
             ]
         );
     }

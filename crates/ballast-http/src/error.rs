@@ -100,6 +100,21 @@ pub enum HttpError {
         /// The routes declared, by name.
         routes: String,
     },
+    /// The idempotency key is already used by another request — another
+    /// method, path, query, body or content type — in flight or deferred:
+    /// a key names one request, so this one is refused unsent (R-RES-RE-1)
+    /// and never gets the earlier request's answer or task.
+    #[error(
+        "the idempotency key {key:?} already names another request ({first_in}) with another method, path, \
+         query, body or content type: a key names one request, so this one was not sent (R-RES-RE-1); make a \
+         new key for a new request, and send a retry exactly as the first"
+    )]
+    KeyReused {
+        /// The key.
+        key: String,
+        /// Where the first request is: `in flight` or `deferred`.
+        first_in: &'static str,
+    },
     /// The request could not be built (path, query, header or JSON body).
     #[error("invalid request: {reason}; it was not sent")]
     InvalidRequest {

@@ -45,6 +45,12 @@ impl Queue {
         self.store.get(id).await
     }
 
+    /// The task of `kind` enqueued with idempotency key `key`, if it exists
+    /// (a key names one task of a kind).
+    pub async fn get_by_key(&self, kind: &str, key: &str) -> Result<Option<TaskInfo>> {
+        self.store.get_by_key(kind, key).await
+    }
+
     /// Puts a failed task back to pending, due now, with a fresh set of
     /// attempts. Returns `false` if the task is not in the `failed` state.
     pub async fn retry(&self, id: i64) -> Result<bool> {

@@ -324,13 +324,20 @@ async fn guessing_from_many_addresses_is_throttled_and_the_operator_gets_through
     let first = operator.get(&url).bearer_auth("gateway-token-0123456789").send().await.unwrap();
     assert_eq!(first.status().as_u16(), 200);
     let mut statuses = Vec::new();
+    let started = std::time::Instant::now();
     for last in 2..=120u8 {
         let guess = from(last).get(&url).bearer_auth(format!("guess-{last}")).send().await.unwrap();
         statuses.push(guess.status().as_u16());
     }
+    // The listener's bucket: a burst of 50 wrong tokens, then 10 a second,
+    // however many addresses they come from (a slow run earns more).
+    let earned = 50.0 + 10.0 * started.elapsed().as_secs_f64();
     let refused = statuses.iter().filter(|s| **s == 401).count();
-    assert!((50..=55).contains(&refused), "a listener's burst of wrong tokens, then 429: {statuses:?}");
-    assert_eq!(statuses.last(), Some(&429), "rotating addresses does not help");
+    assert!(
+        refused >= 50 && refused as f64 <= earned + 1.0,
+        "{refused} wrong tokens looked at, {earned:.0} earned: rotating addresses does not help: {statuses:?}"
+    );
+    assert_eq!(refused + statuses.iter().filter(|s| **s == 429).count(), statuses.len(), "{statuses:?}");
     let again = operator.get(&url).bearer_auth("gateway-token-0123456789").send().await.unwrap();
     assert_eq!(again.status().as_u16(), 200, "the operator is not locked out by others' guessing");
     assert_eq!(upstream.count(), 2, "only the operator's calls went through");

@@ -11,10 +11,10 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 
 use crate::seal::SealError;
-use crate::{HttpError, HttpSystem, Request, Response};
+use crate::{Fingerprint, HttpError, HttpSystem, Request, Response};
 
 use super::wire::Envelope;
-use super::{Body, Delivery};
+use super::{Body, Delivery, DELIVERY_KIND};
 
 impl HttpSystem {
     /// `request` as a [`Delivery`](crate::Delivery) to store for a later send with `key`:
@@ -163,6 +163,10 @@ impl HttpSystem {
             let sent = self.send_planned(plan, request).await;
             return sent.map(Handover::Done).map_err(HandoverError::Failed);
         };
+        let fingerprint = Fingerprint::of(&request);
+        if let Some(joined) = deferred_with(queue, key, &fingerprint).await? {
+            return Ok(joined);
+        }
         // Captured before sending: a request that cannot be stored is refused
         // unsent rather than found out after an attempt that may have applied it.
         let (task, send_by) = match self.capture(key, &request) {
@@ -199,6 +203,50 @@ impl HttpSystem {
                 task.run_at(SystemTime::now().checked_add(due).map_or(by, |at| at.min(by)))
             }
         };
-        ballast_queue::hand_over(queue, key, task, outcome).await
+        let handed = ballast_queue::hand_over(queue, key, task, outcome).await?;
+        if let Handover::Deferred { task_id, .. } = handed {
+            // Another request with this key deferred between the look above
+            // and this one's enqueue: its task is not this request's.
+            if let Ok(Some(task)) = queue.get(task_id).await {
+                if stored_fingerprint(&task).is_some_and(|stored| stored != fingerprint.as_str()) {
+                    return Err(reused(key));
+                }
+            }
+        }
+        Ok(handed)
     }
+}
+
+/// A task already deferred with `key`. The same request's, still to be
+/// delivered, is joined: its handle, nothing sent. Another request's
+/// refuses this one unsent (R-RES-RE-1). A finished task of the same
+/// request lets it go out again: the system deduplicates by the key.
+async fn deferred_with(
+    queue: &Queue,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> Result<Option<Handover<Response>>, HandoverError<HttpError>> {
+    let task = match queue.get_by_key(DELIVERY_KIND, key.as_str()).await {
+        Ok(Some(task)) => task,
+        Ok(None) => return Ok(None),
+        Err(error) => {
+            // The enqueue, if the write comes to one, meets the same queue.
+            tracing::warn!(%error, "cannot look for a deferred write with the same key; sending it");
+            return Ok(None);
+        }
+    };
+    match stored_fingerprint(&task) {
+        Some(stored) if stored != fingerprint.as_str() => Err(reused(key)),
+        _ if !task.state.is_final() => Ok(Some(Handover::Deferred { task_id: task.id, attempts: 0 })),
+        _ => Ok(None),
+    }
+}
+
+fn stored_fingerprint(task: &ballast_queue::TaskInfo) -> Option<&str> {
+    task.payload.get("fingerprint").and_then(serde_json::Value::as_str)
+}
+
+fn reused(key: &IdempotencyKey) -> HandoverError<HttpError> {
+    let error = HttpError::KeyReused { key: key.as_str().to_owned(), first_in: "deferred" };
+    HandoverError::Failed(Failure::unsent(error))
 }

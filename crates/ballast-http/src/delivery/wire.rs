@@ -12,7 +12,7 @@ use base64::Engine as _;
 use http::Method;
 use serde::{Deserialize, Serialize};
 
-use crate::{HttpError, HttpSystem, Request};
+use crate::{Fingerprint, HttpError, HttpSystem, Request};
 
 use super::DELIVERY_KIND;
 
@@ -86,6 +86,11 @@ pub struct Delivery {
     /// `query` — for an operator to see (bound to the envelope like the rest).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sealed_parts: Vec<String>,
+    /// What the request asks for ([`Fingerprint`]): a later request with the
+    /// same key and another fingerprint is refused, never merged into this
+    /// task (R-RES-RE-1). `None` in deliveries stored before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<Fingerprint>,
 }
 
 /// What a delivery's envelope holds, sealed.
@@ -181,6 +186,7 @@ impl Delivery {
             seal_key: None,
             sealed: None,
             sealed_parts: Vec::new(),
+            fingerprint: Some(Fingerprint::of(request)),
         })
     }
 

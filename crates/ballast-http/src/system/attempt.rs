@@ -10,12 +10,13 @@ use http::HeaderMap;
 use tracing::Instrument;
 
 use super::HttpSystem;
+use crate::in_flight::{joined, Turn};
 use crate::plan::Plan;
 use crate::request::{Head, Request, StreamingRequest};
 use crate::routes::Route;
 use crate::transport::{OutBody, TransportError};
 use crate::verdict::{failed, verdict, AllAnswersGood};
-use crate::{HttpError, Response};
+use crate::{Fingerprint, HttpError, Response};
 
 impl HttpSystem {
     /// The one attempt of a write once whose body is a stream.
@@ -44,8 +45,38 @@ impl HttpSystem {
         result
     }
 
-    /// The call of a plan.
+    /// The call of a plan. A keyed write first takes its turn among the
+    /// writes in flight with its key ([`crate::in_flight`]): the same request
+    /// in flight is joined, another under the same key refused unsent.
     pub(super) async fn run(
+        &self,
+        plan: Plan<'_>,
+        request: Request,
+        judged: bool,
+    ) -> Result<Response, Failure<HttpError>> {
+        let Some(key) = plan.operation().key() else {
+            return self.run_alone(plan, request, judged).await;
+        };
+        let fingerprint = Fingerprint::of(&request);
+        loop {
+            match self.inner.in_flight.turn(key.as_str(), &fingerprint) {
+                Err(reused) => return Err(Failure::unsent(reused)),
+                Ok(Turn::Join(answer)) => {
+                    if let Some(answer) = joined(answer).await {
+                        return Ok(answer);
+                    }
+                }
+                Ok(Turn::Lead(lead)) => {
+                    let result = self.run_alone(plan, request, judged).await;
+                    lead.land(result.as_ref().ok().filter(|answer| answer.verdict.is_none()));
+                    return result;
+                }
+            }
+        }
+    }
+
+    /// The call of a plan, on its own.
+    async fn run_alone(
         &self,
         plan: Plan<'_>,
         request: Request,

@@ -342,6 +342,7 @@ impl HttpSystemBuilder {
                 key_ttl: self.key_ttl,
                 headers,
                 secret_url: self.secret_url,
+                in_flight: crate::in_flight::InFlight::default(),
                 #[cfg(feature = "queue")]
                 seal: self.seal,
                 #[cfg(feature = "queue")]

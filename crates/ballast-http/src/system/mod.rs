@@ -55,6 +55,8 @@ struct SystemState {
     key_ttl: Option<Duration>,
     headers: HeaderMap,
     secret_url: bool,
+    /// Keyed writes in flight, by key: joined or refused ([`crate::in_flight`]).
+    in_flight: crate::in_flight::InFlight,
     #[cfg(feature = "queue")]
     seal: Option<crate::SealKey>,
     #[cfg(feature = "queue")]

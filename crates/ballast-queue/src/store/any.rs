@@ -83,6 +83,9 @@ impl Store for AnyStore {
     async fn get(&self, id: i64) -> Result<Option<TaskInfo>> {
         dispatch!(self, s => s.get(id))
     }
+    async fn get_by_key(&self, kind: &str, key: &str) -> Result<Option<TaskInfo>> {
+        dispatch!(self, s => s.get_by_key(kind, key))
+    }
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {
         dispatch!(self, s => s.retry(id, kind))
     }

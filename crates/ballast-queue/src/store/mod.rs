@@ -108,6 +108,8 @@ pub(crate) trait Store: Send + Sync {
     async fn unfinished_by(&self, kind: &str, field: &str) -> Result<BTreeMap<String, u64>>;
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>>;
     async fn get(&self, id: i64) -> Result<Option<TaskInfo>>;
+    /// The task of `kind` enqueued with idempotency key `key`, if any.
+    async fn get_by_key(&self, kind: &str, key: &str) -> Result<Option<TaskInfo>>;
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64>;
     async fn run_now(&self, id: i64) -> Result<bool>;
     async fn cancel(&self, id: i64) -> Result<bool>;

@@ -26,6 +26,10 @@ pub enum Reason {
     /// The request goes to a route declared `keyed_write` without an
     /// `Idempotency-Key`: refused unsent (R-RES-RE-1).
     KeyRequired,
+    /// The `Idempotency-Key` already names another request (another method,
+    /// path, query, body or content type) in flight or deferred: refused
+    /// unsent, without the earlier request's answer or task (R-RES-RE-1).
+    KeyReused,
     /// A write that matches none of the routes of a system that declares
     /// its writes (`unrouted = "refuse"`, the default with routes): refused
     /// unsent (R-RES-RE-1).
@@ -98,6 +102,7 @@ impl Reason {
             | Reason::BadPath
             | Reason::SealKeyMissing
             | Reason::BadRequest => StatusCode::BAD_REQUEST,
+            Reason::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Reason::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Reason::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Reason::Transport => StatusCode::BAD_GATEWAY,
@@ -196,7 +201,9 @@ impl Problem {
     pub fn from_failure(failure: &Failure<HttpError>, system: &str) -> Self {
         let rule = match failure.error() {
             // Refused for want of the key a route requires, or of a route: R-RES-RE-1.
-            Some(HttpError::KeyRequired { .. } | HttpError::Unrouted { .. }) => Some(Rule::Re1),
+            Some(
+                HttpError::KeyRequired { .. } | HttpError::KeyReused { .. } | HttpError::Unrouted { .. },
+            ) => Some(Rule::Re1),
             _ => failure.stop_reason().rule(),
         };
         let said = failure.to_string();
@@ -211,6 +218,7 @@ impl Problem {
                 HttpError::BadPath { .. } => Problem::new(Reason::BadPath, said),
                 // The system's route requires a key (R-RES-RE-1): refused unsent.
                 HttpError::KeyRequired { route } => Problem::new(Reason::KeyRequired, said).route(route),
+                HttpError::KeyReused { .. } => Problem::new(Reason::KeyReused, said),
                 HttpError::Unrouted { .. } => Problem::new(Reason::Unrouted, said),
                 HttpError::SealKeyMissing { .. } => Problem::new(Reason::SealKeyMissing, said),
                 _ => Problem::new(Reason::BadRequest, said),

@@ -13,6 +13,7 @@
  * | `unknown_system`, `not_found` | 404 | no such system; no deferred write of that handle, or a path the gateway does not serve |
  * | `bad_key`, `bad_path`, `bad_request`, `seal_key_missing` | 400 | refused unsent |
  * | `key_required` | 400 | the route is declared `keyed_write` and the write carried no key: refused unsent (R-RES-RE-1) |
+ * | `key_reused` | 422 | the key already names another request (another method, path, body or content type) in flight or deferred: refused unsent (R-RES-RE-1) |
  * | `unrouted` | 400 | a write no route of the system declares: refused unsent (R-RES-RE-1) |
  * | `method_not_allowed` | 405 | `TRACE` or `CONNECT`: never forwarded |
  * | `too_large`, `body_timeout` | 413, 408 | the request body was too large or too slow |
@@ -32,6 +33,7 @@ export type Reason =
   | 'unknown_system'
   | 'bad_key'
   | 'key_required'
+  | 'key_reused'
   | 'unrouted'
   | 'method_not_allowed'
   | 'bad_path'

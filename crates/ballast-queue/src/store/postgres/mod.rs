@@ -305,6 +305,12 @@ impl Store for PgStore {
         row.as_ref().map(task_info).transpose()
     }
 
+    async fn get_by_key(&self, kind: &str, key: &str) -> Result<Option<TaskInfo>> {
+        let sql = format!("SELECT {COLUMNS} FROM ballast_tasks WHERE kind = $1 AND idempotency_key = $2");
+        let row = sqlx::query(&sql).bind(kind).bind(key).fetch_optional(&self.pool).await?;
+        row.as_ref().map(task_info).transpose()
+    }
+
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {
         let done = sqlx::query(
             "UPDATE ballast_tasks
