@@ -136,6 +136,11 @@ impl HttpSystem {
     /// breaker is open is due when the breaker lets its next probe through.
     /// A system that does not [deduplicate by key](crate::HttpSystemBuilder::dedupes_by_key)
     /// never defers: a durable retry of a write needs that guarantee (R-RES-RE-1).
+    ///
+    /// A task already deferred under `key` decides first: the same request
+    /// ([`Fingerprint`]) while it waits is that task, [`Handover::Deferred`]
+    /// with nothing sent; another request is refused unsent
+    /// ([`HttpError::KeyReused`]) and never handed the task.
     pub async fn write_or_defer(
         &self,
         key: &IdempotencyKey,

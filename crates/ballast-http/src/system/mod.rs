@@ -180,6 +180,11 @@ impl HttpSystem {
     /// Sends a write carrying `key` in the idempotency header — the same key
     /// on every attempt. Retried on transient failures only if the system
     /// deduplicates by key; otherwise one attempt (R-RES-RE-1).
+    ///
+    /// A key names one request ([`Fingerprint`](crate::Fingerprint)): while
+    /// a write with `key` is in flight on this system, the same request
+    /// joins it and gets its answer (one call to the system), and another
+    /// request is refused unsent with [`HttpError::KeyReused`].
     pub async fn write(
         &self,
         key: &IdempotencyKey,
