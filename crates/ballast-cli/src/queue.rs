@@ -70,6 +70,13 @@ enum Action {
         /// The task's id.
         id: i64,
     },
+    /// Take a failed task out of its sequence, so the writes held behind it
+    /// go on; exit 1 if it is not a failed task of a sequence. JSON:
+    /// `{"released": COUNT, "ids": [ID]}`.
+    Release {
+        /// The task's id.
+        id: i64,
+    },
     /// Delete completed, failed and cancelled tasks finalized more than
     /// DURATION ago.
     ///
@@ -242,6 +249,24 @@ async fn act(queue: &Queue, action: &Action) -> anyhow::Result<Output> {
                 Output::nothing(why.clone(), json!({ "cancelled": 0, "ids": [], "reason": why }))
             }
         }
+        Action::Release { id } => {
+            if queue.release_from_sequence(*id).await? {
+                let human = format!("task {id} left its sequence: the writes behind it go on\n");
+                Output::done(human, json!({ "released": 1, "ids": [id] }))
+            } else {
+                let why = match queue.get(*id).await? {
+                    None => format!("no task {id}: nothing to release"),
+                    Some(task) if task.sequence.is_none() => {
+                        format!("task {id} is in no sequence: nothing to release")
+                    }
+                    Some(task) => format!(
+                        "task {id} is {}: only a failed task holds its sequence (cancel a pending one)",
+                        task.state
+                    ),
+                };
+                Output::nothing(why.clone(), json!({ "released": 0, "ids": [], "reason": why }))
+            }
+        }
         Action::Prune { older_than } => {
             let pruned = queue.prune(*older_than).await?;
             let age = duration::display(*older_than);
@@ -332,6 +357,8 @@ fn task_json(t: &TaskInfo) -> Value {
         "created_at": rfc3339(t.created_at),
         "updated_at": rfc3339(t.updated_at),
         "finalized_at": t.finalized_at.map(rfc3339),
+        "sequence": t.sequence,
+        "held": t.is_held(),
     })
 }
 

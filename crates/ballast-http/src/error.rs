@@ -115,6 +115,19 @@ pub enum HttpError {
         /// Where the first request is: `in flight` or `deferred`.
         first_in: &'static str,
     },
+    /// An earlier write of the request's sequence waits in the durable
+    /// queue: sent now, this one would overtake it, so it was not sent.
+    #[error(
+        "an earlier write of sequence {sequence:?} (task {task_id}) is still waiting in the durable queue: this \
+         write was not sent, so it cannot overtake it; defer it behind (write_or_defer; the gateway: Prefer: \
+         respond-async) or send it once that task is done"
+    )]
+    SequencePending {
+        /// The sequence.
+        sequence: String,
+        /// The task that holds it.
+        task_id: i64,
+    },
     /// The request could not be built (path, query, header or JSON body).
     #[error("invalid request: {reason}; it was not sent")]
     InvalidRequest {

@@ -228,12 +228,13 @@ pub struct Request {
     pub(crate) head: Head,
     pub(crate) body: Bytes,
     query_endpoint: bool,
+    sequence: Option<String>,
 }
 
 impl Request {
     /// A request with any method.
     pub fn new(method: Method, path: &str) -> Self {
-        Self { head: Head::new(method, path), body: Bytes::new(), query_endpoint: false }
+        Self { head: Head::new(method, path), body: Bytes::new(), query_endpoint: false, sequence: None }
     }
 
     /// A GET.
@@ -329,6 +330,30 @@ impl Request {
             Err(e) => self.head.fail(format!("JSON body: {e}")),
         }
         self
+    }
+
+    /// Names the sequence this write belongs to, usually the entity it
+    /// changes (`customer/42`): with
+    /// [`write_or_defer`](crate::HttpSystem::write_or_defer), while an
+    /// earlier write of the sequence waits in the durable queue this one is
+    /// not sent live — it is deferred behind it, and the queue delivers a
+    /// sequence's writes one at a time in the order they were accepted. A
+    /// name is 1 to 200 characters from A-Z a-z 0-9 . _ - : /.
+    ///
+    /// ```
+    /// use ballast_http::Request;
+    ///
+    /// let update = Request::put("customers/42").sequence("customer/42");
+    /// assert_eq!(update.sequence_name(), Some("customer/42"));
+    /// ```
+    pub fn sequence(mut self, name: impl Into<String>) -> Self {
+        self.sequence = Some(name.into());
+        self
+    }
+
+    /// The sequence the write belongs to ([`sequence`](Self::sequence)).
+    pub fn sequence_name(&self) -> Option<&str> {
+        self.sequence.as_deref()
     }
 
     /// The method.

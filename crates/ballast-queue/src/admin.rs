@@ -63,16 +63,46 @@ impl Queue {
     }
 
     /// Makes a pending task due now, skipping the rest of its backoff.
-    /// Returns `false` if the task is not pending.
+    /// Returns `false` if the task is not pending, or waits held behind its
+    /// sequence (it goes when the task before it is done).
     pub async fn run_now(&self, id: i64) -> Result<bool> {
+        if self.store.get(id).await?.is_some_and(|task| task.is_held()) {
+            return Ok(false);
+        }
         self.store.run_now(id).await
     }
 
     /// Cancels a pending or running task. A worker still running it finds its
     /// lease gone and changes nothing. Returns `false` if the task was already
-    /// final.
+    /// final. The task held behind it in its sequence goes next.
     pub async fn cancel(&self, id: i64) -> Result<bool> {
-        self.store.cancel(id).await
+        let cancelled = self.store.cancel(id).await?;
+        if cancelled {
+            self.store.release_held(None).await?;
+        }
+        Ok(cancelled)
+    }
+
+    /// Takes a failed task out of its sequence, so the tasks held behind it
+    /// go on (the failed task stays failed; [`retry`](Self::retry) sends it
+    /// again, outside the sequence). Returns `false` if the task is not a
+    /// failed task of a sequence.
+    pub async fn release_from_sequence(&self, id: i64) -> Result<bool> {
+        self.store.leave_sequence(id).await
+    }
+
+    /// The task that holds `sequence` now — the first pending, running or
+    /// failed one — if any: a write of the sequence goes behind it.
+    pub async fn sequence_head(&self, sequence: &str) -> Result<Option<i64>> {
+        self.store.sequence_head(sequence).await
+    }
+
+    /// Makes due every task held behind a sequence that nothing holds any
+    /// more (a worker does it after each completion; this finds what a
+    /// process stopped between the two left behind, and what a prune freed).
+    /// Returns how many.
+    pub async fn release_held(&self) -> Result<u64> {
+        self.store.release_held(None).await
     }
 
     /// Deletes completed, failed and cancelled tasks finalized more than

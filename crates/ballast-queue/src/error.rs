@@ -67,6 +67,14 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A sequence name that is not one (see [`check_sequence`](crate::check_sequence)).
+    #[error("invalid sequence {sequence:?}: {reason}; use 1 to 200 characters from A-Z a-z 0-9 . _ - : /, such as customer/42")]
+    InvalidSequence {
+        /// The name given (cut at 200 characters).
+        sequence: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A task was built with `max_attempts` out of range.
     #[error("max_attempts must be between 1 and {max} (got {got}); R-RES-RE-5 suggests 10")]
     InvalidMaxAttempts {

@@ -100,7 +100,7 @@ pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
 pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
 pub use queue::{Queue, TxConnection};
 pub use retention::Retention;
-pub use task::{check_kind, NewTask};
+pub use task::{check_kind, check_sequence, NewTask, MAX_SEQUENCE_LEN};
 pub use types::{
     EnqueueOutcome, ErrorRecord, KindStats, ListFilter, TaskInfo, TaskState, UnknownState, ERROR_HISTORY,
     TABLE,

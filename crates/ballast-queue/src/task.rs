@@ -23,16 +23,38 @@ use crate::MAX_KIND_LEN;
 /// assert!(check_kind("send sms").is_err());
 /// ```
 pub fn check_kind(kind: &str) -> Result<()> {
-    let reason = if kind.is_empty() {
-        "it is empty"
-    } else if kind.len() > MAX_KIND_LEN {
-        "it is longer than 128 bytes"
-    } else if !kind.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-:/".contains(&b)) {
-        "it has characters other than A-Z a-z 0-9 . _ - : /"
+    match name_problem(kind, MAX_KIND_LEN, "it is longer than 128 bytes") {
+        None => Ok(()),
+        Some(reason) => Err(Error::InvalidKind { kind: kind.chars().take(MAX_KIND_LEN).collect(), reason }),
+    }
+}
+
+/// What is wrong with `name` as a kind or a sequence name, if anything.
+fn name_problem(name: &str, max: usize, too_long: &'static str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("it is empty")
+    } else if name.len() > max {
+        Some(too_long)
+    } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-:/".contains(&b)) {
+        Some("it has characters other than A-Z a-z 0-9 . _ - : /")
     } else {
-        return Ok(());
-    };
-    Err(Error::InvalidKind { kind: kind.chars().take(MAX_KIND_LEN).collect(), reason })
+        None
+    }
+}
+
+/// The longest sequence name, in bytes.
+pub const MAX_SEQUENCE_LEN: usize = 200;
+
+/// Checks that `sequence` is a sequence name: 1 to 200 characters from
+/// A-Z a-z 0-9 . _ - : / (`customer/42`).
+pub fn check_sequence(sequence: &str) -> Result<()> {
+    match name_problem(sequence, MAX_SEQUENCE_LEN, "it is longer than 200 bytes") {
+        None => Ok(()),
+        Some(reason) => Err(Error::InvalidSequence {
+            sequence: sequence.chars().take(MAX_SEQUENCE_LEN).collect(),
+            reason,
+        }),
+    }
 }
 
 /// A task to enqueue: its kind, JSON payload and options.
@@ -65,6 +87,13 @@ pub struct NewTask {
     /// unless [`Queue::with_schedule`](crate::Queue::with_schedule) says otherwise).
     #[setters(generate, strip_option)]
     pub(crate) max_attempts: Option<u32>,
+    /// The sequence the task belongs to, usually the entity its write
+    /// changes (`customer/42`): a sequence's tasks run one at a time, in
+    /// the order they were enqueued; one enqueued behind an unfinished one
+    /// waits held until it completes or an operator cancels or releases it.
+    /// 1 to 200 characters from A-Z a-z 0-9 . _ - : /.
+    #[setters(generate, strip_option, into)]
+    pub(crate) sequence: Option<String>,
 }
 
 /// The furthest [`NewTask::run_after`] goes.
@@ -79,6 +108,7 @@ impl NewTask {
             key: None,
             run_at: None,
             max_attempts: None,
+            sequence: None,
         }
     }
 
@@ -103,6 +133,9 @@ impl NewTask {
         if max_attempts == 0 || max_attempts > max {
             return Err(Error::InvalidMaxAttempts { got: max_attempts, max });
         }
+        if let Some(sequence) = &self.sequence {
+            check_sequence(sequence)?;
+        }
         let payload = self.payload.map_err(|source| Error::Payload { kind: self.kind.clone(), source })?;
         Ok(ValidTask {
             kind: self.kind,
@@ -110,6 +143,7 @@ impl NewTask {
             key: self.key.map(|k| k.as_str().to_owned()),
             run_at: self.run_at.map(micros),
             max_attempts: max_attempts as i32,
+            sequence: self.sequence,
         })
     }
 }

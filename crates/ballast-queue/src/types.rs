@@ -127,7 +127,21 @@ pub struct TaskInfo {
     /// What the successful attempt reported with
     /// [`TaskContext::set_result`](crate::TaskContext::set_result), if anything.
     pub result: Option<serde_json::Value>,
+    /// The sequence the task belongs to ([`NewTask::sequence`](crate::NewTask::sequence)).
+    pub sequence: Option<String>,
 }
+
+impl TaskInfo {
+    /// Whether the task waits behind an unfinished one of its sequence:
+    /// it is not due until that one completes, is cancelled or released.
+    pub fn is_held(&self) -> bool {
+        self.state == TaskState::Pending && micros(self.run_at) >= HELD
+    }
+}
+
+/// When a task held behind its sequence is due (9999-01-01, in µs since
+/// the Unix epoch): a time no claim reaches, so claims never walk it.
+pub(crate) const HELD: i64 = 253_370_764_800_000_000;
 
 /// The number of past errors kept per task (older ones are dropped).
 pub const ERROR_HISTORY: usize = 10;

@@ -873,6 +873,54 @@ async fn write_or_defer_hands_over_with_the_same_key(h: &Harness) {
     assert!(stored.run_at > SystemTime::now() + Duration::from_secs(300), "{stored:?}");
 }
 
+/// A sequence's tasks run one at a time in the order they were enqueued;
+/// a task that failed for good holds the sequence until an operator takes
+/// it out; a cancelled one lets the next go; other sequences and tasks
+/// without one do not wait.
+async fn a_sequence_runs_in_order_and_a_failure_holds_it(h: &Harness) {
+    let handler = Scripted::default();
+    let in_seq = |action: &str, sequence: &str| NewTask::new("job", &job(action)).sequence(sequence);
+    let mut ids = Vec::new();
+    for action in ["gate", "ok", "permanent", "ok"] {
+        ids.push(h.queue.enqueue(in_seq(action, "customer/42")).await.unwrap().id);
+    }
+    let other = h.queue.enqueue(in_seq("ok", "customer/7")).await.unwrap().id;
+    let free = enqueue(&h.queue, "ok").await;
+    assert!(h.queue.get(ids[1]).await.unwrap().unwrap().is_held(), "behind the first");
+    assert!(!h.queue.get(other).await.unwrap().unwrap().is_held(), "another sequence does not wait");
+    assert!(!h.queue.run_now(ids[1]).await.unwrap(), "a held task cannot jump its sequence");
+    let w = start(worker(&h.queue, handler.clone()).concurrency(8));
+    wait_for(&h.queue, other, SOON, |t| t.state == TaskState::Completed).await;
+    wait_for(&h.queue, free, SOON, |t| t.state == TaskState::Completed).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let called =
+        |calls: Vec<Call>| calls.iter().map(|c| c.id).filter(|id| ids.contains(id)).collect::<Vec<_>>();
+    assert_eq!(called(handler.calls()), [ids[0]], "the second waits while the first runs");
+    handler.gate.add_permits(1);
+    wait_for(&h.queue, ids[2], SOON, |t| t.state == TaskState::Failed).await;
+    assert_eq!(h.queue.sequence_head("customer/42").await.unwrap(), Some(ids[2]), "the failure holds it");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(h.queue.get(ids[3]).await.unwrap().unwrap().is_held());
+    assert!(!h.queue.release_from_sequence(ids[1]).await.unwrap(), "only a failed task of a sequence");
+    assert!(h.queue.release_from_sequence(ids[2]).await.unwrap());
+    wait_for(&h.queue, ids[3], SOON, |t| t.state == TaskState::Completed).await;
+    assert_eq!(called(handler.calls()), ids, "in the order they were enqueued, each once");
+
+    // A cancelled task lets the one behind it go; a sequence with nothing
+    // left does not hold a new task.
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    let first = h.queue.enqueue(in_seq("ok", "customer/9").run_at(later)).await.unwrap().id;
+    let second = h.queue.enqueue(in_seq("ok", "customer/9")).await.unwrap().id;
+    assert!(h.queue.cancel(first).await.unwrap());
+    wait_for(&h.queue, second, SOON, |t| t.state == TaskState::Completed).await;
+    let fresh = h.queue.enqueue(in_seq("ok", "customer/42")).await.unwrap().id;
+    assert!(!h.queue.get(fresh).await.unwrap().unwrap().is_held());
+    wait_for(&h.queue, fresh, SOON, |t| t.state == TaskState::Completed).await;
+    w.stop().await;
+    let bad = h.queue.enqueue(in_seq("ok", "customer 42")).await.unwrap_err().to_string();
+    assert!(bad.contains("invalid sequence") && bad.contains("customer/42"), "{bad}");
+}
+
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -924,4 +972,5 @@ conformance!(
     new_task_wakes_an_idle_worker,
     worker_configuration_is_checked,
     write_or_defer_hands_over_with_the_same_key,
+    a_sequence_runs_in_order_and_a_failure_holds_it,
 );

@@ -174,10 +174,29 @@ impl HttpSystem {
         }
         // Captured before sending: a request that cannot be stored is refused
         // unsent rather than found out after an attempt that may have applied it.
-        let (task, send_by) = match self.capture(key, &request) {
+        let (mut task, send_by) = match self.capture(key, &request) {
             Ok(delivery) => (delivery.task(key), delivery.send_by(Some(self), queue.schedule().max_age)),
             Err(error) => return Err(HandoverError::Failed(Failure::unsent(error))),
         };
+        if let Some(sequence) = request.sequence_name() {
+            task = task.sequence(sequence);
+            // Sent live it would overtake the earlier write: enqueued behind it.
+            if let Some(head) = sequence_head(queue, sequence).await? {
+                let pending = HttpError::SequencePending { sequence: sequence.to_owned(), task_id: head };
+                return match queue.enqueue(task).await {
+                    Ok(outcome) => {
+                        tracing::info!(
+                            task_id = outcome.id,
+                            behind = head,
+                            sequence,
+                            "write deferred behind its sequence"
+                        );
+                        Ok(Handover::Deferred { task_id: outcome.id, attempts: 0 })
+                    }
+                    Err(error) => Err(HandoverError::Enqueue { failure: Failure::unsent(pending), error }),
+                };
+            }
+        }
         let outcome = match self.send_planned(plan, request).await {
             // A transient answer after the last attempt: the queue tries again.
             Ok(answer) if answer.verdict().is_some_and(|v| v.is_transient()) => {
@@ -220,6 +239,18 @@ impl HttpSystem {
         }
         Ok(handed)
     }
+}
+
+/// The task that holds `sequence` in the queue, if one does.
+async fn sequence_head(queue: &Queue, sequence: &str) -> Result<Option<i64>, HandoverError<HttpError>> {
+    let unsent = |reason: String| Failure::unsent(HttpError::InvalidRequest { reason });
+    if let Err(error) = ballast_queue::check_sequence(sequence) {
+        return Err(HandoverError::Failed(unsent(error.to_string())));
+    }
+    queue.sequence_head(sequence).await.map_err(|error| HandoverError::Enqueue {
+        failure: unsent(format!("the queue cannot say whether a write of sequence {sequence:?} waits")),
+        error,
+    })
 }
 
 /// A task already deferred with `key`. The same request's, still to be

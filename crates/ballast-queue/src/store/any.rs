@@ -86,6 +86,15 @@ impl Store for AnyStore {
     async fn get_by_key(&self, kind: &str, key: &str) -> Result<Option<TaskInfo>> {
         dispatch!(self, s => s.get_by_key(kind, key))
     }
+    async fn release_held(&self, sequences: Option<&[String]>) -> Result<u64> {
+        dispatch!(self, s => s.release_held(sequences))
+    }
+    async fn sequence_head(&self, sequence: &str) -> Result<Option<i64>> {
+        dispatch!(self, s => s.sequence_head(sequence))
+    }
+    async fn leave_sequence(&self, id: i64) -> Result<bool> {
+        dispatch!(self, s => s.leave_sequence(id))
+    }
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {
         dispatch!(self, s => s.retry(id, kind))
     }

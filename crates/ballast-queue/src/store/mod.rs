@@ -47,6 +47,8 @@ pub struct ValidTask {
     pub run_at: Option<i64>,
     /// Attempts allowed, 1..=`i32::MAX`.
     pub max_attempts: i32,
+    /// A valid sequence name (see [`check_sequence`](crate::check_sequence)).
+    pub sequence: Option<String>,
 }
 
 /// A task handed to a worker, with the lease that fences its outcome.
@@ -110,6 +112,16 @@ pub(crate) trait Store: Send + Sync {
     async fn get(&self, id: i64) -> Result<Option<TaskInfo>>;
     /// The task of `kind` enqueued with idempotency key `key`, if any.
     async fn get_by_key(&self, kind: &str, key: &str) -> Result<Option<TaskInfo>>;
+    /// Makes due the first task of each sequence (of `sequences`, or of
+    /// every sequence with a held task) if it waits held and nothing before
+    /// it holds it any more; how many it made due.
+    async fn release_held(&self, sequences: Option<&[String]>) -> Result<u64>;
+    /// The first task of `sequence` that holds it: pending, running, or
+    /// failed and still in it.
+    async fn sequence_head(&self, sequence: &str) -> Result<Option<i64>>;
+    /// Takes a failed task out of its sequence; `false` if it is not a
+    /// failed task of one.
+    async fn leave_sequence(&self, id: i64) -> Result<bool>;
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64>;
     async fn run_now(&self, id: i64) -> Result<bool>;
     async fn cancel(&self, id: i64) -> Result<bool>;

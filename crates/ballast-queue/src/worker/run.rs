@@ -17,6 +17,9 @@ use crate::lease::Held;
 use crate::outcome::Outcome;
 use crate::Queue;
 
+/// How often a worker looks for tasks held behind a sequence nothing holds.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
 /// A round trip's answer, with what it asked for.
 struct RoundTrip {
     flushed: Flushed,
@@ -95,7 +98,12 @@ impl Run {
     async fn until(&mut self, shutdown: &CancellationToken) {
         let mut poll = tokio::time::interval_at(Instant::now() + self.poll_interval, self.poll_interval);
         poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut next_sweep = Instant::now();
         while !shutdown.is_cancelled() {
+            if Instant::now() >= next_sweep {
+                next_sweep = Instant::now() + SWEEP_EVERY;
+                self.sweep();
+            }
             while let Some(finished) = self.executor.try_next() {
                 self.finished(finished);
             }
@@ -140,6 +148,20 @@ impl Run {
             };
             self.handle(event);
         }
+    }
+
+    /// Releases, beside the loop, the tasks held behind a sequence that
+    /// nothing holds any more: a completion releases the next task itself,
+    /// this finds what a process stopped between the two left behind.
+    fn sweep(&self) {
+        let queue = self.queue.clone();
+        tokio::spawn(async move {
+            match queue.release_held().await {
+                Ok(0) => {}
+                Ok(released) => tracing::info!(released, "tasks held behind their sequences released"),
+                Err(error) => tracing::warn!(%error, "cannot release the tasks held behind their sequences"),
+            }
+        });
     }
 
     fn handle(&mut self, event: Event) {

@@ -36,6 +36,10 @@ use super::{Gateway, ATTEMPTS, ROUTE};
 
 static IDEMPOTENCY_KEY: header::HeaderName = header::HeaderName::from_static("idempotency-key");
 
+/// The sequence a write belongs to (`customer/42`): the gateway's own
+/// header, never forwarded.
+static SEQUENCE: header::HeaderName = header::HeaderName::from_static("ballast-sequence");
+
 pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let Some((name, path)) = target(parts.uri.path()) else {
@@ -54,7 +58,7 @@ pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Re
 /// The call itself, inside the server span when there is one.
 async fn handle(
     gateway: Gateway,
-    parts: axum::http::request::Parts,
+    mut parts: axum::http::request::Parts,
     body: Body,
     name: String,
     path: String,
@@ -75,6 +79,10 @@ async fn handle(
         Ok(key) => key,
         Err(e) => return bad_key(&e.to_string()),
     };
+    let sequence = match sequence_in(&mut parts.headers) {
+        Ok(sequence) => sequence,
+        Err(problem) => return problem.into_response(),
+    };
     let body = match read_body(body, &parts.headers, gateway.max_body()).await {
         Ok(body) => body,
         Err(problem) => return problem.into_response(),
@@ -84,8 +92,11 @@ async fn handle(
     let method = canonical_method(&parts.method);
     let query = parts.uri.query().unwrap_or_default().to_owned();
     let headers = forwarded(parts.headers, gateway.has_token(), gateway.trusts_forwarded());
-    let request =
+    let mut request =
         ballast_http::Request::new(method, &path).raw_query(&query).with_headers(headers).body(body);
+    if let Some(sequence) = sequence {
+        request = request.sequence(sequence);
+    }
     if may_defer {
         // Detached: a caller that hangs up must not take the deferral
         // with it — the write goes on, to the queue if need be.
@@ -125,7 +136,24 @@ async fn planned(
         }
     };
     let route = plan.route().and_then(|r| HeaderValue::from_str(r.name()).ok());
-    let mut response = if may_defer && plan.is_deduplicated_write() {
+    let deferrable = may_defer && plan.is_deduplicated_write();
+    if let Some(sequence) = request.sequence_name().filter(|_| !deferrable && !request.is_read()) {
+        // Sent now, it would overtake an earlier write of its sequence still
+        // waiting in the queue.
+        let pending = match gateway.queue().sequence_head(sequence).await {
+            Ok(head) => {
+                head.map(|task_id| HttpError::SequencePending { sequence: sequence.to_owned(), task_id })
+            }
+            Err(error) => {
+                let detail = format!("the queue cannot say whether a write of sequence {sequence:?} waits: {error}; nothing was sent");
+                return Problem::new(Reason::QueueUnavailable, detail).into_response();
+            }
+        };
+        if let Some(pending) = pending {
+            return answer(Err(Failure::unsent(pending)), system);
+        }
+    }
+    let mut response = if deferrable {
         deferred(gateway, system, plan, request).await
     } else {
         // The call's future is large (the policy's state, the attempt, the
@@ -145,6 +173,27 @@ fn target(path: &str) -> Option<(String, String)> {
     let (name, path) = rest.split_once('/').unwrap_or((rest, ""));
     let name = percent_encoding::percent_decode_str(name).decode_utf8().ok()?;
     (!name.is_empty()).then(|| (name.into_owned(), path.to_owned()))
+}
+
+/// The `Ballast-Sequence` header, taken off the request: `None` without it.
+fn sequence_in(headers: &mut axum::http::HeaderMap) -> Result<Option<String>, Problem> {
+    let mut values = headers.get_all(&SEQUENCE).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        if headers.contains_key(&SEQUENCE) {
+            let detail = "the request has more than one Ballast-Sequence header; nothing was sent";
+            return Err(Problem::new(Reason::BadRequest, detail));
+        }
+        return Ok(None);
+    };
+    let sequence = value.to_str().unwrap_or_default().to_owned();
+    if let Err(e) = ballast_queue::check_sequence(&sequence) {
+        return Err(Problem::new(
+            Reason::BadRequest,
+            format!("the Ballast-Sequence header: {e}; nothing was sent"),
+        ));
+    }
+    headers.remove(&SEQUENCE);
+    Ok(Some(sequence))
 }
 
 fn bad_key(reason: &str) -> Response {

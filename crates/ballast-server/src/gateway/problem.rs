@@ -30,6 +30,9 @@ pub enum Reason {
     /// path, query, body or content type) in flight or deferred: refused
     /// unsent, without the earlier request's answer or task (R-RES-RE-1).
     KeyReused,
+    /// An earlier write of the request's `Ballast-Sequence` waits in the
+    /// durable queue: the write was not sent, so it cannot overtake it.
+    SequencePending,
     /// A write that matches none of the routes of a system that declares
     /// its writes (`unrouted = "refuse"`, the default with routes): refused
     /// unsent (R-RES-RE-1).
@@ -103,6 +106,7 @@ impl Reason {
             | Reason::SealKeyMissing
             | Reason::BadRequest => StatusCode::BAD_REQUEST,
             Reason::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Reason::SequencePending => StatusCode::CONFLICT,
             Reason::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Reason::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Reason::Transport => StatusCode::BAD_GATEWAY,
@@ -219,6 +223,7 @@ impl Problem {
                 // The system's route requires a key (R-RES-RE-1): refused unsent.
                 HttpError::KeyRequired { route } => Problem::new(Reason::KeyRequired, said).route(route),
                 HttpError::KeyReused { .. } => Problem::new(Reason::KeyReused, said),
+                HttpError::SequencePending { .. } => Problem::new(Reason::SequencePending, said),
                 HttpError::Unrouted { .. } => Problem::new(Reason::Unrouted, said),
                 HttpError::SealKeyMissing { .. } => Problem::new(Reason::SealKeyMissing, said),
                 _ => Problem::new(Reason::BadRequest, said),

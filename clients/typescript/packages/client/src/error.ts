@@ -14,6 +14,7 @@
  * | `bad_key`, `bad_path`, `bad_request`, `seal_key_missing` | 400 | refused unsent |
  * | `key_required` | 400 | the route is declared `keyed_write` and the write carried no key: refused unsent (R-RES-RE-1) |
  * | `key_reused` | 422 | the key already names another request (another method, path, body or content type) in flight or deferred: refused unsent (R-RES-RE-1) |
+ * | `sequence_pending` | 409 | an earlier write of the request's `Ballast-Sequence` waits in the queue: not sent, so it cannot overtake it (defer it with `Prefer: respond-async` to queue it behind) |
  * | `unrouted` | 400 | a write no route of the system declares: refused unsent (R-RES-RE-1) |
  * | `method_not_allowed` | 405 | `TRACE` or `CONNECT`: never forwarded |
  * | `too_large`, `body_timeout` | 413, 408 | the request body was too large or too slow |
@@ -34,6 +35,7 @@ export type Reason =
   | 'bad_key'
   | 'key_required'
   | 'key_reused'
+  | 'sequence_pending'
   | 'unrouted'
   | 'method_not_allowed'
   | 'bad_path'

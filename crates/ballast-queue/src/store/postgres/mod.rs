@@ -38,21 +38,21 @@ impl PgStore {
 }
 
 /// Inserts one task on `conn` (the pool's, or the caller's open transaction).
+/// A task of a sequence takes the sequence's lock first: `conn` must be in
+/// a transaction for it to hold until the task is committed.
 pub(crate) async fn enqueue_one(conn: &mut PgConnection, task: &ValidTask) -> Result<EnqueueOutcome> {
-    let inserted: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO ballast_tasks (kind, payload, idempotency_key, max_attempts, run_at)
-         VALUES ($1, $2::jsonb, $3, $4,
-                 COALESCE(timestamptz 'epoch' + $5 * interval '1 microsecond', now()))
-         ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-         RETURNING id",
-    )
-    .bind(&task.kind)
-    .bind(&task.payload)
-    .bind(&task.key)
-    .bind(task.max_attempts)
-    .bind(task.run_at)
-    .fetch_optional(&mut *conn)
-    .await?;
+    if let Some(sequence) = &task.sequence {
+        sqlx::query(LOCK_SEQUENCE).bind([sequence]).execute(&mut *conn).await?;
+    }
+    let inserted: Option<i64> = sqlx::query_scalar(INSERT)
+        .bind(&task.kind)
+        .bind(&task.payload)
+        .bind(&task.key)
+        .bind(task.max_attempts)
+        .bind(task.run_at)
+        .bind(&task.sequence)
+        .fetch_optional(&mut *conn)
+        .await?;
     if let Some(id) = inserted {
         return Ok(EnqueueOutcome { id, created: true });
     }
@@ -94,6 +94,7 @@ fn task_info(row: &PgRow) -> Result<TaskInfo> {
             .map(|text| serde_json::from_str(&text))
             .transpose()
             .map_err(|e| decode(e.into()))?,
+        sequence: row.try_get("sequence")?,
     })
 }
 
@@ -140,6 +141,16 @@ impl Store for PgStore {
     }
 
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
+        if tasks.iter().any(|t| t.sequence.is_some()) {
+            // One by one, each under its sequence's lock until the commit.
+            let mut tx = self.pool.begin().await?;
+            let mut out = Vec::with_capacity(tasks.len());
+            for task in &tasks {
+                out.push(enqueue_one(&mut tx, task).await?);
+            }
+            tx.commit().await?;
+            return Ok(out);
+        }
         if tasks.len() <= 1 {
             let mut conn = self.pool.acquire().await?;
             return match tasks.first() {
@@ -309,6 +320,29 @@ impl Store for PgStore {
         let sql = format!("SELECT {COLUMNS} FROM ballast_tasks WHERE kind = $1 AND idempotency_key = $2");
         let row = sqlx::query(&sql).bind(kind).bind(key).fetch_optional(&self.pool).await?;
         row.as_ref().map(task_info).transpose()
+    }
+
+    async fn release_held(&self, sequences: Option<&[String]>) -> Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(sequences) = sequences {
+            sqlx::query(LOCK_SEQUENCE).bind(sequences).execute(&mut *tx).await?;
+        }
+        let released = sqlx::query(RELEASE_HELD).bind(sequences).execute(&mut *tx).await?.rows_affected();
+        tx.commit().await?;
+        Ok(released)
+    }
+
+    async fn sequence_head(&self, sequence: &str) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(SEQUENCE_HEAD).bind(sequence).fetch_one(&self.pool).await?)
+    }
+
+    async fn leave_sequence(&self, id: i64) -> Result<bool> {
+        let left: Option<String> =
+            sqlx::query_scalar(LEAVE_SEQUENCE).bind(id).fetch_optional(&self.pool).await?;
+        if let Some(sequence) = &left {
+            self.release_held(Some(std::slice::from_ref(sequence))).await?;
+        }
+        Ok(left.is_some())
     }
 
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {

@@ -64,6 +64,7 @@ async fn settle_and_claim(
         .await?;
     let mut exchange = Exchange::default();
     let mut settled = std::collections::HashSet::with_capacity(n);
+    let mut sequences = Vec::new();
     for row in rows {
         if row.try_get::<bool, _>("claimed")? {
             exchange.claimed.push(ClaimedTask {
@@ -76,6 +77,18 @@ async fn settle_and_claim(
             });
         } else {
             settled.insert(Lease { id: row.try_get("id")?, token: row.try_get("lease_token")? });
+            sequences.extend(row.try_get::<Option<String>, _>("sequence")?);
+        }
+    }
+    if !sequences.is_empty() {
+        // The tasks held behind the completed ones go next, under their
+        // sequences' locks (a savepoint inside the settle's transaction).
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        sqlx::query(LOCK_SEQUENCE).bind(&sequences).execute(&mut *tx).await?;
+        let released = sqlx::query(RELEASE_HELD).bind(&sequences).execute(&mut *tx).await?.rows_affected();
+        tx.commit().await?;
+        if released > 0 {
+            sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(&mut *conn).await?;
         }
     }
     if settled.len() != n {

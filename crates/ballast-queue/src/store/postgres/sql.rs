@@ -9,6 +9,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../../../migrations/postgres/0002_live_index.sql")),
     (3, include_str!("../../../migrations/postgres/0003_task_result.sql")),
     (4, include_str!("../../../migrations/postgres/0004_probe.sql")),
+    (5, include_str!("../../../migrations/postgres/0005_sequence.sql")),
 ];
 
 /// Serializes concurrent `migrate()` calls across processes.
@@ -23,7 +24,62 @@ pub(super) const COLUMNS: &str =
      (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS lease_expires_at, last_error, \
      errors::text AS errors, (extract(epoch FROM created_at) * 1000000)::bigint AS created_at, \
      (extract(epoch FROM updated_at) * 1000000)::bigint AS updated_at, \
-     (extract(epoch FROM finalized_at) * 1000000)::bigint AS finalized_at, result::text AS result";
+     (extract(epoch FROM finalized_at) * 1000000)::bigint AS finalized_at, result::text AS result, sequence";
+
+/// The due time of a task held behind its sequence (see `0005_sequence.sql`).
+macro_rules! held {
+    () => {
+        "timestamptz '9999-01-01 00:00:00+00'"
+    };
+}
+
+/// Serializes the enqueues and releases of one sequence (its name, `$1`),
+/// so a task enqueued while the one before it settles is either held and
+/// then released, or sees it settled.
+pub(super) const LOCK_SEQUENCE: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('ballast.sequence:' || s, 0))
+    FROM unnest($1::text[]) AS s ORDER BY s";
+
+/// Inserts one task; held when an earlier one of its sequence (`$6`) holds it.
+pub(super) const INSERT: &str = concat!(
+    "INSERT INTO ballast_tasks (kind, payload, idempotency_key, max_attempts, run_at, sequence)
+     VALUES ($1, $2::jsonb, $3, $4,
+             CASE WHEN $6::text IS NOT NULL AND EXISTS (
+                      SELECT 1 FROM ballast_tasks
+                      WHERE sequence = $6 AND state IN ('pending', 'running', 'failed'))
+                  THEN ",
+    held!(),
+    " ELSE COALESCE(timestamptz 'epoch' + $5 * interval '1 microsecond', now()) END,
+             $6)
+     ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+     RETURNING id"
+);
+
+/// Makes due the first task of each sequence of `$1` (all sequences with a
+/// held task when `$1` is NULL) if it is held: nothing before it holds it.
+pub(super) const RELEASE_HELD: &str = concat!(
+    "UPDATE ballast_tasks SET run_at = now(), updated_at = now()
+     WHERE state = 'pending' AND run_at >= ",
+    held!(),
+    " AND id IN (
+         SELECT min(id) FROM ballast_tasks
+         WHERE state IN ('pending', 'running', 'failed') AND sequence = ANY(
+             COALESCE($1::text[], ARRAY(SELECT DISTINCT sequence FROM ballast_tasks
+                                        WHERE finalized_at IS NULL AND run_at >= ",
+    held!(),
+    " AND sequence IS NOT NULL)))
+         GROUP BY sequence)"
+);
+
+/// The first task that holds sequence `$1`.
+pub(super) const SEQUENCE_HEAD: &str = "SELECT min(id) FROM ballast_tasks
+    WHERE sequence = $1 AND state IN ('pending', 'running', 'failed')";
+
+/// Takes failed task `$1` out of its sequence; the sequence it left.
+pub(super) const LEAVE_SEQUENCE: &str = "UPDATE ballast_tasks t SET sequence = NULL, updated_at = now()
+    FROM (SELECT id, sequence FROM ballast_tasks WHERE id = $1) old
+    WHERE t.id = old.id AND t.state = 'failed' AND t.sequence IS NOT NULL
+    RETURNING old.sequence";
 
 /// Settles a batch of outcomes and claims the next batch in one statement,
 /// so a busy worker pays one round trip and one commit per batch.
@@ -48,7 +104,8 @@ pub(super) const COLUMNS: &str =
 /// tasks and running ones whose lease expired (a running task's `run_at` is
 /// in the past, so an expired one comes early); rows settled here are never
 /// re-claimed. The claim changes no indexed column, so its row versions can
-/// be HOT.
+/// be HOT. A completed task's sequence comes back with its lease: the task
+/// held behind it is released next ([`RELEASE_HELD`]).
 ///
 /// The claim's `LIMIT` is written into the text (`{limit}`, see
 /// [`Statements`]) and the claimed rows are found by `id = ANY(ARRAY(…))`,
@@ -80,7 +137,7 @@ settled AS (
         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
     FROM input i
     WHERE t.id = i.id AND t.lease_token = i.token AND t.state = 'running'
-    RETURNING t.id, i.token
+    RETURNING t.id, i.token, CASE WHEN i.outcome = 'c' THEN t.sequence END AS sequence
 ),
 picked AS (
     SELECT id FROM ballast_tasks
@@ -100,10 +157,11 @@ claimed AS (
     RETURNING t.id, t.kind, t.payload::text AS payload, t.idempotency_key, t.attempt,
               t.max_attempts, t.lease_token
 )
-SELECT true AS claimed, id, kind, payload, idempotency_key, attempt, max_attempts, lease_token
+SELECT true AS claimed, id, kind, payload, idempotency_key, attempt, max_attempts, lease_token,
+       NULL::text AS sequence
 FROM claimed
 UNION ALL
-SELECT false, id, NULL, NULL, NULL, NULL, NULL, token FROM settled";
+SELECT false, id, NULL, NULL, NULL, NULL, NULL, token, sequence FROM settled";
 
 /// Of the leases given, those whose own outcome is already written: the
 /// task is no longer running and still carries the attempt's token.

@@ -50,10 +50,12 @@ macro_rules! push_error {
 /// token stays on the row after it is settled (a new claim replaces it), so
 /// an outcome written in a transaction whose answer was lost is known for
 /// this worker's own when the worker writes it again ([`WRITTEN`]).
+/// Completes a task; its sequence comes back, for the task held behind it.
 const COMPLETE: &str = "UPDATE ballast_tasks
     SET state = 'completed', result = coalesce(?3, result), lease_owner = NULL,
         lease_expires_at = NULL, updated_at = ?4, finalized_at = ?4
-    WHERE id = ?1 AND lease_token = ?2 AND state = 'running'";
+    WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
+    RETURNING sequence";
 
 const RESCHEDULE: &str = concat!(
     "UPDATE ballast_tasks
@@ -101,11 +103,7 @@ const CLAIM: &str = "UPDATE ballast_tasks
         ORDER BY run_at LIMIT ?5)
     RETURNING id, kind, payload, idempotency_key, attempt, max_attempts, lease_token";
 
-const INSERT: &str = "INSERT INTO ballast_tasks
-        (kind, payload, idempotency_key, max_attempts, run_at, created_at, updated_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
-    ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id";
+const INSERT: &str = super::INSERT;
 
 const BY_KEY: &str = "SELECT id FROM ballast_tasks WHERE kind = ?1 AND idempotency_key = ?2";
 
@@ -218,20 +216,26 @@ impl Engine {
             let now = now();
             let mut exchange = Exchange::default();
             let mut settled_due = Vec::new();
+            let mut sequences = Vec::new();
             for outcome in &outcomes {
-                if !apply(tx, outcome, now)? {
+                let Some(sequence) = apply(tx, outcome, now)? else {
                     if !written(tx, outcome.lease())? {
                         exchange.refused.push(outcome.lease());
                     }
                     // Written before, follow-ups and all: nothing to add.
                     continue;
-                }
+                };
+                sequences.extend(sequence);
                 for task in outcome.follow_ups() {
                     insert(tx, task, now)?;
                 }
                 if due_now(outcome) {
                     settled_due.push(outcome.lease().id);
                 }
+            }
+            if !sequences.is_empty() {
+                let sequences = serde_json::to_string(&sequences).unwrap_or_default();
+                tx.prepare_cached(super::RELEASE_HELD)?.execute(params![now, sequences])?;
             }
             if claim.limit > 0 {
                 exchange.claimed = claim_due(tx, &claim, now, &settled_due)?;
@@ -344,7 +348,15 @@ fn insert(tx: &rusqlite::Transaction<'_>, task: &ValidTask, now: i64) -> rusqlit
     let inserted: Option<i64> = tx
         .prepare_cached(INSERT)?
         .query_row(
-            params![task.kind, task.payload, task.key, task.max_attempts, task.run_at.unwrap_or(now), now],
+            params![
+                task.kind,
+                task.payload,
+                task.key,
+                task.max_attempts,
+                task.run_at.unwrap_or(now),
+                now,
+                task.sequence
+            ],
             |row| row.get(0),
         )
         .optional()?;
@@ -355,13 +367,19 @@ fn insert(tx: &rusqlite::Transaction<'_>, task: &ValidTask, now: i64) -> rusqlit
     Ok(EnqueueOutcome { id, created: false })
 }
 
-/// Writes `outcome` if its lease still holds; whether it did.
-fn apply(tx: &rusqlite::Transaction<'_>, outcome: &Outcome, now: i64) -> rusqlite::Result<bool> {
+/// Writes `outcome` if its lease still holds: `None` if it did not; else
+/// the sequence of a task it completed.
+fn apply(
+    tx: &rusqlite::Transaction<'_>,
+    outcome: &Outcome,
+    now: i64,
+) -> rusqlite::Result<Option<Option<String>>> {
     let lease = outcome.lease();
     let (id, token) = (lease.id, lease.token.as_bytes());
     let changed = match outcome {
         Outcome::Completed { result, .. } => {
-            tx.prepare_cached(COMPLETE)?.execute(params![id, token, result, now])?
+            let mut complete = tx.prepare_cached(COMPLETE)?;
+            return complete.query_row(params![id, token, result, now], |row| row.get(0)).optional();
         }
         Outcome::Rescheduled { delay, error, counted, .. } => tx
             .prepare_cached(RESCHEDULE)?
@@ -369,7 +387,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, outcome: &Outcome, now: i64) -> rusqlit
         Outcome::Failed { error, .. } => tx.prepare_cached(FAIL)?.execute(params![id, token, error, now])?,
         Outcome::Released { .. } => tx.prepare_cached(RELEASE)?.execute(params![id, token, now])?,
     };
-    Ok(changed == 1)
+    Ok((changed == 1).then_some(None))
 }
 
 /// Whether `lease`'s own outcome is already written (see [`WRITTEN`]).

@@ -33,10 +33,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../../../migrations/sqlite/0002_live_index.sql")),
     (3, include_str!("../../../migrations/sqlite/0003_task_result.sql")),
     (4, include_str!("../../../migrations/sqlite/0004_probe.sql")),
+    (5, include_str!("../../../migrations/sqlite/0005_sequence.sql")),
 ];
 
 const COLUMNS: &str = "id, kind, payload, idempotency_key, state, attempt, max_attempts, run_at, \
-     lease_owner, lease_expires_at, last_error, errors, created_at, updated_at, finalized_at, result";
+     lease_owner, lease_expires_at, last_error, errors, created_at, updated_at, finalized_at, result, sequence";
 
 fn now() -> i64 {
     micros(SystemTime::now())
@@ -64,24 +65,60 @@ impl SqliteStore {
     }
 }
 
+/// The due time of a task held behind its sequence (see `0005_sequence.sql`).
+macro_rules! held {
+    () => {
+        "253370764800000000"
+    };
+}
+
+/// Inserts one task; held when an earlier one of its sequence (`?7`) holds
+/// it. One statement: SQLite's single writer sees the sequence as it is.
+const INSERT: &str = concat!(
+    "INSERT INTO ballast_tasks
+        (kind, payload, idempotency_key, max_attempts, run_at, created_at, updated_at, sequence)
+     VALUES (?1, ?2, ?3, ?4,
+             CASE WHEN ?7 IS NOT NULL AND EXISTS (
+                      SELECT 1 FROM ballast_tasks
+                      WHERE sequence = ?7 AND state IN ('pending', 'running', 'failed'))
+                  THEN ",
+    held!(),
+    " ELSE ?5 END, ?6, ?6, ?7)
+     ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+     RETURNING id"
+);
+
+/// Makes due (at `?1`) the first task of each sequence of the JSON array
+/// `?2` (every sequence with a held task when NULL) if it is held.
+const RELEASE_HELD: &str = concat!(
+    "UPDATE ballast_tasks SET run_at = ?1, updated_at = ?1
+     WHERE state = 'pending' AND run_at >= ",
+    held!(),
+    " AND id IN (
+         SELECT min(id) FROM ballast_tasks
+         WHERE state IN ('pending', 'running', 'failed') AND sequence IN (
+             SELECT value FROM json_each(?2) WHERE ?2 IS NOT NULL
+             UNION ALL
+             SELECT sequence FROM ballast_tasks
+             WHERE ?2 IS NULL AND finalized_at IS NULL AND run_at >= ",
+    held!(),
+    " AND sequence IS NOT NULL)
+         GROUP BY sequence)"
+);
+
 /// Inserts one task on `conn` (the pool's, or the caller's open transaction).
 pub(crate) async fn enqueue_one(conn: &mut SqliteConnection, task: &ValidTask) -> Result<EnqueueOutcome> {
     let now = now();
-    let inserted: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO ballast_tasks
-            (kind, payload, idempotency_key, max_attempts, run_at, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
-         ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-         RETURNING id",
-    )
-    .bind(&task.kind)
-    .bind(&task.payload)
-    .bind(&task.key)
-    .bind(task.max_attempts)
-    .bind(task.run_at.unwrap_or(now))
-    .bind(now)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let inserted: Option<i64> = sqlx::query_scalar(INSERT)
+        .bind(&task.kind)
+        .bind(&task.payload)
+        .bind(&task.key)
+        .bind(task.max_attempts)
+        .bind(task.run_at.unwrap_or(now))
+        .bind(now)
+        .bind(&task.sequence)
+        .fetch_optional(&mut *conn)
+        .await?;
     if let Some(id) = inserted {
         return Ok(EnqueueOutcome { id, created: true });
     }
@@ -119,6 +156,7 @@ fn task_info(row: &SqliteRow) -> Result<TaskInfo> {
             .map(|text| serde_json::from_str(&text))
             .transpose()
             .map_err(|e| decode(e.into()))?,
+        sequence: row.try_get("sequence")?,
     })
 }
 
@@ -264,6 +302,47 @@ impl Store for SqliteStore {
         let sql = format!("SELECT {COLUMNS} FROM ballast_tasks WHERE kind = ?1 AND idempotency_key = ?2");
         let row = sqlx::query(&sql).bind(kind).bind(key).fetch_optional(&self.pool).await?;
         row.as_ref().map(task_info).transpose()
+    }
+
+    async fn release_held(&self, sequences: Option<&[String]>) -> Result<u64> {
+        self.check_file()?;
+        let sequences = sequences.map(|s| serde_json::to_string(s).unwrap_or_default());
+        let done = sqlx::query(RELEASE_HELD).bind(now()).bind(sequences).execute(&self.pool).await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn sequence_head(&self, sequence: &str) -> Result<Option<i64>> {
+        let head = sqlx::query_scalar(
+            "SELECT min(id) FROM ballast_tasks WHERE sequence = ?1 AND state IN ('pending', 'running', 'failed')",
+        )
+        .bind(sequence)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(head)
+    }
+
+    async fn leave_sequence(&self, id: i64) -> Result<bool> {
+        self.check_file()?;
+        let sequence: Option<Option<String>> =
+            sqlx::query_scalar("SELECT sequence FROM ballast_tasks WHERE id = ?1 AND state = 'failed'")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        let Some(sequence) = sequence.flatten() else { return Ok(false) };
+        let done = sqlx::query(
+            "UPDATE ballast_tasks SET sequence = NULL, updated_at = ?3
+             WHERE id = ?1 AND state = 'failed' AND sequence = ?2",
+        )
+        .bind(id)
+        .bind(&sequence)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        let left = (done.rows_affected() == 1).then_some(sequence);
+        if let Some(sequence) = &left {
+            self.release_held(Some(std::slice::from_ref(sequence))).await?;
+        }
+        Ok(left.is_some())
     }
 
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {
