@@ -22,6 +22,12 @@ use crate::replicas::GONE_AFTER;
 /// How often a replica publishes its verdict and reads the fleet's.
 pub const TICK: Duration = Duration::from_millis(250);
 
+/// How long a replica holds the fleet's probe lease without a call to probe
+/// with before it passes the lease on: a replica no traffic reaches would
+/// otherwise keep the fleet open for the lease's length. It does not take
+/// the lease again for [`PROBE_LEASE`].
+pub const PROBE_IDLE: Duration = Duration::from_secs(1);
+
 /// A breaker's state and since when, to tell a move from the last tick.
 fn observe(breaker: &CircuitBreaker) -> (BreakerState, Instant) {
     (breaker.state(), Instant::now() - breaker.in_state_for())
@@ -40,6 +46,8 @@ pub(crate) async fn keep(
     let mut seen = observe(breaker);
     let mut held = false;
     let mut reachable = true;
+    let mut probing_since: Option<Instant> = None;
+    let mut passed_at: Option<Instant> = None;
     let mut every = tokio::time::interval(TICK);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while stop.run_until_cancelled(every.tick()).await.is_some() {
@@ -66,11 +74,27 @@ pub(crate) async fn keep(
             }
         };
         let local = Local { state: now.0, moved, held_by_fleet: held };
-        let done = match step(fleet.0, local, quorum) {
+        let mut todo = step(fleet.0, local, quorum);
+        if !fleet.0.mine {
+            probing_since = None;
+        }
+        let idle = now.0 == BreakerState::Open && !moved;
+        if todo == Step::Stay
+            && fleet.0.mine
+            && idle
+            && probing_since.is_some_and(|at| at.elapsed() >= PROBE_IDLE)
+        {
+            todo = Step::PassProbe;
+        }
+        if todo == Step::TakeProbe && passed_at.is_some_and(|at| at.elapsed() < PROBE_LEASE) {
+            todo = Step::HoldOpen;
+        }
+        let done = match todo {
             Step::Stay => Ok(()),
             Step::OpenFleet => open(&pool, &system, breaker.open_for()).await,
             Step::TakeProbe => match take_probe(&pool, me, &system).await {
                 Ok(true) => {
+                    probing_since = Some(Instant::now());
                     // This replica's next call is the fleet's probe.
                     breaker.restore(&BreakerSnapshot {
                         state: BreakerState::Open,
@@ -81,6 +105,16 @@ pub(crate) async fn keep(
                 }
                 other => other.map(drop),
             },
+            Step::PassProbe => {
+                probing_since = None;
+                passed_at = Some(Instant::now());
+                breaker.restore(&BreakerSnapshot {
+                    state: BreakerState::Open,
+                    half_open_at: Some(SystemTime::now() + PROBE_LEASE),
+                });
+                held = true;
+                pass_probe(&pool, me, &system).await
+            }
             Step::CloseFleet => close(&pool, me, &system).await,
             Step::ReopenFleet => reopen(&pool, me, &system, breaker.open_for()).await,
             Step::HoldOpen => {
@@ -175,6 +209,19 @@ async fn take_probe(pool: &PgPool, me: Uuid, system: &str) -> Result<bool, sqlx:
     .execute(pool)
     .await?;
     Ok(taken.rows_affected() == 1)
+}
+
+/// Gives up this replica's probe lease, for another replica to take.
+async fn pass_probe(pool: &PgPool, me: Uuid, system: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE ballast_fleet_breakers SET probe_holder = NULL, probe_until = NULL
+         WHERE system = $1 AND probe_holder = $2",
+    )
+    .bind(system)
+    .bind(me)
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 async fn close(pool: &PgPool, me: Uuid, system: &str) -> Result<(), sqlx::Error> {

@@ -11,8 +11,8 @@
 //!   lets its breaker probe.
 //! - **The probe's end.** Its breaker closing closes the fleet (every
 //!   replica's breaker closes); its breaker opening again reopens the fleet
-//!   for another `half_open_after`. A lease that ends without a probe (no
-//!   traffic on that replica) passes to another replica.
+//!   for another `half_open_after`. A lease on a replica no call reaches is
+//!   given up after `PROBE_IDLE` and passes to another replica.
 
 use std::time::Duration;
 
@@ -58,6 +58,9 @@ pub(crate) enum Step {
     CloseFleet,
     /// This replica's probe failed: reopen the fleet.
     ReopenFleet,
+    /// This replica holds the probe lease and no call came to probe with:
+    /// pass the lease on (see `breakers::PROBE_IDLE`).
+    PassProbe,
     /// Hold this replica's breaker open until the fleet's probe time (or
     /// the holder's lease) has passed.
     HoldOpen,
