@@ -168,16 +168,19 @@ impl HttpSystem {
             let sent = self.send_planned(plan, request).await;
             return sent.map(Handover::Done).map_err(HandoverError::Failed);
         };
-        let fingerprint = Fingerprint::of(&request);
+        // Captured before sending: a request that cannot be stored is refused
+        // unsent rather than found out after an attempt that may have applied it.
+        let (mut task, send_by, fingerprint) = match self.capture(key, &request) {
+            Ok(delivery) => (
+                delivery.task(key),
+                delivery.send_by(Some(self), queue.schedule().max_age),
+                delivery.fingerprint.unwrap_or_else(|| Fingerprint::of(&request)),
+            ),
+            Err(error) => return Err(HandoverError::Failed(Failure::unsent(error))),
+        };
         if let Some(joined) = deferred_with(queue, key, &fingerprint).await? {
             return Ok(joined);
         }
-        // Captured before sending: a request that cannot be stored is refused
-        // unsent rather than found out after an attempt that may have applied it.
-        let (mut task, send_by) = match self.capture(key, &request) {
-            Ok(delivery) => (delivery.task(key), delivery.send_by(Some(self), queue.schedule().max_age)),
-            Err(error) => return Err(HandoverError::Failed(Failure::unsent(error))),
-        };
         if let Some(sequence) = request.sequence_name() {
             task = task.sequence(sequence);
             // Sent live it would overtake the earlier write: enqueued behind it.
