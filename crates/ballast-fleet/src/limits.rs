@@ -118,8 +118,8 @@ impl Sizing {
         };
         self.last = Some((now, demand));
         let need = (self.pace * GOOD_FOR.as_secs_f64()).ceil() - demand.left as f64;
-        if wanted > 0 || demand.left < 0 {
-            need.max(1.0)
+        if wanted > 0 || demand.left < 0 || demand.waiting > 0 {
+            need.max(demand.waiting.max(1) as f64)
         } else {
             need.max(0.0)
         }
@@ -163,6 +163,8 @@ pub(crate) async fn keep<B: Bucket>(
     // A busy replica leases every LEASE_EVERY from the start of its last
     // lease, however long that lease took (up to LEASE_EVERY).
     let mut leased_at = Instant::now();
+    // Permits granted lapse after GOOD_FOR: those left then are not on hand.
+    let mut good_until = Instant::now();
     loop {
         let next = async {
             if std::mem::take(&mut first) {
@@ -179,11 +181,18 @@ pub(crate) async fn keep<B: Bucket>(
             () = shared.wanted() => {}
             () = next => {}
         }
-        let demand = shared.demand();
-        let want = sizing.want(Instant::now(), demand);
+        let now = Instant::now();
+        let mut demand = shared.demand();
+        if now >= good_until {
+            demand.left = demand.left.min(0);
+        }
+        let want = sizing.want(now, demand);
         let want = if reachable.is_none() { want.max(1.0) } else { want };
         let signals = shared.signals();
         if want == 0.0 && signals.is_empty() {
+            // Nothing asked this round: a busy replica looks again a
+            // LEASE_EVERY later, not at once.
+            leased_at = now;
             continue;
         }
         let ask = Ask {
@@ -200,6 +209,7 @@ pub(crate) async fn keep<B: Bucket>(
             Ok(Ok(lease)) => {
                 leases.increment(1);
                 let live = live.load(Ordering::Relaxed).max(1) as f64;
+                good_until = Instant::now() + GOOD_FOR;
                 limiter.grant(Granted {
                     permits: lease.granted as u64,
                     good_for: GOOD_FOR,
@@ -381,11 +391,35 @@ mod tests {
         stop.cancel();
     }
 
+    /// After a busy spell, a replica's permits lapse unused; calls that come
+    /// later, two at a time and spaced wider than a permit's life (a
+    /// worker's deliveries), are each let through: the keeper leases for
+    /// them instead of counting lapsed permits as on hand.
+    #[tokio::test(start_paused = true)]
+    async fn calls_after_a_busy_spell_get_permits_though_the_last_ones_lapsed() {
+        let bucket = Arc::new(Memory::new(100.0, &[Duration::from_millis(2)]));
+        let live = Arc::new(AtomicU64::new(1));
+        let stop = CancellationToken::new();
+        let policy = replica(&bucket, &live, &stop);
+        offer(&policy, 300, 3).await;
+        let mut through = 0;
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let (a, b) = tokio::join!(
+                policy.read(|_| async { Ok::<_, std::convert::Infallible>(()) }),
+                policy.read(|_| async { Ok::<_, std::convert::Infallible>(()) })
+            );
+            through += u32::from(a.is_ok()) + u32::from(b.is_ok());
+        }
+        stop.cancel();
+        assert_eq!(through, 40, "an idle fleet lets every call through");
+    }
+
     #[test]
     fn a_lease_asks_for_the_pace_over_the_permits_life_less_what_is_on_hand() {
         let start = Instant::now();
         let mut sizing = Sizing::default();
-        let demand = |taken, refused, left| Demand { taken, refused, left };
+        let demand = |taken, refused, left| Demand { taken, refused, left, waiting: 0 };
         assert_eq!(sizing.want(start, demand(0, 1, 0)), 1.0, "the first call asks for one");
         let at = start + Duration::from_secs(1);
         assert_eq!(sizing.want(at, demand(200, 1, 0)), 50.0, "200 a second for 250 ms");
@@ -395,5 +429,7 @@ mod tests {
             0.0,
             "nothing taken: nothing asked"
         );
+        let waiting = Demand { waiting: 3, ..demand(400, 1, 30) };
+        assert_eq!(sizing.want(at + Duration::from_secs(3), waiting), 3.0, "attempts waiting are asked for");
     }
 }

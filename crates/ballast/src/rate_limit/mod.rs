@@ -202,10 +202,23 @@ impl RateLimiter {
     /// and takes again, refused if there is still none.
     pub(crate) async fn take_granted(&self, wait: Duration, room: Duration) -> Grant {
         let Some(shared) = &self.shared else { return self.take(room) };
+        /// Stops the waiting [`SharedPermits::take`] counted, however the
+        /// wait ends (a call dropped while it waits included).
+        struct Waiting<'a>(&'a SharedPermits);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.stop_waiting();
+            }
+        }
+        let waiting = Waiting(shared);
         shared.next_grant(wait.min(room)).await;
+        drop(waiting);
         let now = self.gcra.now();
         let grant = match shared.take(now, Duration::ZERO) {
-            Grant::Pending(_) => shared.refused(now),
+            Grant::Pending(_) => {
+                shared.stop_waiting();
+                shared.refused(now)
+            }
             grant => grant,
         };
         self.counted(grant)

@@ -32,6 +32,8 @@ pub struct Demand {
     pub refused: u64,
     /// Permits on hand now (negative: owed to attempts that took one on credit).
     pub left: i64,
+    /// Attempts waiting now for the next grant, none on hand.
+    pub waiting: u64,
 }
 
 /// What the system said since the last grant, for the fleet.
@@ -76,6 +78,7 @@ pub struct SharedPermits {
     good_until: AtomicU64,
     taken: AtomicU64,
     refused: AtomicU64,
+    waiting: AtomicU64,
     /// ns per permit at this replica's share.
     share_interval: AtomicU64,
     /// The fleet's rate, f64 bits.
@@ -104,6 +107,7 @@ impl SharedPermits {
             good_until: AtomicU64::new(0),
             taken: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
             share_interval: AtomicU64::new(super::interval(rate)),
             fleet_rate: AtomicU64::new(rate.to_bits()),
             held_until: AtomicU64::new(0),
@@ -137,13 +141,24 @@ impl SharedPermits {
                 Err(now_left) => left = now_left,
             }
         }
-        self.wanted.notify_one();
         let until_held = self.held_until.load(Ordering::Relaxed).saturating_sub(now);
         let empty = self.empty.load(Ordering::Acquire) && max_wait.is_zero();
         if until_held > 0 || empty {
-            return self.refused(now);
+            let refused = self.refused(now);
+            self.wanted.notify_one();
+            return refused;
         }
+        // Counted before the keeper is woken, so that the lease it takes
+        // for this attempt asks for it.
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        self.wanted.notify_one();
         Grant::Pending(GRANT_WAIT.max(max_wait))
+    }
+
+    /// An attempt [`take`](Self::take) answered [`Grant::Pending`] no longer
+    /// waits.
+    pub(super) fn stop_waiting(&self) {
+        let _ = self.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
 
     /// A permit taken (or refused) from the local bucket while the fleet's
@@ -159,7 +174,7 @@ impl SharedPermits {
 
     /// A refusal: the time until a permit may come here.
     pub(super) fn refused(&self, now: u64) -> Grant {
-        self.refused.fetch_add(1, Ordering::Relaxed);
+        self.refused.fetch_add(1, Ordering::AcqRel);
         let interval = self.share_interval.load(Ordering::Relaxed);
         let until_held = self.held_until.load(Ordering::Relaxed).saturating_sub(now);
         Grant::Refused(Duration::from_nanos(interval.max(until_held).max(1_000_000)))
@@ -177,6 +192,7 @@ impl SharedPermits {
             taken: self.taken.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
             left: self.left.load(Ordering::Acquire),
+            waiting: self.waiting.load(Ordering::Acquire),
         }
     }
 
