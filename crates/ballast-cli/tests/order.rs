@@ -1,6 +1,7 @@
 //! Writes land in order, through the real `ballast serve`: a write to an
 //! entity deferred during an outage is not overtaken by a later write to
-//! the same entity (`Ballast-Sequence`); the later one waits behind it.
+//! the same entity (named by `Ballast-Sequence`, or by the route's
+//! `sequence`); the later one waits behind it.
 
 mod support;
 
@@ -13,13 +14,39 @@ use support::{client, Served};
 
 const CRM: &str = include_str!("configs/in_flight.toml");
 
+/// The same system with its route naming the sequence from the path.
+const CRM_ROUTED: &str = r#"
+[systems.pay.routes]
+"PUT /customers/{id}" = { kind = "keyed_write", sequence = "customer/{id}" }
+"#;
+
+/// How a write names its sequence.
+#[derive(Clone, Copy)]
+enum Named {
+    ByHeader,
+    ByRoute,
+}
+
+fn serve(upstream: &Upstream, named: Named) -> Served {
+    match named {
+        Named::ByHeader => Served::start(upstream, "", CRM),
+        Named::ByRoute => Served::start(upstream, "", &format!("{CRM}{CRM_ROUTED}")),
+    }
+}
+
 async fn put(served: &Served, key: &str, email: &str, defer: bool) -> reqwest::Response {
+    put_as(served, Named::ByHeader, key, email, defer).await
+}
+
+async fn put_as(served: &Served, named: Named, key: &str, email: &str, defer: bool) -> reqwest::Response {
     let mut request = client()
         .put(format!("{}/call/pay/customers/42", served.gateway))
         .header("idempotency-key", key)
-        .header("ballast-sequence", "customer/42")
         .header("content-type", "application/json")
         .body(format!(r#"{{"email":"{email}"}}"#));
+    if let Named::ByHeader = named {
+        request = request.header("ballast-sequence", "customer/42");
+    }
     if defer {
         request = request.header("prefer", "respond-async");
     }
@@ -57,25 +84,37 @@ async fn crm(
 /// upstream applies v1, then v2: the customer's final state is v2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_later_write_to_an_entity_waits_behind_the_deferred_one() {
+    later_write_waits(Named::ByHeader).await;
+}
+
+/// The same, the sequence named by the route: `"PUT /customers/{id}" = {
+/// kind = "keyed_write", sequence = "customer/{id}" }`, no header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_s_sequence_orders_writes_without_a_header() {
+    later_write_waits(Named::ByRoute).await;
+}
+
+async fn later_write_waits(named: Named) {
     // v1's outage lasts until v2 has been tried: the worker cannot deliver
     // v1 first and free the sequence.
     let v1_down = Arc::new(AtomicBool::new(true));
     let (upstream, up, applied) = crm(|_| false, Arc::clone(&v1_down)).await;
-    let served = Served::start(&upstream, "", CRM);
+    let served = serve(&upstream, named);
+    let put = |key: &'static str, email: &'static str, defer: bool| put_as(&served, named, key, email, defer);
 
-    let v1 = put(&served, "customer-42-v1", "v1", true).await;
+    let v1 = put("customer-42-v1", "v1", true).await;
     assert_eq!(v1.status().as_u16(), 202, "the outage defers v1");
     let v1_at = v1.headers()["location"].to_str().unwrap().to_owned();
     up.store(true, Ordering::SeqCst);
 
-    let live = put(&served, "customer-42-v2", "v2", false).await;
+    let live = put("customer-42-v2", "v2", false).await;
     assert_eq!(live.status().as_u16(), 409);
     assert_eq!(live.headers()["ballast-problem"], "sequence_pending");
     let problem: Value = live.json().await.unwrap();
     assert!(problem["detail"].as_str().unwrap().contains("customer/42"), "{problem}");
     assert!(applied.lock().unwrap().is_empty(), "v2 was not sent past v1");
 
-    let v2 = put(&served, "customer-42-v2", "v2", true).await;
+    let v2 = put("customer-42-v2", "v2", true).await;
     assert_eq!(v2.status().as_u16(), 202, "deferred behind v1");
     assert_eq!(v2.headers()["ballast-attempts"], "0", "not sent live");
     let v2_at = v2.headers()["location"].to_str().unwrap().to_owned();

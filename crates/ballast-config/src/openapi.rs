@@ -17,6 +17,10 @@
 //!    `keyed_write`;
 //! 5. anything else: `write_once`.
 //!
+//! `x-ballast-sequence: "customer/{id}"` on a write gives its route a
+//! sequence (its `{param}`s from the path template): writes to one entity
+//! are applied in the order they were accepted.
+//!
 //! The document is read with `saphyr`, which keeps every node's line, so a
 //! finding names the line of the operation it is about.
 
@@ -53,6 +57,8 @@ pub struct ApiOperation {
     pub why: &'static str,
     /// Whether it takes the idempotency header.
     pub takes_key: bool,
+    /// Its route's sequence (`x-ballast-sequence`), if it has one.
+    pub sequence: Option<String>,
 }
 
 /// [`routes::is_safe`] of a method as the document spells it.
@@ -124,6 +130,16 @@ pub enum OpenApiError {
         /// The name, its control characters escaped.
         name: String,
     },
+    /// An `x-ballast-sequence` its operation cannot have.
+    #[error("{file}:{line}: x-ballast-sequence: {why}")]
+    Sequence {
+        /// The file.
+        file: String,
+        /// Where.
+        line: usize,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 /// Reads the document at `path`; `key_header` is the system's idempotency header.
@@ -184,6 +200,24 @@ pub fn parse(file: &str, text: &str, key_header: &str) -> Result<Document, OpenA
                 None => (RouteKind::WriteOnce, "a write without the idempotency header"),
             };
             let at = method_key.span.start;
+            let sequence = match get(op, "x-ballast-sequence") {
+                None => None,
+                Some(node) => {
+                    let bad = |why: String| OpenApiError::Sequence {
+                        file: file.to_owned(),
+                        line: node.span.start.line(),
+                        why,
+                    };
+                    let text = text_of(node)
+                        .ok_or_else(|| bad("a sequence is a string, like \"customer/{id}\"".into()))?;
+                    if kind == RouteKind::Read {
+                        return Err(bad(format!("{method} {path} is a read: a sequence orders writes")));
+                    }
+                    let route = Route::new(&method, path, kind).map_err(|e| bad(e.to_string()))?;
+                    route.sequence(text).map_err(|e| bad(e.to_string()))?;
+                    Some(text.to_owned())
+                }
+            };
             operations.push(ApiOperation {
                 method,
                 path: path.to_owned(),
@@ -191,6 +225,7 @@ pub fn parse(file: &str, text: &str, key_header: &str) -> Result<Document, OpenA
                 kind,
                 why,
                 takes_key,
+                sequence,
             });
         }
     }
@@ -288,7 +323,16 @@ impl Document {
         let width = keys.iter().map(|k| k.chars().count()).max().unwrap_or(0);
         let file = crate::report::printable(&self.file).replace('\n', "\\n");
         for (op, key) in self.operations.iter().zip(&keys) {
-            let value = toml_string(op.kind.as_str());
+            let value = match &op.sequence {
+                None => toml_string(op.kind.as_str()),
+                Some(sequence) => {
+                    format!(
+                        "{{ kind = {}, sequence = {} }}",
+                        toml_string(op.kind.as_str()),
+                        toml_string(sequence)
+                    )
+                }
+            };
             let _ = writeln!(out, "{key:<width$} = {value:<13} # {file}:{}: {}", op.location.line, op.why);
         }
         out
@@ -452,6 +496,28 @@ paths:
                 ("POST /payments".to_owned(), RouteKind::KeyedWrite, "takes the idempotency header"),
             ]
         );
+    }
+
+    /// A write's `x-ballast-sequence` becomes its route's sequence; one that
+    /// names a parameter the path lacks, or sits on a read, is refused at
+    /// its line.
+    #[test]
+    fn x_ballast_sequence_becomes_the_route_s_sequence() {
+        let doc = "openapi: 3.0.0\npaths:\n  /customers/{id}:\n    put:\n      x-ballast-sequence: customer/{id}\n      parameters:\n        - { name: Idempotency-Key, in: header }\n";
+        let doc = parse("c.yaml", doc, "idempotency-key").unwrap();
+        assert_eq!(doc.operations[0].sequence.as_deref(), Some("customer/{id}"));
+        let printed = doc.routes_toml("crm");
+        let parsed: toml::Table = printed.parse().unwrap_or_else(|e| panic!("{e}\n{printed}"));
+        let route = &parsed["systems"]["crm"]["routes"]["PUT /customers/{id}"];
+        assert_eq!(route["kind"].as_str(), Some("keyed_write"), "{printed}");
+        assert_eq!(route["sequence"].as_str(), Some("customer/{id}"), "{printed}");
+        let unknown = "openapi: 3.0.0\npaths:\n  /customers/{id}:\n    put:\n      x-ballast-sequence: customer/{cid}\n";
+        let err = parse("c.yaml", unknown, "idempotency-key").unwrap_err().to_string();
+        assert!(err.starts_with("c.yaml:5: x-ballast-sequence:") && err.contains("{cid}"), "{err}");
+        let read =
+            "openapi: 3.0.0\npaths:\n  /customers/{id}:\n    get:\n      x-ballast-sequence: customer/{id}\n";
+        let err = parse("c.yaml", read, "idempotency-key").unwrap_err().to_string();
+        assert!(err.contains("a sequence orders writes"), "{err}");
     }
 
     /// N8: a path cannot inject keys or tables into the pasted file, and

@@ -670,6 +670,8 @@ fn routes_are_checked_built_and_explained() {
         ("\"POST /a/*/b\" = \"read\"", "`*` may only end a template", 3),
         ("\"GET /slow\" = { kind = \"read\", timeout = \"10s\" }", "outside the system's", 3),
         ("\"POST /a\" = \"read\"\n\"post /a\" = \"write_once\"", "declared twice", 4),
+        ("\"PUT /c/{id}\" = { kind = \"write_once\", sequence = \"c/{cid}\" }", "has no parameter {cid}", 3),
+        ("\"GET /c/{id}\" = { kind = \"read\", sequence = \"c/{id}\" }", "a sequence orders writes", 3),
     ] {
         let text = format!("[systems.pay]\nbase_url = \"http://a/\"\n[systems.pay.routes]\n{route}\n");
         let found = Config::check("t.toml", &text).unwrap().findings;

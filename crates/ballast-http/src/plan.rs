@@ -99,6 +99,19 @@ impl<'a> Plan<'a> {
         self.reached.route()
     }
 
+    /// The sequence `request` belongs to: the one it names
+    /// ([`Request::sequence`](crate::Request::sequence)), else, for a write,
+    /// its route's filled from the path (`sequence = "customer/{id}"`).
+    pub fn sequence(&self, request: &crate::Request) -> Option<String> {
+        if let Some(named) = request.sequence_name() {
+            return Some(named.to_owned());
+        }
+        match self.operation {
+            Operation::Read => None,
+            _ => self.route()?.sequence_of(request.path()),
+        }
+    }
+
     /// `Ok` if the call is retried on transient failures, else why it makes
     /// one attempt.
     pub fn retried(&self) -> Result<(), SentOnce> {

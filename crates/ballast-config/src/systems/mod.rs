@@ -48,7 +48,7 @@ pub struct System {
     pub rate_limit: Option<RateLimitSection>,
     /// `[systems.NAME.routes]`: `"METHOD /path/{param}/*" = "read" |
     /// "keyed_write" | "write_once"`, or `{ kind = …, timeout = "2s",
-    /// method_override = true }`.
+    /// method_override = true, sequence = "customer/{id}" }`.
     pub routes: Option<BTreeMap<String, RouteValue>>,
     /// `unrouted`: what becomes of a write no route matches — `"refuse"`
     /// (unsent, 400 `unrouted`: the default when routes are declared),
@@ -89,6 +89,11 @@ pub enum RouteValue {
         /// header naming its method, which is then kept (default false:
         /// such headers are dropped).
         method_override: Option<bool>,
+        /// `sequence`: the sequence a write through the route belongs to,
+        /// `{param}`s of its template filled from the path
+        /// (`"customer/{id}"`): such writes are applied in the order they
+        /// were accepted.
+        sequence: Option<String>,
     },
 }
 
@@ -106,6 +111,14 @@ impl RouteValue {
         match self {
             RouteValue::Kind(_) => None,
             RouteValue::Table { timeout, .. } => timeout.map(|t| t.get()),
+        }
+    }
+
+    /// The route's sequence template.
+    pub fn sequence(&self) -> Option<&str> {
+        match self {
+            RouteValue::Kind(_) => None,
+            RouteValue::Table { sequence, .. } => sequence.as_deref(),
         }
     }
 
@@ -270,7 +283,10 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
             ("scope", Value),
         ]),
     ),
-    ("routes", Named(&[("kind", Value), ("timeout", Value), ("method_override", Value)])),
+    (
+        "routes",
+        Named(&[("kind", Value), ("timeout", Value), ("method_override", Value), ("sequence", Value)]),
+    ),
     ("unrouted", Value),
     ("path_case", Value),
     (

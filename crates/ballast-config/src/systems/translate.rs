@@ -184,6 +184,25 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Key
         if value.method_override() {
             route = route.method_override(true);
         }
+        if let Some(sequence) = value.sequence() {
+            match route.clone().sequence(sequence).map_err(|e| e.to_string()) {
+                Ok(with) if kind == RouteKind::Read => {
+                    problems.push(KeyFinding::error(
+                        None,
+                        at(&["sequence"]),
+                        format!("{} is a read: a sequence orders writes", with.name()),
+                        "drop `sequence`, or declare the route a write",
+                    ));
+                }
+                Ok(with) => route = with,
+                Err(why) => problems.push(KeyFinding::error(
+                    None,
+                    at(&["sequence"]),
+                    why,
+                    "a sequence names the entity a write changes from the route's {param}s, like \"customer/{id}\"",
+                )),
+            }
+        }
         if let Some(limit) = value.timeout() {
             if limit > timeout.attempt() || limit.is_zero() {
                 problems.push(KeyFinding::error(

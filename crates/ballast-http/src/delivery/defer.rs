@@ -181,7 +181,8 @@ impl HttpSystem {
         if let Some(joined) = deferred_with(queue, key, &fingerprint).await? {
             return Ok(joined);
         }
-        if let Some(sequence) = request.sequence_name() {
+        let sequence = plan.sequence(&request);
+        if let Some(sequence) = sequence.as_deref() {
             task = task.sequence(sequence);
             // Sent live it would overtake the earlier write: enqueued behind it.
             if let Some(head) = sequence_head(queue, sequence).await? {

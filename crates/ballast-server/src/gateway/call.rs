@@ -137,7 +137,15 @@ async fn planned(
     };
     let route = plan.route().and_then(|r| HeaderValue::from_str(r.name()).ok());
     let deferrable = may_defer && plan.is_deduplicated_write();
-    if let Some(sequence) = request.sequence_name().filter(|_| !deferrable && !request.is_read()) {
+    let sequence = plan.sequence(&request);
+    if let Some(Err(e)) = sequence.as_deref().map(ballast_queue::check_sequence) {
+        let detail = format!(
+            "the sequence route {} makes of this path: {e}; nothing was sent",
+            plan.route().map_or("", |r| r.name())
+        );
+        return Problem::new(Reason::BadRequest, detail).into_response();
+    }
+    if let Some(sequence) = sequence.as_deref().filter(|_| !deferrable && !request.is_read()) {
         // Sent now, it would overtake an earlier write of its sequence still
         // waiting in the queue.
         let pending = match gateway.queue().sequence_head(sequence).await {

@@ -179,13 +179,25 @@ pub enum RouteError {
     /// The same method and template twice.
     #[error("{0} is declared twice")]
     Duplicate(String),
+    /// A route's sequence names a parameter its template does not have, or
+    /// is not a sequence name.
+    #[error("the sequence {sequence:?} of {route}: {why}")]
+    Sequence {
+        /// `METHOD /template`.
+        route: String,
+        /// The sequence template as given.
+        sequence: String,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 /// One part of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
     Literal(String),
-    Param,
+    /// `{name}`: any one segment.
+    Param(String),
     /// A last `*`: any rest of the path, none included.
     Rest,
 }
@@ -195,7 +207,7 @@ impl Segment {
     fn weight(&self) -> u8 {
         match self {
             Segment::Literal(_) => 2,
-            Segment::Param => 1,
+            Segment::Param(_) => 1,
             Segment::Rest => 0,
         }
     }
@@ -223,6 +235,9 @@ pub struct Route {
     /// what its own method makes it (default false).
     #[setters(generate)]
     method_override: bool,
+    /// The sequence its writes belong to, `{name}`s filled from the path
+    /// ([`Route::sequence`]).
+    sequence: Option<String>,
 }
 
 impl Route {
@@ -234,7 +249,95 @@ impl Route {
         let segments = parse(template)?;
         let template = format!("/{}", template.trim().trim_start_matches('/'));
         let name = format!("{method} {template}");
-        Ok(Route { method, template, name, segments, kind, timeout: None, method_override: false })
+        Ok(Route {
+            method,
+            template,
+            name,
+            segments,
+            kind,
+            timeout: None,
+            method_override: false,
+            sequence: None,
+        })
+    }
+
+    /// Writes through this route belong to `sequence`, a template whose
+    /// `{name}`s are the route's parameters: `customer/{id}` on `PUT
+    /// /customers/{id}` puts `PUT /customers/42` in sequence `customer/42`,
+    /// so that writes to one customer are applied in the order they were
+    /// accepted (see the README's "Order").
+    ///
+    /// ```
+    /// use ballast_vocab::http::routes::{Route, RouteKind};
+    ///
+    /// let route = Route::new("PUT", "/customers/{id}", RouteKind::KeyedWrite)?
+    ///     .sequence("customer/{id}")?;
+    /// assert_eq!(route.sequence_of("customers/42").as_deref(), Some("customer/42"));
+    /// assert!(Route::new("PUT", "/customers/{id}", RouteKind::KeyedWrite)?.sequence("customer/{cid}").is_err());
+    /// # Ok::<(), ballast_vocab::http::routes::RouteError>(())
+    /// ```
+    pub fn sequence(mut self, sequence: &str) -> Result<Route, RouteError> {
+        let bad = |why: String| RouteError::Sequence {
+            route: self.name.clone(),
+            sequence: sequence.to_owned(),
+            why,
+        };
+        let mut rest = sequence;
+        while let Some(open) = rest.find('{') {
+            let after = &rest[open + 1..];
+            let Some(close) = after.find('}') else {
+                return Err(bad("a `{` without its `}`".into()));
+            };
+            let name = &after[..close];
+            if !self.segments.iter().any(|s| matches!(s, Segment::Param(p) if p == name)) {
+                return Err(bad(format!("the template {} has no parameter {{{name}}}", self.template)));
+            }
+            rest = &after[close + 1..];
+        }
+        if rest.contains('}') || sequence.trim().is_empty() {
+            return Err(bad(
+                "a sequence is a name with `{param}`s of the route's template, like customer/{id}".into(),
+            ));
+        }
+        self.sequence = Some(sequence.to_owned());
+        Ok(self)
+    }
+
+    /// The sequence template, if the route has one.
+    pub fn sequence_template(&self) -> Option<&str> {
+        self.sequence.as_deref()
+    }
+
+    /// The sequence a write to `path` through this route belongs to: the
+    /// template with each `{name}` replaced by that segment of the path
+    /// (escapes of unreserved characters decoded, as routing reads them).
+    /// `None` without a sequence, or when `path` does not match.
+    pub fn sequence_of(&self, path: &str) -> Option<String> {
+        let template = self.sequence.as_deref()?;
+        let mut values: Vec<(&str, Cow<'_, str>)> = Vec::new();
+        let mut parts = segments(path);
+        for segment in &self.segments {
+            match segment {
+                Segment::Rest => break,
+                Segment::Literal(_) => {
+                    parts.next()?;
+                }
+                Segment::Param(name) => values.push((name, parts.next()?)),
+            }
+        }
+        // One pass: a value with braces in it is not read as a template.
+        let mut filled = String::with_capacity(template.len() + 16);
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            filled.push_str(&rest[..open]);
+            let after = &rest[open + 1..];
+            let close = after.find('}')?;
+            let (_, value) = values.iter().find(|(name, _)| *name == &after[..close])?;
+            filled.push_str(value);
+            rest = &after[close + 1..];
+        }
+        filled.push_str(rest);
+        Some(filled)
     }
 
     /// The method.
@@ -284,7 +387,7 @@ impl Route {
                     Some(part) if part == literal.as_str() => {}
                     _ => return false,
                 },
-                Segment::Param => {
+                Segment::Param(_) => {
                     if parts.next().is_none() {
                         return false;
                     }
@@ -298,6 +401,16 @@ impl Route {
     /// Whether this route is more specific than `other`: segment by segment
     /// from the left, a literal over a `{param}` over the `*`; where one is a
     /// prefix of the other, the longer.
+    /// Whether `other` matches exactly the paths this route does
+    /// (`/orders/{id}` and `/orders/{number}` do).
+    fn same_paths(&self, other: &Route) -> bool {
+        self.segments.len() == other.segments.len()
+            && self.segments.iter().zip(&other.segments).all(|pair| match pair {
+                (Segment::Param(_), Segment::Param(_)) => true,
+                (a, b) => a == b,
+            })
+    }
+
     fn more_specific_than(&self, other: &Route) -> bool {
         self.segments.iter().map(Segment::weight).gt(other.segments.iter().map(Segment::weight))
     }
@@ -366,7 +479,7 @@ fn parse(template: &str) -> Result<Vec<Segment>, RouteError> {
             if name.is_empty() || name.contains(['{', '}']) {
                 return Err(bad("a parameter is a whole segment with a name, like {id}"));
             }
-            Segment::Param
+            Segment::Param(name.to_owned())
         } else if part.contains(['{', '}', '*']) || part.is_empty() || *part == "." || *part == ".." {
             return Err(bad("a segment is a literal, a whole {name}, or a last *"));
         } else {
@@ -432,7 +545,7 @@ impl Routes {
 
     /// Adds a route built with [`Route::new`].
     pub fn with(mut self, route: Route) -> Result<Routes, RouteError> {
-        if self.routes.iter().any(|r| r.method == route.method && r.segments == route.segments) {
+        if self.routes.iter().any(|r| r.method == route.method && r.same_paths(&route)) {
             return Err(RouteError::Duplicate(route.name().to_owned()));
         }
         self.routes.push(route);
@@ -545,6 +658,28 @@ mod tests {
         assert_eq!(found("PATCH", "payments%2F7"), None, "an escaped slash stays in its segment");
         let any_case = routes.clone().case_insensitive(true);
         assert_eq!(any_case.find(&Method::POST, "PayMents").map(Route::name), Some("POST /payments"));
+    }
+
+    #[test]
+    fn a_route_s_sequence_is_filled_from_the_path_as_routing_reads_it() {
+        let route = Route::new("PUT", "/customers/{id}/addresses/{n}", RouteKind::KeyedWrite)
+            .and_then(|r| r.sequence("customer/{id}"))
+            .unwrap();
+        assert_eq!(route.sequence_of("customers/42/addresses/1").as_deref(), Some("customer/42"));
+        assert_eq!(route.sequence_of("/customers/4%32/addresses/1;v=2").as_deref(), Some("customer/42"));
+        assert_eq!(route.sequence_of("customers/%7Bn%7D/addresses/1").as_deref(), Some("customer/%7Bn%7D"));
+        let both =
+            Route::new("PUT", "/a/{x}/b/{y}", RouteKind::KeyedWrite).and_then(|r| r.sequence("{y}-{x}"));
+        assert_eq!(both.unwrap().sequence_of("a/1/b/2").as_deref(), Some("2-1"));
+        let unknown =
+            Route::new("PUT", "/customers/{id}", RouteKind::KeyedWrite).unwrap().sequence("c/{cid}");
+        assert!(unknown.unwrap_err().to_string().contains("has no parameter {cid}"));
+        let unclosed = Route::new("PUT", "/customers/{id}", RouteKind::KeyedWrite).unwrap().sequence("c/{id");
+        assert!(unclosed.is_err());
+        assert_eq!(
+            Route::new("PUT", "/customers/{id}", RouteKind::KeyedWrite).unwrap().sequence_of("customers/1"),
+            None
+        );
     }
 
     #[test]
