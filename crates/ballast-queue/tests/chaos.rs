@@ -1,6 +1,7 @@
 //! Chaos: workers in child processes are killed (SIGKILL) again and again
-//! while they drain keyed tasks, and a worker is stopped (SIGSTOP) for longer
-//! than its lease, then resumed.
+//! while they drain keyed tasks (and, in a second run, tasks in sequences,
+//! which must be applied in their order), and a worker is stopped (SIGSTOP)
+//! for longer than its lease, then resumed.
 //!
 //! The handler writes to a ledger that stands for the upstream: it applies
 //! each key's effect once and counts every delivery. A trigger counts each
@@ -41,6 +42,10 @@ const BATCH: usize = 8;
 
 const TASKS: i64 = 1_000;
 const KILLS: usize = 20;
+/// The sequenced run: task `n` is in sequence `n % SEQUENCES`.
+const SEQUENCED_TASKS: i64 = 400;
+const SEQUENCES: i64 = 20;
+const SEQUENCED_KILLS: usize = 10;
 /// Child workers alive at once during the kills.
 const CHILDREN: usize = 2;
 const SEED: u64 = 20;
@@ -76,7 +81,7 @@ struct Ledger {
 }
 
 const START: &str = "INSERT INTO starts (worker, task, attempt) VALUES ($1, $2, $3)";
-const DELIVER: &str = "INSERT INTO ledger (key, deliveries) VALUES ($1, 1)
+const DELIVER: &str = "INSERT INTO ledger (key, n, deliveries) VALUES ($1, $2, 1)
      ON CONFLICT (key) DO UPDATE SET deliveries = ledger.deliveries + 1";
 
 impl Ledger {
@@ -92,10 +97,10 @@ impl Ledger {
         }
     }
 
-    async fn deliver(&self, key: &str) -> sqlx::Result<()> {
+    async fn deliver(&self, key: &str, n: i64) -> sqlx::Result<()> {
         match &self.pool {
-            Pool::Sqlite(pool) => sqlx::query(DELIVER).bind(key).execute(pool).await.map(drop),
-            Pool::Pg(pool) => sqlx::query(DELIVER).bind(key).execute(pool).await.map(drop),
+            Pool::Sqlite(pool) => sqlx::query(DELIVER).bind(key).bind(n).execute(pool).await.map(drop),
+            Pool::Pg(pool) => sqlx::query(DELIVER).bind(key).bind(n).execute(pool).await.map(drop),
         }
     }
 }
@@ -104,7 +109,7 @@ impl Handler for Ledger {
     type Payload = i64;
     type Error = LedgerError;
 
-    async fn handle(&self, task: TaskContext, _: i64) -> Result<(), LedgerError> {
+    async fn handle(&self, task: TaskContext, n: i64) -> Result<(), LedgerError> {
         let key = task.key().map(|k| k.as_str().to_owned()).unwrap_or_default();
         let unreachable = |e: sqlx::Error| LedgerError(format!("ledger unreachable: {e}"));
         self.log_start(&task).await.map_err(unreachable)?;
@@ -112,37 +117,63 @@ impl Handler for Ledger {
         if task.cancellation().is_cancelled() {
             return Err(LedgerError("told to stop before delivering".into()));
         }
-        self.deliver(&key).await.map_err(unreachable)?;
+        self.deliver(&key, n).await.map_err(unreachable)?;
         tokio::time::sleep(Duration::from_millis(20)).await;
         Ok(())
     }
 }
 
-/// The ledger, the start log, and a trigger recording every completion.
+/// The ledger, the start log, a trigger recording every completion, and
+/// one recording the order in which the upstream first applied each task.
 async fn create_ledger(h: &Harness) {
-    h.exec("CREATE TABLE ledger (key TEXT PRIMARY KEY, deliveries BIGINT NOT NULL)").await;
+    h.exec("CREATE TABLE ledger (key TEXT PRIMARY KEY, n BIGINT NOT NULL, deliveries BIGINT NOT NULL)").await;
     h.exec("CREATE TABLE starts (worker TEXT NOT NULL, task BIGINT NOT NULL, attempt BIGINT NOT NULL)").await;
     h.exec("CREATE TABLE completions (task BIGINT NOT NULL)").await;
     if h.is_pg() {
+        h.exec("CREATE TABLE applied (position BIGSERIAL PRIMARY KEY, n BIGINT NOT NULL)").await;
         h.exec(
             "CREATE FUNCTION count_completion() RETURNS trigger LANGUAGE plpgsql AS
                  $$ BEGIN INSERT INTO completions (task) VALUES (NEW.id); RETURN NULL; END $$;
              CREATE TRIGGER count_completions AFTER UPDATE OF state ON ballast_tasks
-                 FOR EACH ROW WHEN (NEW.state = 'completed') EXECUTE FUNCTION count_completion()",
+                 FOR EACH ROW WHEN (NEW.state = 'completed') EXECUTE FUNCTION count_completion();
+             CREATE FUNCTION log_applied() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN INSERT INTO applied (n) VALUES (NEW.n); RETURN NULL; END $$;
+             CREATE TRIGGER log_applied AFTER INSERT ON ledger FOR EACH ROW EXECUTE FUNCTION log_applied()",
         )
         .await;
     } else {
+        h.exec("CREATE TABLE applied (position INTEGER PRIMARY KEY AUTOINCREMENT, n BIGINT NOT NULL)").await;
         h.exec(
             "CREATE TRIGGER count_completions AFTER UPDATE OF state ON ballast_tasks
              WHEN NEW.state = 'completed' BEGIN INSERT INTO completions (task) VALUES (NEW.id); END",
         )
         .await;
+        h.exec("CREATE TRIGGER log_applied AFTER INSERT ON ledger BEGIN INSERT INTO applied (n) VALUES (NEW.n); END")
+            .await;
     }
 }
 
-async fn enqueue(h: &Harness, tasks: i64) {
-    let tasks = (0..tasks).map(|i| NewTask::new("ledger", &i).key(IdempotencyKey::v5(i, "ledger"))).collect();
+/// `tasks` keyed tasks; with `sequences`, task `n` in sequence `n % sequences`.
+async fn enqueue(h: &Harness, tasks: i64, sequences: Option<i64>) {
+    let tasks = (0..tasks)
+        .map(|i| {
+            let task = NewTask::new("ledger", &i).key(IdempotencyKey::v5(i, "ledger"));
+            match sequences {
+                Some(m) => task.sequence(format!("entity/{}", i % m)),
+                None => task,
+            }
+        })
+        .collect();
     h.queue.enqueue_batch(tasks).await.unwrap();
+}
+
+/// Pairs of tasks of one sequence the upstream first applied out of their
+/// order.
+fn out_of_order(sequences: i64) -> String {
+    format!(
+        "SELECT count(*) FROM applied a JOIN applied b
+         ON a.n % {sequences} = b.n % {sequences} AND a.n < b.n AND a.position > b.position"
+    )
 }
 
 async fn connect(target: &str, schema: Option<&str>) -> (Queue, Pool) {
@@ -331,10 +362,22 @@ async fn assert_each_task_done_once(h: &Harness, tasks: i64) -> i64 {
 /// completions, at a seeded random point; survivors rescue the orphaned
 /// leases and finish.
 async fn kill_workers_while_draining(h: Harness) {
+    kill_workers_while(h, TASKS, KILLS, None).await;
+}
+
+/// The same with the tasks in [`SEQUENCES`] sequences: besides nothing
+/// lost and nothing twice, the upstream applies each sequence's tasks in
+/// the order they were enqueued, however often the worker delivering one
+/// is killed.
+async fn kill_workers_while_draining_sequences(h: Harness) {
+    kill_workers_while(h, SEQUENCED_TASKS, SEQUENCED_KILLS, Some(SEQUENCES)).await;
+}
+
+async fn kill_workers_while(h: Harness, tasks: i64, kills_wanted: usize, sequences: Option<i64>) {
     let backend = if h.is_pg() { "postgres" } else { "sqlite" };
     let began = Instant::now();
     create_ledger(&h).await;
-    enqueue(&h, TASKS).await;
+    enqueue(&h, tasks, sequences).await;
     let mut rng = SmallRng::seed_from_u64(SEED);
     let mut spawned = 0;
     let mut spawn = |h: &Harness| {
@@ -345,7 +388,7 @@ async fn kill_workers_while_draining(h: Harness) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let (mut kills, mut orphaned) = (0, 0);
     let mut last = h.scalar(COMPLETED).await;
-    while kills < KILLS {
+    while kills < kills_wanted {
         let step = rng.random_range(10..20);
         while h.scalar(COMPLETED).await < last + step {
             assert!(Instant::now() < deadline, "workers stopped making progress after {kills} kills");
@@ -362,19 +405,23 @@ async fn kill_workers_while_draining(h: Harness) {
         victim.kill();
         kills += 1;
         last = h.scalar(COMPLETED).await;
-        assert!(last < TASKS, "kill {kills} came after the queue was drained");
+        assert!(last < tasks, "kill {kills} came after the queue was drained");
         children.push_back(spawn(&h));
     }
-    wait_until(&h, COMPLETED, TASKS, Duration::from_secs(120)).await;
+    wait_until(&h, COMPLETED, tasks, Duration::from_secs(120)).await;
     children.iter_mut().for_each(ChildWorker::kill);
 
-    let repeated = assert_each_task_done_once(&h, TASKS).await;
+    let repeated = assert_each_task_done_once(&h, tasks).await;
+    if let Some(m) = sequences {
+        assert_eq!(h.scalar(&out_of_order(m)).await, 0, "each sequence applied in the order it was enqueued");
+    }
     let rescued = h.scalar("SELECT count(*) FROM ballast_tasks WHERE attempt > 1").await;
     let starts = h.scalar("SELECT count(*) FROM starts").await;
     eprintln!(
-        "chaos figures ({backend}): tasks={TASKS} kills={kills} children={spawned} \
+        "chaos figures ({backend}{}): tasks={tasks} kills={kills} children={spawned} \
          tasks_running_in_killed_workers={orphaned} tasks_with_attempt>1={rescued} handler_starts={starts} \
          repeated_deliveries_absorbed_by_key={repeated} duplicate_effects=0 elapsed={:.1?}",
+        sequences.map_or(String::new(), |m| format!(", {m} sequences in order")),
         began.elapsed()
     );
     h.cleanup().await;
@@ -412,7 +459,7 @@ async fn stop_a_worker_past_its_lease(h: Harness) {
                 .execute(&mut *hold)
                 .await
                 .unwrap();
-            enqueue(&h, tasks).await;
+            enqueue(&h, tasks, None).await;
             let stopped = spawn_ready(&h, "stopped").await;
             let waiting = format!(
                 "SELECT LEAST(count(*), 1) FROM pg_stat_activity
@@ -431,7 +478,7 @@ async fn stop_a_worker_past_its_lease(h: Harness) {
             (stopped, other)
         }
         Db::Sqlite { .. } => {
-            enqueue(&h, tasks).await;
+            enqueue(&h, tasks, None).await;
             let lock = h.lock_writes().await;
             let stopped = spawn_ready(&h, "stopped").await;
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -521,6 +568,9 @@ on_both_backends! {
     kill_workers_while_draining:
         sqlite_workers_killed_while_draining_lose_and_duplicate_nothing,
         postgres_workers_killed_while_draining_lose_and_duplicate_nothing;
+    kill_workers_while_draining_sequences:
+        sqlite_workers_killed_while_draining_sequences_keep_their_order,
+        postgres_workers_killed_while_draining_sequences_keep_their_order;
     stop_a_worker_past_its_lease:
         sqlite_worker_stopped_past_its_lease_starts_no_stale_handler,
         postgres_worker_stopped_past_its_lease_starts_no_stale_handler;
