@@ -160,3 +160,46 @@ async fn with_a_token_the_dashboard_asks_for_it_and_scrapers_need_none() {
     let page = client().get(format!("{}/ui/", served.admin)).header("cookie", session).send().await.unwrap();
     assert_eq!(page.status().as_u16(), 200);
 }
+
+/// A failed write holding its sequence: the write behind it is shown held
+/// (and cannot be run before its turn), and the operator releases the
+/// failed one from the dashboard, which makes the held one due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_holding_its_sequence_is_released_from_the_dashboard() {
+    let upstream = Upstream::start(|_, _| Reply::status(200)).await;
+    let served = serve(&upstream, SYSTEMS).await;
+    let queue =
+        Queue::connect(&format!("sqlite://{}", served.dir.path().join("queue.db").display())).await.unwrap();
+    let in_seq =
+        |order: u32| NewTask::new("charge", &serde_json::json!({ "order": order })).sequence("customer/42");
+    let first = queue.enqueue(in_seq(1)).await.unwrap().id;
+    let second = queue.enqueue(in_seq(2)).await.unwrap().id;
+    let worker = Worker::builder(queue.clone()).handler("charge", Decline).build().unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    eventually("the first fails", || async {
+        queue.get(first).await.unwrap().unwrap().state == TaskState::Failed
+    })
+    .await;
+    stop.cancel();
+    running.await.unwrap();
+
+    let get = |path: String| async move { client().get(path).send().await.unwrap().text().await.unwrap() };
+    let list = get(format!("{}/ui/tasks?kind=charge", served.admin)).await;
+    assert!(list.contains("class=\"tag\"") && list.contains(">held<"), "{list}");
+    let held = get(format!("{}/ui/tasks/{second}", served.admin)).await;
+    assert!(held.contains("customer/42") && held.contains("held behind an earlier write"), "{held}");
+    assert!(!held.contains("id=\"retry\""), "a held write cannot be run before its turn: {held}");
+
+    let failed = get(format!("{}/ui/tasks/{first}", served.admin)).await;
+    assert!(failed.contains("id=\"release\"") && failed.contains("holds it until released"), "{failed}");
+    let release = format!("{}/ui/tasks/{first}/release", served.admin);
+    let done = client().post(&release).form(&[("csrf", csrf(&failed))]).send().await.unwrap();
+    assert_eq!(done.status().as_u16(), 303);
+    let back = done.headers()["location"].to_str().unwrap().to_owned();
+    assert!(get(format!("{}{back}", served.admin)).await.contains("left its sequence"));
+    assert!(!queue.get(second).await.unwrap().unwrap().is_held(), "the write behind it is due");
+    let again = client().post(&release).form(&[("csrf", csrf(&failed))]).send().await.unwrap();
+    let said = get(format!("{}{}", served.admin, again.headers()["location"].to_str().unwrap())).await;
+    assert!(said.contains("not a failed task of a sequence"), "{said}");
+}

@@ -5,7 +5,8 @@
 //! ```text
 //! cargo run --release -p ballast-bench --bin queue_bench -- \
 //!     --backend sqlite|postgres --tasks N --batch B --workers W [--raw | --compare] \
-//!     [--defaults] [--url URL] [--processes P] [--retained N] [--latency SAMPLES]
+//!     [--defaults] [--url URL] [--processes P] [--retained N] [--latency SAMPLES] \
+//!     [--sequences S]
 //! ```
 //!
 //! PostgreSQL runs in a fresh schema of `--url` (default: `$BALLAST_TEST_PG`),
@@ -57,6 +58,9 @@ struct Args {
     /// Claim latency samples to take, one task due at a time (0: none).
     #[arg(long, default_value_t = 0)]
     latency: usize,
+    /// Spread the processed tasks over this many sequences (0: none).
+    #[arg(long, default_value_t = 0)]
+    sequences: usize,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -89,6 +93,7 @@ async fn main() -> anyhow::Result<()> {
         child_command: Some((std::env::current_exe()?, child_args)),
         retained: args.retained,
         latency: args.latency,
+        sequences: args.sequences,
     };
     if let Some(schema) = args.child_schema {
         return child(&opts, &schema).await;

@@ -111,6 +111,10 @@ pub struct QueueBenchOptions {
     /// the process) and by another pool on the same database (PostgreSQL:
     /// LISTEN/NOTIFY; SQLite: the worker's poll, every 100 ms here).
     pub latency: usize,
+    /// Sequences the processed tasks are spread over, task `i` in sequence
+    /// `i % sequences` (0: none): what running a sequence's tasks one at a
+    /// time, each released by the completion before it, costs.
+    pub sequences: usize,
 }
 
 /// One row of the result table.
@@ -306,7 +310,11 @@ async fn measure(db: &Db, opts: &QueueBenchOptions) -> anyhow::Result<Vec<Measur
     let mut next = 0;
     while next < opts.tasks {
         let end = (next + opts.batch).min(opts.tasks);
-        queue.enqueue_batch((next..end).map(|i| NewTask::new(KIND, &i)).collect()).await?;
+        let task = |i: usize| match opts.sequences {
+            0 => NewTask::new(KIND, &i),
+            n => NewTask::new(KIND, &i).sequence(format!("bench/{}", i % n)),
+        };
+        queue.enqueue_batch((next..end).map(task).collect()).await?;
         next = end;
     }
     let mut enqueued = row("enqueue_batch", opts.tasks, opts.tasks as f64 / start.elapsed().as_secs_f64());
@@ -321,12 +329,16 @@ async fn measure(db: &Db, opts: &QueueBenchOptions) -> anyhow::Result<Vec<Measur
     let busy = MachineCpu::now();
     let (rate, latencies) = process(db, &queue, opts).await?;
     let (cpu, own) = busy.per(opts.tasks);
-    let what = if opts.defaults {
-        "processing (no-op handler, worker defaults)"
+    let mut what = String::from(if opts.defaults {
+        "processing (no-op handler, worker defaults"
     } else {
-        "processing (no-op handler)"
-    };
-    let mut processed = row(what, opts.tasks, rate);
+        "processing (no-op handler"
+    });
+    if opts.sequences > 0 {
+        what.push_str(&format!(", {} sequences", opts.sequences));
+    }
+    what.push(')');
+    let mut processed = row(&what, opts.tasks, rate);
     if let Some(mut latencies) = latencies.filter(|l| !l.is_empty()) {
         latencies.sort_unstable();
         let pick = |q: f64| {
@@ -391,6 +403,7 @@ mod tests {
             child_command: None,
             retained: 100,
             latency: 3,
+            sequences: 0,
         }
     }
 

@@ -6,5 +6,8 @@
 -- made due when the task before it completes, is cancelled or released.
 ALTER TABLE ballast_tasks ADD COLUMN sequence TEXT;
 
+-- Only the tasks that hold their sequences: finding a sequence's head (on
+-- every enqueue and completion in it) never walks its finished tasks.
 CREATE INDEX IF NOT EXISTS ballast_tasks_sequence
-    ON ballast_tasks (sequence, id) WHERE sequence IS NOT NULL;
+    ON ballast_tasks (sequence, id)
+    WHERE sequence IS NOT NULL AND state IN ('pending', 'running', 'failed');

@@ -77,6 +77,9 @@ pub(crate) struct Exchange {
     /// Outcomes refused because the lease had been lost.
     pub refused: Vec<Lease>,
     pub claimed: Vec<ClaimedTask>,
+    /// Tasks the completions made due, held behind them in their sequences
+    /// until now: a worker asks for them at once rather than at its next poll.
+    pub released: u64,
 }
 
 /// One implementation per database. Every statement that finishes or extends

@@ -96,14 +96,15 @@ impl Completer {
         }
     }
 
-    /// A round trip's answer: the tasks it claimed, its outcomes counted,
+    /// A round trip's answer: the tasks it claimed and whether its
+    /// completions released tasks held behind them, its outcomes counted,
     /// logged and alerted; on a database error the error, its outcomes kept
     /// to go first in the next round trip.
-    pub fn answered(&mut self, flushed: Flushed) -> Result<Vec<ClaimedTask>> {
+    pub fn answered(&mut self, flushed: Flushed) -> Result<(Vec<ClaimedTask>, bool)> {
         match flushed.result {
             Ok(exchange) => {
                 self.settled(flushed.batch, &exchange.refused);
-                Ok(exchange.claimed)
+                Ok((exchange.claimed, exchange.released > 0))
             }
             Err(e) => {
                 self.put_back(flushed.batch);

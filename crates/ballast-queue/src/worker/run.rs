@@ -212,9 +212,14 @@ impl Run {
                 self.producer.failed();
                 self.retry_at = Some(Instant::now() + self.poll_interval.min(Duration::from_secs(1)));
             }
-            Ok(claimed) => {
+            Ok((claimed, released)) => {
                 for cleared in self.producer.claimed(answer.want, answer.asked, claimed) {
                     self.executor.start(cleared.task, cleared.cancel, cleared.counters);
+                }
+                if released {
+                    // The tasks behind the completed ones are due now: a
+                    // sequence's next write does not wait for the poll.
+                    self.producer.wake();
                 }
             }
         }

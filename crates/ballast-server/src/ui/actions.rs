@@ -1,5 +1,6 @@
 //! What an operator can do from the dashboard: retry a failed task (or make
-//! a pending one due now), cancel a pending or running task, retry every
+//! a pending one due now), cancel a pending or running task, release a
+//! failed one from its sequence, retry every
 //! failed task of a kind. Each is a POST carrying the page's CSRF token, is
 //! logged with who did it, and sends the operator back with what happened.
 
@@ -119,6 +120,19 @@ pub(super) async fn cancel(Path(id): Path<i64>, action: Action) -> Response {
             action.done(&page, &format!("task {id} cancelled"))
         }
         Ok(false) => back_to(&page, &format!("task {id} is already final; nothing done")),
+        Err(e) => queue_error(e),
+    }
+}
+
+/// Takes a failed task out of its sequence: the writes behind it go on.
+pub(super) async fn release(Path(id): Path<i64>, action: Action) -> Response {
+    let page = format!("/ui/tasks/{id}");
+    match action.ui.0.queue.release_from_sequence(id).await {
+        Ok(true) => {
+            tracing::info!(task_id = id, who = %action.operator.0, "dashboard: failed task released from its sequence");
+            action.done(&page, &format!("task {id} left its sequence: the writes behind it go on"))
+        }
+        Ok(false) => back_to(&page, &format!("task {id} is not a failed task of a sequence; nothing done")),
         Err(e) => queue_error(e),
     }
 }

@@ -143,6 +143,7 @@ impl Ui {
             .route("/ui/fleet", get(fleet::page))
             .route("/ui/tasks/{id}/retry", post(actions::retry))
             .route("/ui/tasks/{id}/cancel", post(actions::cancel))
+            .route("/ui/tasks/{id}/release", post(actions::release))
             .route("/ui/kinds/{kind}/retry-failed", post(actions::retry_failed))
             .route("/ui/logout", post(session::logout))
             .route_layer(axum::middleware::from_fn_with_state(self.clone(), session::require));

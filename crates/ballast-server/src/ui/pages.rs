@@ -253,9 +253,12 @@ pub(super) async fn tasks(State(ui): State<Ui>, Query(filters): Query<Filters>) 
                     tr {
                         td class="num" { a href=(format!("/ui/tasks/{}", task.id)) { (task.id) } }
                         td { (task.kind) }
-                        td { span class=(format!("state {}", task.state.as_str())) { (task.state.as_str()) } }
+                        td {
+                            span class=(format!("state {}", task.state.as_str())) { (task.state.as_str()) }
+                            @if task.is_held() { " " span class="tag" title="waits behind an earlier write of its sequence" { "held" } }
+                        }
                         td class="num" { (task.attempt) " / " (task.max_attempts) }
-                        td { (when(task.run_at)) }
+                        td { @if task.is_held() { span class="muted" { "after its sequence's turn" } } @else { (when(task.run_at)) } }
                         td class="error" { (task.last_error.as_deref().unwrap_or("")) }
                     }
                 }
@@ -293,8 +296,10 @@ fn task_page(ui: &Ui, task: &TaskInfo, said: &Said) -> Markup {
         _ => task.payload.clone(),
     };
     let payload = serde_json::to_string_pretty(&shown).unwrap_or_default();
-    let retryable = matches!(task.state, TaskState::Failed | TaskState::Pending);
+    // A held task waits its sequence's turn: it cannot be run before it.
+    let retryable = matches!(task.state, TaskState::Failed | TaskState::Pending) && !task.is_held();
     let cancellable = matches!(task.state, TaskState::Pending | TaskState::Running);
+    let releasable = task.state == TaskState::Failed && task.sequence.is_some();
     html! {
         (notice(said))
         h2 { "Task " (task.id) " · " (task.kind) " · " span class=(format!("state {}", task.state.as_str())) { (task.state.as_str()) } }
@@ -314,12 +319,25 @@ fn task_page(ui: &Ui, task: &TaskInfo, said: &Said) -> Markup {
                     button type="submit" class="danger" id="cancel" { "Cancel" }
                 }
             }
+            @if releasable {
+                form class="inline" method="post" action=(format!("/ui/tasks/{}/release", task.id)) {
+                    input type="hidden" name="csrf" value=(ui.csrf());
+                    button type="submit" id="release" title="take this failed write out of its sequence: the writes behind it go on" { "Release its sequence" }
+                }
+            }
         }
         table class="facts" {
             tbody {
                 tr { th { "idempotency key" } td { (task.key.as_deref().unwrap_or("none")) } }
+                @if let Some(sequence) = &task.sequence {
+                    tr { th { "sequence" } td {
+                        (sequence)
+                        @if task.is_held() { span class="muted" { " · held behind an earlier write of it" } }
+                        @if releasable { span class="muted" { " · holds it until released" } }
+                    } }
+                }
                 tr { th { "attempts" } td { (task.attempt) " of " (task.max_attempts) } }
-                tr { th { "run at" } td { (when(task.run_at)) } }
+                tr { th { "run at" } td { @if task.is_held() { "after its sequence's turn" } @else { (when(task.run_at)) } } }
                 tr { th { "lease" } td {
                     @match (&task.lease_owner, task.lease_expires_at) {
                         (Some(owner), Some(until)) => { (owner) span class="muted" { " until " (when(until)) } }

@@ -323,13 +323,8 @@ impl Store for PgStore {
     }
 
     async fn release_held(&self, sequences: Option<&[String]>) -> Result<u64> {
-        let mut tx = self.pool.begin().await?;
-        if let Some(sequences) = sequences {
-            sqlx::query(LOCK_SEQUENCE).bind(sequences).execute(&mut *tx).await?;
-        }
-        let released = sqlx::query(RELEASE_HELD).bind(sequences).execute(&mut *tx).await?.rows_affected();
-        tx.commit().await?;
-        Ok(released)
+        let released: i64 = sqlx::query_scalar(RELEASE_HELD).bind(sequences).fetch_one(&self.pool).await?;
+        Ok(u64::try_from(released).unwrap_or_default())
     }
 
     async fn sequence_head(&self, sequence: &str) -> Result<Option<i64>> {

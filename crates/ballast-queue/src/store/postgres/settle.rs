@@ -81,15 +81,9 @@ async fn settle_and_claim(
         }
     }
     if !sequences.is_empty() {
-        // The tasks held behind the completed ones go next, under their
-        // sequences' locks (a savepoint inside the settle's transaction).
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        sqlx::query(LOCK_SEQUENCE).bind(&sequences).execute(&mut *tx).await?;
-        let released = sqlx::query(RELEASE_HELD).bind(&sequences).execute(&mut *tx).await?.rows_affected();
-        tx.commit().await?;
-        if released > 0 {
-            sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(&mut *conn).await?;
-        }
+        // The tasks held behind the completed ones go next.
+        let released: i64 = sqlx::query_scalar(RELEASE_HELD).bind(&sequences).fetch_one(&mut *conn).await?;
+        exchange.released = u64::try_from(released).unwrap_or_default();
     }
     if settled.len() != n {
         let unsettled: Vec<Lease> =

@@ -56,20 +56,10 @@ pub(super) const INSERT: &str = concat!(
 );
 
 /// Makes due the first task of each sequence of `$1` (all sequences with a
-/// held task when `$1` is NULL) if it is held: nothing before it holds it.
-pub(super) const RELEASE_HELD: &str = concat!(
-    "UPDATE ballast_tasks SET run_at = now(), updated_at = now()
-     WHERE state = 'pending' AND run_at >= ",
-    held!(),
-    " AND id IN (
-         SELECT min(id) FROM ballast_tasks
-         WHERE state IN ('pending', 'running', 'failed') AND sequence = ANY(
-             COALESCE($1::text[], ARRAY(SELECT DISTINCT sequence FROM ballast_tasks
-                                        WHERE finalized_at IS NULL AND run_at >= ",
-    held!(),
-    " AND sequence IS NOT NULL)))
-         GROUP BY sequence)"
-);
+/// held task when `$1` is NULL) if it is held, under the sequences' locks,
+/// and wakes the workers if it did: `ballast_release_held` of
+/// `0005_sequence.sql`, one round trip.
+pub(super) const RELEASE_HELD: &str = "SELECT ballast_release_held($1::text[])";
 
 /// The first task that holds sequence `$1`.
 pub(super) const SEQUENCE_HEAD: &str = "SELECT min(id) FROM ballast_tasks

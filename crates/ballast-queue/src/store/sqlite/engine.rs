@@ -235,7 +235,8 @@ impl Engine {
             }
             if !sequences.is_empty() {
                 let sequences = serde_json::to_string(&sequences).unwrap_or_default();
-                tx.prepare_cached(super::RELEASE_HELD)?.execute(params![now, sequences])?;
+                let released = tx.prepare_cached(super::RELEASE_HELD)?.execute(params![now, sequences])?;
+                exchange.released = released as u64;
             }
             if claim.limit > 0 {
                 exchange.claimed = claim_due(tx, &claim, now, &settled_due)?;

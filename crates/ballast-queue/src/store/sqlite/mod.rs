@@ -90,20 +90,22 @@ const INSERT: &str = concat!(
 
 /// Makes due (at `?1`) the first task of each sequence of the JSON array
 /// `?2` (every sequence with a held task when NULL) if it is held.
+/// Each sequence's head is one probe of `ballast_tasks_sequence`, which
+/// holds only the tasks that hold their sequences.
 const RELEASE_HELD: &str = concat!(
     "UPDATE ballast_tasks SET run_at = ?1, updated_at = ?1
      WHERE state = 'pending' AND run_at >= ",
     held!(),
     " AND id IN (
-         SELECT min(id) FROM ballast_tasks
-         WHERE state IN ('pending', 'running', 'failed') AND sequence IN (
-             SELECT value FROM json_each(?2) WHERE ?2 IS NOT NULL
-             UNION ALL
-             SELECT sequence FROM ballast_tasks
-             WHERE ?2 IS NULL AND finalized_at IS NULL AND run_at >= ",
+         SELECT (SELECT h.id FROM ballast_tasks h
+                 WHERE h.sequence = s.value AND h.state IN ('pending', 'running', 'failed')
+                 ORDER BY h.id LIMIT 1)
+         FROM (SELECT value FROM json_each(?2) WHERE ?2 IS NOT NULL
+               UNION
+               SELECT sequence FROM ballast_tasks
+               WHERE ?2 IS NULL AND finalized_at IS NULL AND run_at >= ",
     held!(),
-    " AND sequence IS NOT NULL)
-         GROUP BY sequence)"
+    " AND sequence IS NOT NULL) AS s)"
 );
 
 /// Inserts one task on `conn` (the pool's, or the caller's open transaction).
