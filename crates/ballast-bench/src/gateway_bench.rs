@@ -110,6 +110,8 @@ pub struct GatewayBenchOptions {
     pub traces: Vec<Tracing>,
     /// The executable that serves a gateway with `--serve-child` (this bench's own).
     pub serve_exe: Option<PathBuf>,
+    /// Keyed writes (`POST`, an `Idempotency-Key` each) instead of reads.
+    pub write: bool,
 }
 
 /// One row of the report: one hop at one connection count, medians over the rounds.
@@ -203,7 +205,8 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
     for round in 1..=opts.rounds {
         for &connections in &opts.connections {
             for &(hop, addr, path, who) in &hops {
-                let load = Load { connections, warm_up: opts.warm_up, measure: opts.measure };
+                let load =
+                    Load { connections, warm_up: opts.warm_up, measure: opts.measure, write: opts.write };
                 let before = (upstream.served(), who.and_then(cpu::used), collector.span_count());
                 let sample = client
                     .block_on(load::run(addr, path, upstream::BODY, load))
@@ -481,15 +484,22 @@ mod tests {
             ballast_threads: None,
             traces: Vec::new(),
             serve_exe: None,
+            write: false,
         };
         let err = run(&opts, |_| {}).expect_err("no nginx there");
         assert!(format!("{err:#}").contains("cannot start /nonexistent/nginx"), "{err:#}");
     }
 
-    /// Every hop at two connection counts for a fraction of a second; nginx
-    /// only when `BALLAST_TEST_NGINX` is set, and then it must be there.
+    /// Every hop at two connection counts for a fraction of a second, reads
+    /// then keyed writes; nginx only when `BALLAST_TEST_NGINX` is set, and
+    /// then it must be there.
     #[test]
     fn smoke() {
+        smoke_of(false);
+        smoke_of(true);
+    }
+
+    fn smoke_of(write: bool) {
         let nginx = if std::env::var_os(NGINX_ENV).is_some() {
             NginxUse::Required
         } else {
@@ -507,6 +517,7 @@ mod tests {
             ballast_threads: None,
             traces: Vec::new(),
             serve_exe: None,
+            write,
         };
         let report = run(&opts, |line| eprintln!("{line}")).expect("the bench runs");
         let hops = if measured_nginx { 3 } else { 2 };

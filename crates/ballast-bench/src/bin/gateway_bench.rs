@@ -3,7 +3,7 @@
 //! `proxy_pass` and ballast's gateway to the same local upstream, with the
 //! target ratios.
 //!
-//! `cargo run --release -p ballast-bench --bin gateway_bench -- [--seconds 5] [--warm-up 1] [--rounds 3] [--connections 1,32]`
+//! `cargo run --release -p ballast-bench --bin gateway_bench -- [--seconds 5] [--warm-up 1] [--rounds 3] [--connections 1,32] [--write]`
 //! (`--idle 2000`: the memory an idle kept-alive connection holds instead;
 //! `--traces off,1.0,0.01`: also the gateway in processes of its own with
 //! its OTLP trace exporter off and at those sample ratios, to a receiver in
@@ -50,6 +50,10 @@ struct Args {
     /// in the gateway, over this many connections.
     #[arg(long, value_name = "N")]
     idle: Option<usize>,
+    /// Keyed writes instead of reads: each request a `POST` with a body and
+    /// an `Idempotency-Key` of its own (to a system that deduplicates by it).
+    #[arg(long)]
+    write: bool,
     /// Trace settings to measure besides: `off` and sample ratios.
     #[arg(long, value_delimiter = ',')]
     traces: Vec<String>,
@@ -94,6 +98,7 @@ fn main() -> anyhow::Result<()> {
         ballast_threads: args.ballast_threads,
         traces: args.traces.iter().map(|t| Tracing::parse(t)).collect::<anyhow::Result<_>>()?,
         serve_exe: Some(std::env::current_exe()?),
+        write: args.write,
     };
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
     let before = loadavg();

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use http_body_util::{BodyExt, Empty};
-use hyper::header::HOST;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{CONTENT_TYPE, HOST};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
@@ -27,7 +27,13 @@ pub struct Load {
     pub warm_up: Duration,
     /// The measured window that follows.
     pub measure: Duration,
+    /// Keyed writes instead of reads: `POST` with a body and an
+    /// `Idempotency-Key` of its own per request.
+    pub write: bool,
 }
+
+/// The body of a keyed write.
+const WRITE_BODY: &[u8] = br#"{"amount":100,"currency":"EUR"}"#;
 
 /// What one run of a [`Load`] measured.
 #[derive(Debug, Clone)]
@@ -55,7 +61,7 @@ impl Sample {
     }
 }
 
-/// Sends `GET {path}` to `addr` under `load`; every answer must be `200`
+/// Sends `GET {path}` (or keyed `POST`s, [`Load::write`]) to `addr` under `load`; every answer must be `200`
 /// with `body`, or the run fails: a hop that answers errors fast is not
 /// faster.
 pub async fn run(addr: SocketAddr, path: &str, body: &[u8], load: Load) -> anyhow::Result<Sample> {
@@ -65,8 +71,12 @@ pub async fn run(addr: SocketAddr, path: &str, body: &[u8], load: Load) -> anyho
     let start = Instant::now();
     let window = (start + load.warm_up, start + load.warm_up + load.measure);
     let mut connections = Vec::with_capacity(load.connections);
-    for _ in 0..load.connections {
-        let connection = connection(addr, path.to_owned(), Bytes::copy_from_slice(body), window);
+    // Keys no earlier run used: a gateway that remembers keys must not join them.
+    let run_id =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    for n in 0..load.connections {
+        let keys = load.write.then(|| format!("bench-{run_id:x}-{n}"));
+        let connection = connection(addr, path.to_owned(), Bytes::copy_from_slice(body), window, keys);
         connections.push(tokio::spawn(connection));
     }
     let mut latencies = histogram();
@@ -96,6 +106,7 @@ async fn connection(
     path: String,
     expected: Bytes,
     (from, until): (Instant, Instant),
+    keys: Option<String>,
 ) -> anyhow::Result<(Histogram<u64>, u64, Instant)> {
     let stream =
         tokio::net::TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
@@ -108,7 +119,14 @@ async fn connection(
     let mut last = from;
     loop {
         sender.ready().await.with_context(|| format!("{addr} closed the connection"))?;
-        let request = Request::get(path.as_str()).header(HOST, host.as_str()).body(Empty::<Bytes>::new())?;
+        let request = match &keys {
+            None => Request::get(path.as_str()).header(HOST, host.as_str()).body(Full::new(Bytes::new()))?,
+            Some(prefix) => Request::post(path.as_str())
+                .header(HOST, host.as_str())
+                .header(CONTENT_TYPE, "application/json")
+                .header("idempotency-key", format!("{prefix}-{answered}"))
+                .body(Full::new(Bytes::from_static(WRITE_BODY)))?,
+        };
         let sent = Instant::now();
         if sent >= until {
             break;
@@ -120,11 +138,11 @@ async fn connection(
         };
         let (status, body) = tokio::time::timeout(PATIENCE, exchange)
             .await
-            .with_context(|| format!("GET {path} on {addr}: no answer within {PATIENCE:?}"))?
-            .with_context(|| format!("GET {path} on {addr}: no answer"))?;
+            .with_context(|| format!("{path} on {addr}: no answer within {PATIENCE:?}"))?
+            .with_context(|| format!("{path} on {addr}: no answer"))?;
         let done = Instant::now();
         if status != StatusCode::OK || body != expected {
-            bail!("GET {path} on {addr} answered {status}: {:?}", String::from_utf8_lossy(&body));
+            bail!("{path} on {addr} answered {status}: {:?}", String::from_utf8_lossy(&body));
         }
         answered += 1;
         if sent >= from {
