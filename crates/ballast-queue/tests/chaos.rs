@@ -303,11 +303,34 @@ impl ChildWorker {
         assert!(exited.is_none(), "worker {} exited on its own ({exited:?}):\n{}", self.owner, self.log());
     }
 
-    /// Sends `signal` (STOP, CONT) with the `kill` command.
+    /// Sends `signal` (STOP, CONT) with the `kill` command; after a STOP,
+    /// returns once the kernel shows the process stopped: `kill` returns
+    /// when the signal is sent, and a thread of a worker busy on a loaded
+    /// machine could otherwise still take an answer in between.
     fn signal(&self, signal: &str) {
-        let status =
-            Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status().unwrap();
-        assert!(status.success(), "kill -{signal} {}", self.child.id());
+        let pid = self.child.id();
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+        if signal != "STOP" {
+            return;
+        }
+        // Every thread's state (it follows the command's closing parenthesis).
+        let states = || -> Vec<char> {
+            let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+            threads
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+                .filter_map(|stat| stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()))
+                .collect()
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = states();
+            if now.iter().all(|state| matches!(state, 'T' | 't')) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "worker {} not stopped 10 s after SIGSTOP: {now:?}", self.owner);
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     fn kill(&mut self) {
