@@ -328,7 +328,11 @@ impl ChildWorker {
             if now.iter().all(|state| matches!(state, 'T' | 't')) {
                 return;
             }
-            assert!(Instant::now() < deadline, "worker {} not stopped 10 s after SIGSTOP: {now:?}", self.owner);
+            assert!(
+                Instant::now() < deadline,
+                "worker {} not stopped 10 s after SIGSTOP: {now:?}",
+                self.owner
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
     }
