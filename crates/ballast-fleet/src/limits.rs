@@ -163,8 +163,6 @@ pub(crate) async fn keep<B: Bucket>(
     // A busy replica leases every LEASE_EVERY from the start of its last
     // lease, however long that lease took (up to LEASE_EVERY).
     let mut leased_at = Instant::now();
-    // Permits granted lapse after GOOD_FOR: those left then are not on hand.
-    let mut good_until = Instant::now();
     loop {
         let next = async {
             if std::mem::take(&mut first) {
@@ -182,10 +180,7 @@ pub(crate) async fn keep<B: Bucket>(
             () = next => {}
         }
         let now = Instant::now();
-        let mut demand = shared.demand();
-        if now >= good_until {
-            demand.left = demand.left.min(0);
-        }
+        let demand = limiter.demand().unwrap_or_default();
         let want = sizing.want(now, demand);
         let want = if reachable.is_none() { want.max(1.0) } else { want };
         let signals = shared.signals();
@@ -209,7 +204,6 @@ pub(crate) async fn keep<B: Bucket>(
             Ok(Ok(lease)) => {
                 leases.increment(1);
                 let live = live.load(Ordering::Relaxed).max(1) as f64;
-                good_until = Instant::now() + GOOD_FOR;
                 limiter.grant(Granted {
                     permits: lease.granted as u64,
                     good_for: GOOD_FOR,

@@ -66,9 +66,6 @@ impl Queue {
     /// Returns `false` if the task is not pending, or waits held behind its
     /// sequence (it goes when the task before it is done).
     pub async fn run_now(&self, id: i64) -> Result<bool> {
-        if self.store.get(id).await?.is_some_and(|task| task.is_held()) {
-            return Ok(false);
-        }
         self.store.run_now(id).await
     }
 
@@ -76,11 +73,9 @@ impl Queue {
     /// lease gone and changes nothing. Returns `false` if the task was already
     /// final. The task held behind it in its sequence goes next.
     pub async fn cancel(&self, id: i64) -> Result<bool> {
-        let cancelled = self.store.cancel(id).await?;
-        if cancelled {
-            self.store.release_held(None).await?;
-        }
-        Ok(cancelled)
+        let Some(sequence) = self.store.cancel(id).await? else { return Ok(false) };
+        self.release_next(sequence).await?;
+        Ok(true)
     }
 
     /// Takes a failed task out of its sequence, so the tasks held behind it
@@ -88,7 +83,18 @@ impl Queue {
     /// again, outside the sequence). Returns `false` if the task is not a
     /// failed task of a sequence.
     pub async fn release_from_sequence(&self, id: i64) -> Result<bool> {
-        self.store.leave_sequence(id).await
+        let left = self.store.leave_sequence(id).await?;
+        let released = left.is_some();
+        self.release_next(left).await?;
+        Ok(released)
+    }
+
+    /// Makes due the task held next in `sequence`, the one before it gone.
+    async fn release_next(&self, sequence: Option<String>) -> Result<()> {
+        if let Some(sequence) = sequence {
+            self.store.release_held(Some(std::slice::from_ref(&sequence))).await?;
+        }
+        Ok(())
     }
 
     /// The task that holds `sequence` now — the first pending, running or

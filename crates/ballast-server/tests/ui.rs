@@ -41,11 +41,18 @@ async fn tasks(queue: &Queue) {
     queue.enqueue(NewTask::new("charge", &serde_json::json!({"order": 42, "amount": 100}))).await.unwrap();
     let later = std::time::Duration::from_secs(3600);
     queue.enqueue(NewTask::new("charge", &serde_json::json!({"order": 43})).run_after(later)).await.unwrap();
+    run_until_failed(queue, 1).await;
+}
+
+/// Runs a worker that declines every `charge` until task `id` has failed.
+async fn run_until_failed(queue: &Queue, id: i64) {
     let worker = Worker::builder(queue.clone()).handler("charge", Decline).build().unwrap();
     let stop = CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone()));
-    eventually("task 1 fails", || async { queue.get(1).await.unwrap().unwrap().state == TaskState::Failed })
-        .await;
+    eventually("the task fails", || async {
+        queue.get(id).await.unwrap().unwrap().state == TaskState::Failed
+    })
+    .await;
     stop.cancel();
     running.await.unwrap();
 }
@@ -174,15 +181,7 @@ async fn a_failed_write_holding_its_sequence_is_released_from_the_dashboard() {
         |order: u32| NewTask::new("charge", &serde_json::json!({ "order": order })).sequence("customer/42");
     let first = queue.enqueue(in_seq(1)).await.unwrap().id;
     let second = queue.enqueue(in_seq(2)).await.unwrap().id;
-    let worker = Worker::builder(queue.clone()).handler("charge", Decline).build().unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(worker.run(stop.clone()));
-    eventually("the first fails", || async {
-        queue.get(first).await.unwrap().unwrap().state == TaskState::Failed
-    })
-    .await;
-    stop.cancel();
-    running.await.unwrap();
+    run_until_failed(&queue, first).await;
 
     let get = |path: String| async move { client().get(path).send().await.unwrap().text().await.unwrap() };
     let list = get(format!("{}/ui/tasks?kind=charge", served.admin)).await;

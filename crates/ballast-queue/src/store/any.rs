@@ -92,7 +92,7 @@ impl Store for AnyStore {
     async fn sequence_head(&self, sequence: &str) -> Result<Option<i64>> {
         dispatch!(self, s => s.sequence_head(sequence))
     }
-    async fn leave_sequence(&self, id: i64) -> Result<bool> {
+    async fn leave_sequence(&self, id: i64) -> Result<Option<String>> {
         dispatch!(self, s => s.leave_sequence(id))
     }
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {
@@ -101,7 +101,7 @@ impl Store for AnyStore {
     async fn run_now(&self, id: i64) -> Result<bool> {
         dispatch!(self, s => s.run_now(id))
     }
-    async fn cancel(&self, id: i64) -> Result<bool> {
+    async fn cancel(&self, id: i64) -> Result<Option<Option<String>>> {
         dispatch!(self, s => s.cancel(id))
     }
     async fn prune(&self, state: Option<TaskState>, older_than: Duration, limit: Option<u32>) -> Result<u64> {

@@ -122,12 +122,16 @@ pub(crate) trait Store: Send + Sync {
     /// The first task of `sequence` that holds it: pending, running, or
     /// failed and still in it.
     async fn sequence_head(&self, sequence: &str) -> Result<Option<i64>>;
-    /// Takes a failed task out of its sequence; `false` if it is not a
-    /// failed task of one.
-    async fn leave_sequence(&self, id: i64) -> Result<bool>;
+    /// Takes a failed task out of its sequence: the sequence it left, or
+    /// `None` if it is not a failed task of one. The task held behind it is
+    /// the caller's to release.
+    async fn leave_sequence(&self, id: i64) -> Result<Option<String>>;
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64>;
+    /// Makes a pending task due now, unless it waits held behind its sequence.
     async fn run_now(&self, id: i64) -> Result<bool>;
-    async fn cancel(&self, id: i64) -> Result<bool>;
+    /// Cancels a pending or running task: `None` if it was final already,
+    /// else the sequence it was in, whose next task the caller releases.
+    async fn cancel(&self, id: i64) -> Result<Option<Option<String>>>;
     /// Deletes final tasks (of `state` only, when given) finalized more than
     /// `older_than` ago, oldest first, at most `limit` of them when given.
     async fn prune(&self, state: Option<TaskState>, older_than: Duration, limit: Option<u32>) -> Result<u64>;

@@ -40,7 +40,7 @@ use crate::events::{Emitter, EventKind};
 use adaptive::Aimd;
 pub(crate) use gcra::Grant;
 use gcra::{nanos, Gcra};
-use shared::{Granted, SharedPermits};
+use shared::{Demand, Granted, SharedPermits};
 
 /// The limiter of one policy, shared by its clones: permits, and what the
 /// system says about its limit.
@@ -124,6 +124,12 @@ impl RateLimiter {
         self.shared.as_ref()
     }
 
+    /// What this replica has used and wants of a fleet-wide limit's permits
+    /// (see [`SharedPermits::demand`]), now.
+    pub fn demand(&self) -> Option<Demand> {
+        self.shared.as_ref().map(|shared| shared.demand(self.gcra.now()))
+    }
+
     /// Hands this replica permits of the fleet's bucket (a fleet-wide limit
     /// only): the limiter takes them, not its local bucket, from now on.
     pub fn grant(&self, grant: Granted) {
@@ -148,7 +154,7 @@ impl RateLimiter {
         RateSnapshot {
             rate: self.rate(),
             ceiling: f64::from_bits(self.ceiling.load(Ordering::Relaxed)),
-            granted: self.gcra.granted() + self.shared.as_ref().map_or(0, |s| s.demand().taken),
+            granted: self.gcra.granted() + self.demand().map_or(0, |d| d.taken),
             limited: self.limited.load(Ordering::Relaxed),
             held_for: self.held_for(),
         }

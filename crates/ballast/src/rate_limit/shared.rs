@@ -6,7 +6,7 @@
 //!
 //! The limiter of a [`RateLimit::fleet`](super::RateLimit::fleet) policy
 //! takes its permits here; the keeper of the fleet's bucket asks what this
-//! replica has used and wants ([`SharedPermits::demand`]), grants permits
+//! replica has used and wants ([`RateLimiter::demand`](super::RateLimiter::demand)), grants permits
 //! ([`RateLimiter::grant`](super::RateLimiter::grant)) and takes the
 //! system's word ([`SharedPermits::signals`]). Permits granted and not taken
 //! within their time are dropped, not saved up, so a replica never sends a
@@ -186,12 +186,15 @@ impl SharedPermits {
         let _ = tokio::time::timeout(wait, granted).await;
     }
 
-    /// What this replica has used and wants.
-    pub fn demand(&self) -> Demand {
+    /// What this replica has used and wants at `now` (ns on the limiter's
+    /// clock): permits lapsed by then are not on hand.
+    pub fn demand(&self, now: u64) -> Demand {
+        let left = self.left.load(Ordering::Acquire);
+        let lapsed = now >= self.good_until.load(Ordering::Acquire);
         Demand {
             taken: self.taken.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
-            left: self.left.load(Ordering::Acquire),
+            left: if lapsed { left.min(0) } else { left },
             waiting: self.waiting.load(Ordering::Acquire),
         }
     }

@@ -331,13 +331,8 @@ impl Store for PgStore {
         Ok(sqlx::query_scalar(SEQUENCE_HEAD).bind(sequence).fetch_one(&self.pool).await?)
     }
 
-    async fn leave_sequence(&self, id: i64) -> Result<bool> {
-        let left: Option<String> =
-            sqlx::query_scalar(LEAVE_SEQUENCE).bind(id).fetch_optional(&self.pool).await?;
-        if let Some(sequence) = &left {
-            self.release_held(Some(std::slice::from_ref(sequence))).await?;
-        }
-        Ok(left.is_some())
+    async fn leave_sequence(&self, id: i64) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(LEAVE_SEQUENCE).bind(id).fetch_optional(&self.pool).await?)
     }
 
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {
@@ -357,29 +352,24 @@ impl Store for PgStore {
     }
 
     async fn run_now(&self, id: i64) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE ballast_tasks SET run_at = now(), updated_at = now() WHERE id = $1 AND state = 'pending'",
-        )
-        .bind(id)
-        .execute(&self.pool)
-        .await?;
+        let done = sqlx::query(RUN_NOW).bind(id).execute(&self.pool).await?;
         if done.rows_affected() > 0 {
             notify(&self.pool).await?;
         }
         Ok(done.rows_affected() == 1)
     }
 
-    async fn cancel(&self, id: i64) -> Result<bool> {
-        let done = sqlx::query(
+    async fn cancel(&self, id: i64) -> Result<Option<Option<String>>> {
+        Ok(sqlx::query_scalar(
             "UPDATE ballast_tasks
              SET state = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
                  updated_at = now(), finalized_at = now()
-             WHERE id = $1 AND state IN ('pending', 'running')",
+             WHERE id = $1 AND state IN ('pending', 'running')
+             RETURNING sequence",
         )
         .bind(id)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     async fn prune(&self, state: Option<TaskState>, older_than: Duration, limit: Option<u32>) -> Result<u64> {

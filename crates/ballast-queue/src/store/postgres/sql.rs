@@ -61,6 +61,13 @@ pub(super) const INSERT: &str = concat!(
 /// `0005_sequence.sql`, one round trip.
 pub(super) const RELEASE_HELD: &str = "SELECT ballast_release_held($1::text[])";
 
+/// Makes pending task `$1` due now, unless it waits held behind its sequence.
+pub(super) const RUN_NOW: &str = concat!(
+    "UPDATE ballast_tasks SET run_at = now(), updated_at = now()
+     WHERE id = $1 AND state = 'pending' AND run_at < ",
+    held!()
+);
+
 /// The first task that holds sequence `$1`.
 pub(super) const SEQUENCE_HEAD: &str = "SELECT min(id) FROM ballast_tasks
     WHERE sequence = $1 AND state IN ('pending', 'running', 'failed')";

@@ -323,14 +323,14 @@ impl Store for SqliteStore {
         Ok(head)
     }
 
-    async fn leave_sequence(&self, id: i64) -> Result<bool> {
+    async fn leave_sequence(&self, id: i64) -> Result<Option<String>> {
         self.check_file()?;
         let sequence: Option<Option<String>> =
             sqlx::query_scalar("SELECT sequence FROM ballast_tasks WHERE id = ?1 AND state = 'failed'")
                 .bind(id)
                 .fetch_optional(&self.pool)
                 .await?;
-        let Some(sequence) = sequence.flatten() else { return Ok(false) };
+        let Some(sequence) = sequence.flatten() else { return Ok(None) };
         let done = sqlx::query(
             "UPDATE ballast_tasks SET sequence = NULL, updated_at = ?3
              WHERE id = ?1 AND state = 'failed' AND sequence = ?2",
@@ -340,11 +340,7 @@ impl Store for SqliteStore {
         .bind(now())
         .execute(&self.pool)
         .await?;
-        let left = (done.rows_affected() == 1).then_some(sequence);
-        if let Some(sequence) = &left {
-            self.release_held(Some(std::slice::from_ref(sequence))).await?;
-        }
-        Ok(left.is_some())
+        Ok((done.rows_affected() == 1).then_some(sequence))
     }
 
     async fn retry(&self, id: Option<i64>, kind: Option<&str>) -> Result<u64> {
@@ -362,9 +358,11 @@ impl Store for SqliteStore {
     }
 
     async fn run_now(&self, id: i64) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE ballast_tasks SET run_at = ?2, updated_at = ?2 WHERE id = ?1 AND state = 'pending'",
-        )
+        let done = sqlx::query(concat!(
+            "UPDATE ballast_tasks SET run_at = ?2, updated_at = ?2
+                 WHERE id = ?1 AND state = 'pending' AND run_at < ",
+            held!()
+        ))
         .bind(id)
         .bind(now())
         .execute(&self.pool)
@@ -372,18 +370,18 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn cancel(&self, id: i64) -> Result<bool> {
-        let done = sqlx::query(
+    async fn cancel(&self, id: i64) -> Result<Option<Option<String>>> {
+        Ok(sqlx::query_scalar(
             "UPDATE ballast_tasks
              SET state = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
                  updated_at = ?2, finalized_at = ?2
-             WHERE id = ?1 AND state IN ('pending', 'running')",
+             WHERE id = ?1 AND state IN ('pending', 'running')
+             RETURNING sequence",
         )
         .bind(id)
         .bind(now())
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     async fn prune(&self, state: Option<TaskState>, older_than: Duration, limit: Option<u32>) -> Result<u64> {
