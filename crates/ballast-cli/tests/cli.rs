@@ -538,8 +538,11 @@ half_open_after = "1s"
         let (mut served, first) = setup.serve(None);
         assert!(first.ends_with(&format!(" 1 systems, queue sqlite://{}\n", db.display())), "{first}");
         let addr = address(&first);
-        let (metrics_url, ready_url) =
-            (format!("http://{addr}/metrics"), format!("http://{addr}/health/ready"));
+        let (metrics_url, ready_url, systems_url) = (
+            format!("http://{addr}/metrics"),
+            format!("http://{addr}/health/ready"),
+            format!("http://{addr}/health/systems"),
+        );
         assert_eq!(get(&format!("http://{addr}/health/live")).await.0, 200);
         assert_eq!(get(&ready_url).await.0, 200);
 
@@ -564,16 +567,25 @@ half_open_after = "1s"
         })
         .await;
 
-        // Two failed deliveries open the critical system's breaker: not ready.
+        // Two failed deliveries open the critical system's breaker: the
+        // system is unavailable, the gateway stays ready (it still takes and
+        // defers the writes meant for it).
         gateway.up.store(false, Ordering::SeqCst);
         let ((task_b, b), (task_c, c)) = (pay("order-2"), pay("order-3"));
         queue.enqueue_batch(vec![task_b, task_c]).await.unwrap();
-        eventually("not ready", || async { get(&ready_url).await.0 == 503 }).await;
-        let (_, report) = get(&ready_url).await;
+        eventually("pay unavailable", || async { get(&systems_url).await.0 == 503 }).await;
+        let (status, report) = get(&ready_url).await;
         let report: serde_json::Value = serde_json::from_str(&report).unwrap();
         assert_eq!(
-            (report["ready"].as_bool(), report["systems"][0]["state"].as_str()),
-            (Some(false), Some("open"))
+            (status, report["ready"].as_bool(), report["systems"][0]["state"].as_str()),
+            (200, Some(true), Some("open")),
+            "{report}"
+        );
+        let systems: serde_json::Value = serde_json::from_str(&get(&systems_url).await.1).unwrap();
+        assert_eq!(
+            (systems["status"].as_str(), systems["systems"][0]["status"].as_str()),
+            (Some("unavailable"), Some("unavailable")),
+            "{systems}"
         );
 
         // The gateway recovers: after the half-open delay a probe goes through,
@@ -581,7 +593,8 @@ half_open_after = "1s"
         gateway.up.store(true, Ordering::SeqCst);
         eventually("orders 2 and 3 are paid", || async { gateway.applied(&b) + gateway.applied(&c) == 2 })
             .await;
-        eventually("ready again", || async { get(&ready_url).await.0 == 200 }).await;
+        eventually("pay up again", || async { get(&systems_url).await.0 == 200 }).await;
+        assert_eq!(get(&ready_url).await.0, 200);
         let metrics = get(&metrics_url).await.1;
         assert_eq!(sample(&metrics, ok), 3.0);
         assert!(

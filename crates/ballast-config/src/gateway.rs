@@ -47,6 +47,9 @@ pub struct GatewaySection {
     /// services reach it by). Any other `Host` is answered 421: a web page
     /// that rebinds its name to this host cannot call the systems.
     pub allowed_hosts: Option<Vec<String>>,
+    /// `max_waiters`: callers of `GET /tasks/{handle}?wait=…` held at once
+    /// (default 1024); more are answered 503 `too_many_waiters`.
+    pub max_waiters: Option<u64>,
 }
 
 pub(crate) const KEYS: &[(&str, Schema)] = &[
@@ -58,6 +61,7 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("body_read_timeout", Value),
     ("trust_forwarded", Value),
     ("allowed_hosts", Value),
+    ("max_waiters", Value),
 ];
 
 /// The `[gateway]` section's values.
@@ -72,6 +76,14 @@ pub(crate) fn rules(g: &GatewaySection) -> Vec<KeyFinding> {
         },
     );
     out.extend(body_timeout("gateway", g.body_read_timeout));
+    if g.max_waiters == Some(0) {
+        out.push(KeyFinding::error(
+            None,
+            vec!["gateway".to_owned(), "max_waiters".to_owned()],
+            "`max_waiters` is 0: every `GET /tasks/{handle}?wait=…` would be refused".into(),
+            "hold at least as many waiting callers as the app waits on at once, e.g. 1024 (the default)",
+        ));
+    }
     if g.max_body.is_some_and(|b| b.bytes() == 0 || b.bytes() > MAX_BODY_LIMIT) {
         out.push(KeyFinding::error(
             None,
@@ -105,6 +117,8 @@ pub struct GatewaySettings {
     /// `Host` names the gateway answers to besides `localhost`, the loopback
     /// addresses and its listen address; any other is answered 421.
     pub allowed_hosts: Vec<String>,
+    /// Callers of `GET /tasks/{handle}?wait=…` held at once.
+    pub max_waiters: usize,
 }
 
 impl Default for GatewaySettings {
@@ -120,6 +134,7 @@ impl Default for GatewaySettings {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             trust_forwarded: false,
             allowed_hosts: Vec::new(),
+            max_waiters: 1024,
         }
     }
 }
@@ -144,6 +159,7 @@ impl Config {
             body_read_timeout: gateway.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
             trust_forwarded: gateway.trust_forwarded.unwrap_or(false),
             allowed_hosts: gateway.allowed_hosts.clone().unwrap_or_default(),
+            max_waiters: count(gateway.max_waiters).unwrap_or(defaults.max_waiters),
         }))
     }
 }

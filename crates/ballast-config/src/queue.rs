@@ -47,12 +47,22 @@ pub struct QueueSection {
     /// `seal_headers`: header names sealed besides `Authorization`,
     /// `Proxy-Authorization`, `Cookie` and `X-Api-Key`.
     pub seal_headers: Option<Vec<String>>,
+    /// `keep_answer`: how much of the body of the upstream's answer to a
+    /// deferred write its task keeps, for `GET /tasks/{handle}` (default
+    /// `"64KiB"`; `0` keeps the status and headers only).
+    pub keep_answer: Option<crate::size::ConfigSize>,
+    /// `seal_answers`: seal every kept answer with the seal key, not only
+    /// those of requests that were sealed (default false).
+    pub seal_answers: Option<bool>,
     /// `retain_completed`: how long `ballast serve` keeps completed and
     /// cancelled tasks before pruning them (default 7 days).
     pub retain_completed: Option<ConfigDuration>,
     /// `retain_failed`: how long it keeps failed tasks (default 30 days).
     pub retain_failed: Option<ConfigDuration>,
 }
+
+/// The largest answer body a task may keep.
+const MAX_KEPT_ANSWER: u64 = 16 << 20;
 
 pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("url", Value),
@@ -62,6 +72,8 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("max_age", Value),
     ("seal_key_env", Value),
     ("seal_headers", Value),
+    ("keep_answer", Value),
+    ("seal_answers", Value),
     ("retain_completed", Value),
     ("retain_failed", Value),
 ];
@@ -158,6 +170,20 @@ pub(crate) fn rules(q: &QueueSection) -> Vec<KeyFinding> {
             &format!("seal_headers.{i}"),
             format!("seal_headers entry \"{header}\" is not an HTTP header name"),
             "use e.g. \"X-Card-Token\"".into(),
+        );
+    }
+    if q.keep_answer.is_some_and(|b| b.bytes() > MAX_KEPT_ANSWER) {
+        refuse(
+            "keep_answer",
+            "`keep_answer` is over 16MiB: each delivered task keeps its answer in its row".into(),
+            "keep what a caller reads of the answer, e.g. \"64KiB\" (the default)".into(),
+        );
+    }
+    if q.seal_answers == Some(true) && q.seal_key_env.is_none() {
+        refuse(
+            "seal_answers",
+            "`seal_answers = true` without `seal_key_env`: there is no key to seal them with".into(),
+            "set `seal_key_env` to the variable that holds the seal key".into(),
         );
     }
     if q.max_age.is_some_and(|d| d.get().is_zero()) {

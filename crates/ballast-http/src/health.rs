@@ -25,6 +25,8 @@ use crate::HttpSystem;
 /// assert!(health.live());
 /// let json = serde_json::to_value(health.report()).unwrap();
 /// assert_eq!(json["systems"][0]["state"], "isolated");
+/// assert_eq!(json["systems"][0]["status"], "unavailable");
+/// assert_eq!(json["status"], "unavailable");
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Health {
@@ -43,8 +45,39 @@ struct Watched {
 pub struct HealthReport {
     /// Whether no critical system's breaker is open or isolated.
     pub ready: bool,
+    /// The worst status of any system; `up` when none is watched.
+    pub status: SystemStatus,
     /// One entry per system, in the order added.
     pub systems: Vec<SystemHealth>,
+}
+
+/// How usable an external system is now, from its breaker and rate limiter.
+///
+/// Ordered from best to worst, so the worst of several is their `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SystemStatus {
+    /// Calls go through: the breaker is closed (or there is none) and
+    /// nothing the system said holds them.
+    Up,
+    /// Calls go through in part: the breaker is half-open or about to
+    /// probe, or the system's own word (a `Retry-After`, a spent quota)
+    /// holds them for a while. Keyed writes are deferred, not lost.
+    Degraded,
+    /// Calls are refused unsent: the breaker is open (until its next probe)
+    /// or isolated. Keyed writes are deferred; reads and unkeyed writes fail.
+    Unavailable,
+}
+
+impl SystemStatus {
+    /// `up`, `degraded` or `unavailable`, as reports spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SystemStatus::Up => "up",
+            SystemStatus::Degraded => "degraded",
+            SystemStatus::Unavailable => "unavailable",
+        }
+    }
 }
 
 /// The health of one external system.
@@ -54,6 +87,8 @@ pub struct SystemHealth {
     pub system: String,
     /// Whether readiness depends on it.
     pub critical: bool,
+    /// How usable it is now.
+    pub status: SystemStatus,
     /// Its breaker's state; `None` without a breaker.
     pub state: Option<BreakerState>,
     /// Seconds spent in that state; `None` without a breaker.
@@ -101,7 +136,7 @@ impl Health {
 
     /// Per-system state, since when, and the next probe.
     pub fn report(&self) -> HealthReport {
-        let systems = self
+        let systems: Vec<SystemHealth> = self
             .systems
             .iter()
             .map(|w| {
@@ -109,13 +144,35 @@ impl Health {
                 SystemHealth {
                     system: w.policy.name().to_owned(),
                     critical: w.critical,
+                    status: status(&w.policy),
                     state: breaker.map(|b| b.state()),
                     since_secs: breaker.map(|b| b.in_state_for().as_secs_f64()),
                     next_probe_in_secs: breaker.and_then(|b| b.next_probe_in()).map(|d| d.as_secs_f64()),
                 }
             })
             .collect();
-        HealthReport { ready: self.ready(), systems }
+        let status = systems.iter().map(|s| s.status).max().unwrap_or(SystemStatus::Up);
+        HealthReport { ready: self.ready(), status, systems }
+    }
+
+    /// Whether any critical system is [`SystemStatus::Unavailable`]: what
+    /// an app that cannot work without a system (and cannot defer its
+    /// writes) makes its readiness depend on.
+    pub fn critical_unavailable(&self) -> bool {
+        self.systems.iter().any(|w| w.critical && status(&w.policy) == SystemStatus::Unavailable)
+    }
+}
+
+fn status(policy: &Policy) -> SystemStatus {
+    let breaker = policy.breaker().map(|b| (b.state(), is_down(b)));
+    let held = policy.rate_limiter().is_some_and(|r| !r.snapshot().held_for.is_zero());
+    match breaker {
+        Some((_, true)) => SystemStatus::Unavailable,
+        Some((BreakerState::HalfOpen | BreakerState::Open | BreakerState::Isolated, false)) => {
+            SystemStatus::Degraded
+        }
+        _ if held => SystemStatus::Degraded,
+        _ => SystemStatus::Up,
     }
 }
 

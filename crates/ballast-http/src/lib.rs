@@ -83,7 +83,7 @@ pub use build_error::{parse_base_url, SystemBuildError};
 pub use classify::{Reqwest, RetryOn, TransportKind, UnknownClass};
 pub use error::HttpError;
 pub use fingerprint::Fingerprint;
-pub use health::{Health, HealthReport, SystemHealth};
+pub use health::{Health, HealthReport, SystemHealth, SystemStatus};
 pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
 pub use plan::{Plan, SentOnce};
 pub use request::{OnceRequest, Request, StreamingRequest};
@@ -108,7 +108,8 @@ pub mod seal;
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub use delivery::{
-    Delivery, DeliveryError, DeliveryHandler, DeliveryResult, ExpiredBy, SealedHeader, DELIVERY_KIND,
+    DeferredBecause, Delivery, DeliveryError, DeliveryHandler, DeliveryResult, ExpiredBy, SealedHeader,
+    TaskView, DELIVERY_KIND,
 };
 #[cfg(feature = "middleware")]
 #[cfg_attr(docsrs, doc(cfg(feature = "middleware")))]

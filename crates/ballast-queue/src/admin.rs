@@ -74,6 +74,8 @@ impl Queue {
     /// final. The task held behind it in its sequence goes next.
     pub async fn cancel(&self, id: i64) -> Result<bool> {
         let Some(sequence) = self.store.cancel(id).await? else { return Ok(false) };
+        // Nobody may be listening: nothing to tell then.
+        let _ = self.ended.send(id);
         self.release_next(sequence).await?;
         Ok(true)
     }

@@ -44,9 +44,46 @@ pub struct Queue {
     pub(crate) gauges: Arc<QueueGauges>,
     /// What tasks enqueued here and workers built on it follow.
     pub(crate) schedule: DurableSchedule,
+    /// The ids of tasks this process ended (its workers, its cancels).
+    pub(crate) ended: tokio::sync::broadcast::Sender<i64>,
 }
 
+/// How many ended task ids a slow [`Queue::ended`] receiver may fall behind
+/// before it misses some (and is told so).
+const ENDED_BACKLOG: usize = 4096;
+
 impl Queue {
+    /// The ids of tasks that end — complete, fail for good, or are
+    /// cancelled — in this process (its workers, its
+    /// [`cancel`](Self::cancel)s) from now on, each as its end is stored.
+    /// Tasks ended by other processes on the same database are not told
+    /// here: find them with [`ended_among`](Self::ended_among). A receiver
+    /// that falls more than 4096 ids behind is told it lagged
+    /// ([`RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged))
+    /// and should look again at what it waits for.
+    ///
+    /// ```no_run
+    /// # async fn f(queue: ballast_queue::Queue, id: i64) {
+    /// let mut ended = queue.ended();
+    /// while let Ok(ended_id) = ended.recv().await {
+    ///     if ended_id == id { break }
+    /// }
+    /// # }
+    /// ```
+    pub fn ended(&self) -> tokio::sync::broadcast::Receiver<i64> {
+        self.ended.subscribe()
+    }
+
+    /// Those of `ids` whose task is final (completed, failed, cancelled) or
+    /// no longer exists: one statement however many are asked about, for a
+    /// process that waits on tasks others may end.
+    pub async fn ended_among(&self, ids: &[i64]) -> Result<Vec<i64>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store.ended_among(ids).await
+    }
+
     /// Connects to `sqlite://path/to/file.db` (created if missing; WAL,
     /// `synchronous = NORMAL`, 5 s busy timeout) or `postgres://…` /
     /// `postgresql://…`.
@@ -225,6 +262,7 @@ impl Queue {
             wake: Arc::new(Notify::new()),
             gauges: Arc::default(),
             schedule: DurableSchedule::default(),
+            ended: tokio::sync::broadcast::channel(ENDED_BACKLOG).0,
         }
     }
 

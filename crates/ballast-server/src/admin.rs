@@ -12,7 +12,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use ballast_http::{Health, SystemHealth, Systems};
+use ballast_http::{Health, HealthReport, SystemHealth, Systems};
 use ballast_queue::QueueMonitor;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use serde::Serialize;
@@ -55,11 +55,18 @@ impl std::fmt::Debug for Admin {
 }
 
 /// The body of `/health/ready`.
+///
+/// Readiness is the gateway's own: its queue database answers and stores.
+/// An external system's outage does not make it unready — the gateway
+/// still accepts and defers the writes meant for it, and every replica
+/// going unready at once would turn one system's outage into the app's.
+/// Each system's [`SystemStatus`](ballast_http::SystemStatus) is reported
+/// beside it, and on `/health/systems`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Readiness {
-    /// No critical system's breaker is open, and the queue database answers and stores.
+    /// The queue database answers and stores.
     pub ready: bool,
-    /// Each external system's breaker.
+    /// Each external system: its status and breaker (not part of `ready`).
     pub systems: Vec<SystemHealth>,
     /// The queue database, as the monitor last saw it.
     pub queue: QueueHealth,
@@ -96,12 +103,13 @@ impl Admin {
         self
     }
 
-    /// `/metrics`, `/health/live` and `/health/ready`.
+    /// `/metrics`, `/health/live`, `/health/ready` and `/health/systems`.
     pub fn router(self) -> Router {
         Router::new()
             .route("/metrics", get(metrics))
             .route("/health/live", get(live))
             .route("/health/ready", get(ready))
+            .route("/health/systems", get(systems))
             .route_layer(axum::middleware::from_fn_with_state(self.clone(), admit))
             .with_state(self)
     }
@@ -116,8 +124,15 @@ impl Admin {
             checked_at: snapshot.checked_at.map(seconds),
             storage_error: snapshot.storage_error.clone(),
         };
-        let ready = systems.ready && queue.reachable && queue.storage_error.is_none();
+        let ready = queue.reachable && queue.storage_error.is_none();
         Readiness { ready, systems: systems.systems, queue }
+    }
+
+    /// Each external system's status, as `/health/systems` serves it, and
+    /// whether a critical one is unavailable.
+    pub fn systems(&self) -> (HealthReport, bool) {
+        let health = Health::from_systems(&self.systems.all());
+        (health.report(), health.critical_unavailable())
     }
 }
 
@@ -156,11 +171,21 @@ async fn live() -> &'static str {
     "live\n"
 }
 
-/// 200 when ready, 503 while a critical system's breaker is open, the
-/// queue database does not answer or the queue cannot store a task (a full
-/// disk, a removed SQLite file); the body says which.
+/// 200 when ready, 503 while the queue database does not answer or the
+/// queue cannot store a task (a full disk, a removed SQLite file); the body
+/// says which, and how each external system is.
 async fn ready(State(admin): State<Admin>) -> impl IntoResponse {
     let report = admin.readiness();
     let status = if report.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(report))
+}
+
+/// Each external system `up`, `degraded` or `unavailable`: 503 while a
+/// system configured `critical = true` is unavailable, 200 otherwise. An
+/// app that cannot work without such a system — one whose calls cannot be
+/// deferred — points its readiness probe here.
+async fn systems(State(admin): State<Admin>) -> impl IntoResponse {
+    let (report, down) = admin.systems();
+    let status = if down { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    (status, Json(serde_json::json!({ "status": report.status, "systems": report.systems })))
 }

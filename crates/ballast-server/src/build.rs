@@ -105,6 +105,10 @@ fn from_settings(settings: HttpSettings, file: &str) -> Result<HttpSystem, Build
             SealKey::from_text(&text).map_err(|source| BuildError::SealKey { var: var.clone(), source })?;
         builder = builder.seal_key(key);
     }
+    if let Some(bytes) = settings.keep_answer {
+        builder = builder.keep_answer(bytes);
+    }
+    builder = builder.seal_answers(settings.seal_answers);
     if !settings.seal_headers.is_empty() {
         builder = builder.seal_headers(&settings.seal_headers);
     }

@@ -203,7 +203,8 @@ impl Server {
                 let gateway = Gateway::new(systems.clone(), deferrals.clone(), g.max_body, token)
                     .hosts(hosts)
                     .trust_forwarded(g.trust_forwarded)
-                    .keep_alive_hint(g.header_read_timeout);
+                    .keep_alive_hint(g.header_read_timeout)
+                    .max_waiters(g.max_waiters);
                 Some((gateway, listener, limits))
             }
         };

@@ -57,7 +57,7 @@ const DRAIN: Duration = Duration::from_secs(5);
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// The paths a reserve slot serves.
-pub const PROBE_PATHS: [&str; 2] = ["/health/live", "/health/ready"];
+pub const PROBE_PATHS: [&str; 3] = ["/health/live", "/health/ready", "/health/systems"];
 
 /// The limits of one listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -148,8 +148,11 @@ async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
     assert_eq!((response.status().as_u16(), attempts(&response)), (202, Some(3)));
     assert_eq!(response.headers()["preference-applied"], "respond-async");
     let location = response.headers()["location"].to_str().unwrap().to_owned();
+    let retry_after: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["state"], "pending");
+    assert_eq!(body["deferred_because"], "attempts_exhausted", "{body}");
+    assert!(body["next_attempt_at"].as_f64().is_some() && retry_after <= 60, "{body}");
     let handle = body["task_id"].as_str().expect("the task's handle").to_owned();
     assert_eq!(location, format!("/tasks/{handle}"));
     // The handle, not the task's sequential id, names it.
@@ -169,14 +172,27 @@ async fn a_deferred_write_completes_after_the_outage_and_its_task_says_so() {
     assert_eq!(task["system"], "pay");
     assert!(["pending", "running"].contains(&task["state"].as_str().unwrap()), "{task}");
 
-    upstream.rescript(|_, _| Reply::body(201, "paid"));
-    eventually("the deferred write is delivered", || async {
-        let task: Value = client().get(&task_url).send().await.unwrap().json().await.unwrap();
-        task["state"] == "completed"
-    })
-    .await;
-    let task: Value = client().get(&task_url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(task["deferred_because"], "attempts_exhausted", "{task}");
+    let bad = client().get(format!("{task_url}?wait=soon")).send().await.unwrap();
+    assert_eq!(
+        (bad.status().as_u16(), problem(bad).await["ballast"]["reason"].clone()),
+        (400, "bad_request".into())
+    );
+
+    upstream.rescript(|_, _| {
+        Reply::body(201, r#"{"payment_id":"pay_7"}"#).header("content-type", "application/json")
+    });
+    // The caller waits for the end instead of polling: one request, held
+    // until the worker delivers it (its next attempt is a backoff away).
+    let waited = client().get(format!("{task_url}?wait=30s")).send().await.unwrap();
+    assert_eq!(waited.status().as_u16(), 200);
+    let task: Value = waited.json().await.unwrap();
+    assert_eq!(task["state"], "completed", "the wait ends with the task: {task}");
     assert_eq!(task["result"]["status"], 201, "the upstream's final answer is kept: {task}");
+    assert_eq!(task["result"]["headers"]["content-type"], "application/json", "{task}");
+    let answer: Value = serde_json::from_str(task["result"]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(answer["payment_id"], "pay_7", "the payment's id, without sending the write again: {task}");
+    assert_eq!(task["next_attempt_at"], Value::Null);
     let seen = upstream.requests();
     assert!(seen.len() >= 4, "3 in memory, then the worker's: {}", seen.len());
     assert!(seen.iter().all(|s| s.header("x-idem-key") == Some(key.as_str())));

@@ -32,12 +32,41 @@ use crate::stripe::{self, Padded};
 pub struct Bulkhead {
     limit: usize,
     queue: usize,
+    /// The share of `limit` [background](crate::background) calls leave to live ones, in percent.
+    reserve_live: u8,
 }
+
+/// The share of a bulkhead's slots kept for live calls unless configured.
+pub const DEFAULT_RESERVE_LIVE: f64 = 0.25;
 
 impl Bulkhead {
     /// At most `limit` attempts in flight, none waiting.
     pub const fn new(limit: usize) -> Self {
-        Self { limit, queue: 0 }
+        Self { limit, queue: 0, reserve_live: 25 }
+    }
+
+    /// Keeps `share` (0.0–1.0, default [`DEFAULT_RESERVE_LIVE`]) of the slots
+    /// for live calls: a [background](crate::background) call — a durable
+    /// queue's delivery, which no caller waits for — waits for a slot
+    /// instead of being refused, but takes one only while more than that
+    /// share is free. At least one slot is always left to background
+    /// calls, so a backlog drains even beside steady live traffic.
+    ///
+    /// ```
+    /// use ballast::Bulkhead;
+    /// assert_eq!(Bulkhead::new(8).reserved_for_live(), 2);
+    /// assert_eq!(Bulkhead::new(8).reserve_live(0.5).reserved_for_live(), 4);
+    /// assert_eq!(Bulkhead::new(1).reserved_for_live(), 0);
+    /// ```
+    pub fn reserve_live(mut self, share: f64) -> Self {
+        let percent = if share.is_finite() { (share.clamp(0.0, 1.0) * 100.0).round() } else { 0.0 };
+        self.reserve_live = percent as u8;
+        self
+    }
+
+    /// The slots background calls leave free for live ones.
+    pub fn reserved_for_live(&self) -> usize {
+        (self.limit * usize::from(self.reserve_live)).div_ceil(100).min(self.limit.saturating_sub(1))
     }
 
     /// Lets up to `queue` attempts wait for a slot (default 0). Waiting respects
@@ -101,6 +130,11 @@ pub(crate) struct BulkheadState {
     freed: Notify,
     limit: usize,
     queue: usize,
+    /// Background calls waiting for a slot (not bounded by `queue`).
+    background: Padded<AtomicUsize>,
+    /// Wakes every background waiter: each decides by the reserve.
+    freed_background: Notify,
+    reserved: usize,
 }
 
 /// A slot in the bulkhead, given back on drop to the stripe of the thread
@@ -116,6 +150,9 @@ impl Drop for Slot<'_> {
         b.free[stripe::thread_index() & (b.free.len() - 1)].fetch_add(1, Ordering::SeqCst);
         if b.waiting.load(Ordering::SeqCst) > 0 {
             b.freed.notify_one();
+        }
+        if b.background.load(Ordering::SeqCst) > 0 {
+            b.freed_background.notify_waiters();
         }
     }
 }
@@ -136,6 +173,9 @@ impl BulkheadState {
             freed: Notify::new(),
             limit: cfg.limit,
             queue: cfg.queue,
+            background: Padded(AtomicUsize::new(0)),
+            freed_background: Notify::new(),
+            reserved: cfg.reserved_for_live(),
         }
     }
 
@@ -181,6 +221,48 @@ impl BulkheadState {
             }
         }
         false
+    }
+
+    /// A slot for a [background](crate::background) call: taken only while
+    /// more than the live calls' reserve is free, waited for otherwise —
+    /// not bounded by the queue, bounded by `deadline` and `cancel`.
+    pub(crate) async fn wait_background(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Slot<'_>, Refused> {
+        self.background.fetch_add(1, Ordering::SeqCst);
+        let _leave = LeaveQueue(&self.background.0);
+        let deadline_passed = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let cancelled = async {
+            match cancel {
+                Some(c) => c.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        let slot = async {
+            loop {
+                let freed = self.freed_background.notified();
+                tokio::pin!(freed);
+                freed.as_mut().enable();
+                if self.limit - self.in_flight() > self.reserved {
+                    if let Some(slot) = self.try_acquire() {
+                        return slot;
+                    }
+                }
+                freed.await;
+            }
+        };
+        tokio::select! {
+            slot = slot => Ok(slot),
+            () = deadline_passed => Err(Refused::Deadline),
+            () = cancelled => Err(Refused::Cancelled),
+        }
     }
 
     /// A slot after waiting in the queue, or why not. Call after

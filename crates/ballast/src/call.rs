@@ -307,9 +307,15 @@ impl<F, J> Call<'_, F, J> {
         };
         let slot = match &inner.bulkhead {
             None => None,
-            Some(bulkhead) => match bulkhead.try_acquire() {
-                Some(slot) => Some(slot),
-                None => match Box::pin(bulkhead.wait(self.deadline, self.cancel)).await {
+            Some(bulkhead) => {
+                let acquired = if crate::background::is_background() {
+                    Box::pin(bulkhead.wait_background(self.deadline, self.cancel)).await
+                } else if let Some(slot) = bulkhead.try_acquire() {
+                    Ok(slot)
+                } else {
+                    Box::pin(bulkhead.wait(self.deadline, self.cancel)).await
+                };
+                match acquired {
                     Ok(slot) => Some(slot),
                     Err(Refused::Full) => {
                         inner.events.emit(EventKind::BulkheadRejected);
@@ -327,8 +333,8 @@ impl<F, J> Call<'_, F, J> {
                     Err(Refused::Cancelled) => {
                         return Step::Stopped(Err(self.gave_up(Failure::Cancelled { attempts: done })));
                     }
-                },
-            },
+                }
+            }
         };
 
         if let Some(limiter) = &inner.rate_limit {

@@ -48,6 +48,7 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod background;
 mod backoff;
 pub mod breaker;
 mod budget;
@@ -73,10 +74,11 @@ mod stripe;
 mod timeline;
 mod timeout;
 
+pub use background::background;
 pub use backoff::{Backoff, DelayBounds, Delays, MIN_FIRST_DELAY, MIN_GROWTH};
 pub use breaker::{Breaker, BreakerSnapshot, BreakerState, CircuitBreaker, HalfOpenAfter};
 pub use budget::{Budget, BudgetLevel};
-pub use bulkhead::Bulkhead;
+pub use bulkhead::{Bulkhead, DEFAULT_RESERVE_LIVE};
 pub use call::Judge;
 pub use classified::Classified;
 pub use classify::{Class, Classification, Classify};

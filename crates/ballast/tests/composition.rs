@@ -443,3 +443,60 @@ async fn a_listener_may_snapshot_the_breaker_when_it_opens() {
     assert_eq!(taken.len(), 1);
     assert_eq!(taken[0].state, BreakerState::Open);
 }
+
+/// Starts a background read that holds its slot until `release` is notified.
+fn hold_in_background(
+    p: &Policy,
+    release: &Arc<tokio::sync::Notify>,
+) -> tokio::task::JoinHandle<Result<(), Failure<Down>>> {
+    let (p, release) = (p.clone(), release.clone());
+    tokio::spawn(async move {
+        ballast::background(p.read(|_| {
+            let release = release.clone();
+            async move {
+                release.notified().await;
+                Ok::<_, Down>(())
+            }
+        }))
+        .await
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn background_calls_wait_for_slots_and_leave_the_live_share_free() {
+    // 4 slots, one kept for live calls: at most 3 background calls run.
+    let p = Policy::builder("gw")
+        .bulkhead(Bulkhead::new(4).reserve_live(0.25))
+        .timeout(Timeout::aggressive(secs(20)).total(secs(20)))
+        .build()
+        .unwrap();
+    let releases: Vec<_> = (0..5).map(|_| Arc::new(tokio::sync::Notify::new())).collect();
+    let background: Vec<_> = releases.iter().map(|r| hold_in_background(&p, r)).collect();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(p.bulkhead_in_flight(), Some(3), "two background calls wait, none is refused");
+    assert!(background.iter().all(|b| !b.is_finished()));
+
+    // The live share is there for a caller, at once.
+    let (live_release, live) = hold_a_slot(&p);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(p.bulkhead_in_flight(), Some(4));
+    // With every slot taken, a live call is refused as before (no queue).
+    let refused = p.read(|_| async { Ok::<_, Down>(()) }).await.unwrap_err();
+    assert!(matches!(refused, Failure::Rejected { rejection: Rejection::BulkheadFull, .. }));
+
+    // A slot freed by the live call is not taken by a waiting background
+    // call (it is the live share); one freed by a background call is.
+    live_release.notify_one();
+    live.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(p.bulkhead_in_flight(), Some(3));
+    for release in &releases {
+        release.notify_one();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        release.notify_one();
+    }
+    for b in background {
+        b.await.unwrap().unwrap();
+    }
+    assert_eq!(p.bulkhead_in_flight(), Some(0));
+}

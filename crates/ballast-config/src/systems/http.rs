@@ -48,6 +48,10 @@ pub struct HttpSettings {
     pub seal_key_env: Option<String>,
     /// `[queue] seal_headers`: headers sealed besides `Authorization`.
     pub seal_headers: Vec<String>,
+    /// `[queue] keep_answer`, in bytes, if given.
+    pub keep_answer: Option<usize>,
+    /// `[queue] seal_answers`.
+    pub seal_answers: bool,
 }
 
 impl Config {
@@ -118,6 +122,10 @@ impl Config {
             read_timeout: system.timeout.as_ref().and_then(|t| t.read).map(|d| d.get()),
             seal_key_env: queue.and_then(|q| q.seal_key_env.clone()),
             seal_headers: queue.and_then(|q| q.seal_headers.clone()).unwrap_or_default(),
+            keep_answer: queue
+                .and_then(|q| q.keep_answer)
+                .map(|b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
+            seal_answers: queue.and_then(|q| q.seal_answers).unwrap_or(false),
         })
     }
 

@@ -193,6 +193,9 @@ pub struct BulkheadSection {
     pub limit: Option<u64>,
     /// `queue`: attempts that may wait for a slot (default 0).
     pub queue: Option<u64>,
+    /// `reserve_live`: the share of `limit` (0.0–1.0, default 0.25) kept
+    /// for live calls while the durable queue's deliveries wait for slots.
+    pub reserve_live: Option<f64>,
 }
 
 /// `[systems.NAME.rate_limit]` (see [`ballast::RateLimit`]).
@@ -271,7 +274,7 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
             ("quorum", Value),
         ]),
     ),
-    ("bulkhead", Table(&[("limit", Value), ("queue", Value)])),
+    ("bulkhead", Table(&[("limit", Value), ("queue", Value), ("reserve_live", Value)])),
     (
         "rate_limit",
         Table(&[

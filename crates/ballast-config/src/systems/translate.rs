@@ -51,7 +51,16 @@ pub(crate) fn translate(name: &str, system: &System) -> Translated {
             Some(limit) => {
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
                 let queue = b.queue.map_or(0, |q| usize::try_from(q).unwrap_or(usize::MAX));
-                builder = builder.bulkhead(Bulkhead::new(limit).queue(queue));
+                let reserve = b.reserve_live.unwrap_or(ballast::DEFAULT_RESERVE_LIVE);
+                if !(0.0..=1.0).contains(&reserve) {
+                    problems.push(KeyFinding::error(
+                        None,
+                        system_path(name, &["bulkhead", "reserve_live"]),
+                        format!("`reserve_live` is {reserve}: it is the share of `limit` kept for live calls, 0.0–1.0"),
+                        "use e.g. 0.25 (the default): a quarter of the slots stay free for callers while a backlog drains",
+                    ));
+                }
+                builder = builder.bulkhead(Bulkhead::new(limit).queue(queue).reserve_live(reserve));
             }
             None => {
                 problems.push(missing(name, "bulkhead", "limit", "add `limit = 8` (concurrent attempts)"))

@@ -14,7 +14,7 @@ use crate::seal::SealError;
 use crate::{Fingerprint, HttpError, HttpSystem, Request, Response};
 
 use super::wire::Envelope;
-use super::{Body, Delivery, DELIVERY_KIND};
+use super::{Body, DeferredBecause, Delivery, DELIVERY_KIND};
 
 impl HttpSystem {
     /// `request` as a [`Delivery`](crate::Delivery) to store for a later send with `key`:
@@ -170,12 +170,12 @@ impl HttpSystem {
         };
         // Captured before sending: a request that cannot be stored is refused
         // unsent rather than found out after an attempt that may have applied it.
-        let (mut task, send_by, fingerprint) = match self.capture(key, &request) {
-            Ok(delivery) => (
-                delivery.task(key),
-                delivery.send_by(Some(self), queue.schedule().max_age),
-                delivery.fingerprint.unwrap_or_else(|| Fingerprint::of(&request)),
-            ),
+        let (mut delivery, send_by, fingerprint) = match self.capture(key, &request) {
+            Ok(delivery) => {
+                let send_by = delivery.send_by(Some(self), queue.schedule().max_age);
+                let fingerprint = delivery.fingerprint.clone().unwrap_or_else(|| Fingerprint::of(&request));
+                (delivery, send_by, fingerprint)
+            }
             Err(error) => return Err(HandoverError::Failed(Failure::unsent(error))),
         };
         if let Some(joined) = deferred_with(queue, key, &fingerprint).await? {
@@ -183,11 +183,11 @@ impl HttpSystem {
         }
         let sequence = plan.sequence(&request);
         if let Some(sequence) = sequence.as_deref() {
-            task = task.sequence(sequence);
             // Sent live it would overtake the earlier write: enqueued behind it.
             if let Some(head) = sequence_head(queue, sequence).await? {
                 let pending = HttpError::SequencePending { sequence: sequence.to_owned(), task_id: head };
-                return match queue.enqueue(task).await {
+                delivery.deferred_because = Some(DeferredBecause::SequencePending);
+                return match queue.enqueue(delivery.task(key).sequence(sequence)).await {
                     Ok(outcome) => {
                         tracing::info!(
                             task_id = outcome.id,
@@ -219,6 +219,11 @@ impl HttpSystem {
             }
             other => other,
         };
+        delivery.deferred_because = outcome.as_ref().err().map(DeferredBecause::of);
+        let mut task = delivery.task(key);
+        if let Some(sequence) = sequence.as_deref() {
+            task = task.sequence(sequence);
+        }
         // Due when the refusal says a call goes through again (the breaker's
         // probe, the next permit), but never past the time the delivery may
         // still be sent: a refusal that names a far time must end in an

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::{HttpError, HttpSystem, Systems};
 
-use super::{Delivery, DeliveryError, DeliveryResult, ExpiredBy};
+use super::{Delivery, DeliveryError, ExpiredBy};
 
 /// Runs [`Delivery`](crate::Delivery) tasks ([`DELIVERY_KIND`](crate::DELIVERY_KIND)): sends each with
 /// [`HttpSystem::write`] and the task's idempotency key.
@@ -21,7 +21,11 @@ use super::{Delivery, DeliveryError, DeliveryResult, ExpiredBy};
 /// failure that sent nothing (a rejection, a refused connection) is tried
 /// again.
 ///
-/// An attempt the breaker or the bulkhead refused before anything was sent,
+/// Each delivery is [background](ballast::background) work: it waits for a
+/// bulkhead slot outside the share reserved for live calls rather than
+/// being refused, and for a rate-limit permit within its deadline.
+///
+/// An attempt the breaker or the rate limit refused before anything was sent,
 /// or one whose system is not configured (a reload removed it), is
 /// postponed — to the breaker's next probe, when it says — without counting
 /// against the task's `max_attempts`
@@ -129,17 +133,21 @@ impl Handler for DeliveryHandler {
         };
         #[cfg(feature = "otel")]
         crate::otel::continue_trace(&span, &delivery.headers);
-        let response =
-            system.send(Operation::KeyedWrite(key), request).instrument(span).await.map_err(|failure| {
-                if matches!(failure, Failure::Rejected { attempts: 0, .. }) {
-                    task.not_attempted();
-                }
-                DeliveryError::Failed {
-                    system: delivery.system.clone(),
-                    dedupes_by_key: system.dedupes_by_key(),
-                    failure,
-                }
-            })?;
+        // Background work: no caller waits for it, so it waits for a
+        // bulkhead slot (outside the live calls' share) instead of being
+        // refused — a backlog drains at the system's pace.
+        let sent = ballast::background(system.send(Operation::KeyedWrite(key), request));
+        let response = sent.instrument(span).await.map_err(|failure| {
+            if matches!(failure, Failure::Rejected { attempts: 0, .. } | Failure::Timeout { attempts: 0, .. })
+            {
+                task.not_attempted();
+            }
+            DeliveryError::Failed {
+                system: delivery.system.clone(),
+                dedupes_by_key: system.dedupes_by_key(),
+                failure,
+            }
+        })?;
         if let Some(verdict) = response.verdict() {
             return Err(DeliveryError::Answered {
                 system: delivery.system.clone(),
@@ -156,8 +164,8 @@ impl Handler for DeliveryHandler {
             status = response.status().as_u16(),
             "deferred write delivered"
         );
-        // A status always serializes; the task completes either way.
-        let _ = task.set_result(&DeliveryResult { status: response.status().as_u16() });
+        // A result of strings and numbers always serializes; the task completes either way.
+        let _ = task.set_result(&system.keep_answer_of(key, &delivery, &response));
         Ok(())
     }
 }

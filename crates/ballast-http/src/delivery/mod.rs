@@ -26,25 +26,18 @@
 //! # Ok(()) }
 //! ```
 
+mod answer;
 mod defer;
 mod error;
 mod handler;
+mod view;
 mod wire;
 
-use serde::{Deserialize, Serialize};
-
+pub use answer::{Answer, DeliveryResult, DEFAULT_KEEP_ANSWER};
 pub use error::{DeliveryError, ExpiredBy};
 pub use handler::DeliveryHandler;
-pub use wire::{Body, Delivery, SealedHeader};
+pub use view::{ResultView, TaskView};
+pub use wire::{Body, DeferredBecause, Delivery, SealedHeader};
 
 /// The task kind of a [`Delivery`]: register a [`DeliveryHandler`] under it.
 pub const DELIVERY_KIND: &str = "ballast.http.delivery";
-
-/// What a delivered [`Delivery`] task stores as its result
-/// ([`TaskInfo::result`](ballast_queue::TaskInfo::result)): the upstream's
-/// final answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeliveryResult {
-    /// The HTTP status the upstream answered the delivering attempt with.
-    pub status: u16,
-}

@@ -91,6 +91,68 @@ pub struct Delivery {
     /// task (R-RES-RE-1). `None` in deliveries stored before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<Fingerprint>,
+    /// Why the write was deferred rather than answered: set when it is
+    /// handed to the queue. Not bound to the envelope: it says nothing
+    /// about what is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deferred_because: Option<DeferredBecause>,
+}
+
+/// Why a keyed write went to the queue instead of being answered: what the
+/// 202 and `GET /tasks/{handle}` say as `deferred_because`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeferredBecause {
+    /// The system's breaker is open (or half-open with its probes taken,
+    /// or isolated): nothing was sent.
+    BreakerOpen,
+    /// The system's bulkhead had no slot: nothing was sent.
+    BulkheadFull,
+    /// The system's rate limit (or its own `Retry-After`) gave no permit
+    /// in time: nothing was sent.
+    RateLimited,
+    /// The retry budget was spent: no further in-memory attempt.
+    BudgetExhausted,
+    /// Every in-memory attempt failed transiently (R-RES-RE-3).
+    AttemptsExhausted,
+    /// The call's total deadline passed.
+    Timeout,
+    /// An earlier write of its sequence still waits in the queue: sent now,
+    /// it would overtake it.
+    SequencePending,
+}
+
+impl DeferredBecause {
+    /// Why `failure` deferred a write.
+    pub fn of<E>(failure: &ballast::Failure<E>) -> DeferredBecause {
+        use ballast::{Failure, Rejection, StopReason};
+        match failure {
+            Failure::Rejected { rejection, .. } => match rejection {
+                Rejection::BulkheadFull => DeferredBecause::BulkheadFull,
+                Rejection::RateLimited { .. } => DeferredBecause::RateLimited,
+                _ => DeferredBecause::BreakerOpen,
+            },
+            Failure::Timeout { .. } => DeferredBecause::Timeout,
+            Failure::Operation { stop: StopReason::BudgetExhausted, .. } => DeferredBecause::BudgetExhausted,
+            Failure::Operation {
+                stop: StopReason::TotalTimeout | StopReason::DeadlineWouldOverrun, ..
+            } => DeferredBecause::Timeout,
+            _ => DeferredBecause::AttemptsExhausted,
+        }
+    }
+
+    /// Its name, as the 202 spells it (`breaker_open`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeferredBecause::BreakerOpen => "breaker_open",
+            DeferredBecause::BulkheadFull => "bulkhead_full",
+            DeferredBecause::RateLimited => "rate_limited",
+            DeferredBecause::BudgetExhausted => "budget_exhausted",
+            DeferredBecause::AttemptsExhausted => "attempts_exhausted",
+            DeferredBecause::Timeout => "timeout",
+            DeferredBecause::SequencePending => "sequence_pending",
+        }
+    }
 }
 
 /// What a delivery's envelope holds, sealed.
@@ -187,6 +249,7 @@ impl Delivery {
             sealed: None,
             sealed_parts: Vec::new(),
             fingerprint: Some(Fingerprint::of(request)),
+            deferred_because: None,
         })
     }
 

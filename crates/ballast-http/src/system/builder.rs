@@ -148,6 +148,10 @@ pub struct HttpSystemBuilder {
     seal: Option<crate::SealKey>,
     #[cfg(feature = "queue")]
     sealed: Vec<HeaderName>,
+    #[cfg(feature = "queue")]
+    keep_answer: usize,
+    #[cfg(feature = "queue")]
+    seal_answers: bool,
 }
 
 impl HttpSystemBuilder {
@@ -173,6 +177,10 @@ impl HttpSystemBuilder {
             seal: None,
             #[cfg(feature = "queue")]
             sealed: crate::seal::SEALED_BY_DEFAULT.iter().map(|n| HeaderName::from_static(n)).collect(),
+            #[cfg(feature = "queue")]
+            keep_answer: crate::delivery::DEFAULT_KEEP_ANSWER,
+            #[cfg(feature = "queue")]
+            seal_answers: false,
         }
     }
 
@@ -294,6 +302,30 @@ impl HttpSystemBuilder {
         self
     }
 
+    /// How much of the body of the answer that completes a deferred write is
+    /// kept with its task (default [`DEFAULT_KEEP_ANSWER`](crate::delivery::DEFAULT_KEEP_ANSWER),
+    /// 64 KiB): a larger body is counted, not kept. Its status and headers
+    /// are always kept ([`Answer`](crate::delivery::Answer)).
+    #[cfg(feature = "queue")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+    #[must_use]
+    pub fn keep_answer(mut self, bytes: usize) -> Self {
+        self.keep_answer = bytes;
+        self
+    }
+
+    /// Seals every kept answer with the [seal key](Self::seal_key), not only
+    /// those of requests that were sealed (they carried credentials, or a
+    /// body under the key): for a system whose answers hold secrets of
+    /// their own (a card token, a one-time code).
+    #[cfg(feature = "queue")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+    #[must_use]
+    pub fn seal_answers(mut self, seal: bool) -> Self {
+        self.seal_answers = seal;
+        self
+    }
+
     /// Builds the system and, unless one was given, its client, with the
     /// client's own retries and redirects off (R-RES-RE-X4).
     pub fn build(self) -> Result<HttpSystem, SystemBuildError> {
@@ -347,6 +379,10 @@ impl HttpSystemBuilder {
                 seal: self.seal,
                 #[cfg(feature = "queue")]
                 sealed: self.sealed,
+                #[cfg(feature = "queue")]
+                keep_answer: self.keep_answer,
+                #[cfg(feature = "queue")]
+                seal_answers: self.seal_answers,
             }),
         })
     }

@@ -61,6 +61,10 @@ struct SystemState {
     seal: Option<crate::SealKey>,
     #[cfg(feature = "queue")]
     sealed: Vec<http::header::HeaderName>,
+    #[cfg(feature = "queue")]
+    keep_answer: usize,
+    #[cfg(feature = "queue")]
+    seal_answers: bool,
 }
 
 impl HttpSystem {
@@ -114,6 +118,19 @@ impl HttpSystem {
     #[cfg(feature = "queue")]
     pub(crate) fn sealed_headers(&self) -> &[http::header::HeaderName] {
         &self.inner.sealed
+    }
+
+    /// How much of a deferred write's answer body is kept
+    /// ([`HttpSystemBuilder::keep_answer`]).
+    #[cfg(feature = "queue")]
+    pub(crate) fn kept_answer_size(&self) -> usize {
+        self.inner.keep_answer
+    }
+
+    /// Whether every kept answer is sealed ([`HttpSystemBuilder::seal_answers`]).
+    #[cfg(feature = "queue")]
+    pub(crate) fn seals_answers(&self) -> bool {
+        self.inner.seal_answers
     }
 
     /// `uri` as errors, logs and spans show it: without the query string

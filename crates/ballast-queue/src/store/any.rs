@@ -86,6 +86,9 @@ impl Store for AnyStore {
     async fn get_by_key(&self, kind: &str, key: &str) -> Result<Option<TaskInfo>> {
         dispatch!(self, s => s.get_by_key(kind, key))
     }
+    async fn ended_among(&self, ids: &[i64]) -> Result<Vec<i64>> {
+        dispatch!(self, s => s.ended_among(ids))
+    }
     async fn release_held(&self, sequences: Option<&[String]>) -> Result<u64> {
         dispatch!(self, s => s.release_held(sequences))
     }

@@ -115,6 +115,9 @@ pub(crate) trait Store: Send + Sync {
     async fn get(&self, id: i64) -> Result<Option<TaskInfo>>;
     /// The task of `kind` enqueued with idempotency key `key`, if any.
     async fn get_by_key(&self, kind: &str, key: &str) -> Result<Option<TaskInfo>>;
+    /// Those of `ids` whose task is final (completed, failed or cancelled)
+    /// or gone: one statement for any number of waiters.
+    async fn ended_among(&self, ids: &[i64]) -> Result<Vec<i64>>;
     /// Makes due the first task of each sequence (of `sequences`, or of
     /// every sequence with a held task) if it waits held and nothing before
     /// it holds it any more; how many it made due.

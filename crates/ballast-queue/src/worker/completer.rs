@@ -60,11 +60,13 @@ pub(super) struct Completer {
     pending: Batch,
     alert: Arc<dyn Alert>,
     summary: RunSummary,
+    /// Told the id of each task whose end was stored ([`Queue::ended`](crate::Queue::ended)).
+    ended: tokio::sync::broadcast::Sender<i64>,
 }
 
 impl Completer {
-    pub fn new(alert: Arc<dyn Alert>) -> Self {
-        Self { pending: Batch::default(), alert, summary: RunSummary::default() }
+    pub fn new(alert: Arc<dyn Alert>, ended: tokio::sync::broadcast::Sender<i64>) -> Self {
+        Self { pending: Batch::default(), alert, summary: RunSummary::default(), ended }
     }
 
     pub fn push(&mut self, settling: Settling) {
@@ -137,6 +139,8 @@ impl Completer {
                 Report::Completed => {
                     self.summary.completed += 1;
                     counters.completed.increment(1);
+                    // Nobody may be listening: nothing to tell then.
+                    let _ = self.ended.send(lease.id);
                 }
                 Report::Rescheduled { kind, attempt, delay } => {
                     self.summary.rescheduled += 1;
@@ -153,6 +157,7 @@ impl Completer {
                     self.summary.failed += 1;
                     counters.failed.increment(1);
                     self.alert.task_failed(&failed);
+                    let _ = self.ended.send(lease.id);
                 }
                 Report::Released => {
                     self.summary.released += 1;

@@ -43,7 +43,7 @@ pub(super) async fn run(worker: super::Worker, shutdown: CancellationToken) -> R
     let held = attempts.held.clone();
     let producer = Producer::start(&queue.store, claim, concurrency, batch, held.clone(), counters).await;
     let mut run = Run {
-        completer: Completer::new(std::sync::Arc::clone(&attempts.alert)),
+        completer: Completer::new(std::sync::Arc::clone(&attempts.alert), queue.ended.clone()),
         executor: Executor::new(attempts),
         producer,
         held,

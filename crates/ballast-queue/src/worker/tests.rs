@@ -147,7 +147,8 @@ async fn heartbeat_racing_the_task_s_own_outcome_reports_no_lost_lease() {
     assert_eq!(cleared.len(), 2);
 
     let round = held.leases();
-    let mut completer = Completer::new(Arc::clone(&worker.attempts.alert));
+    let mut completer =
+        Completer::new(Arc::clone(&worker.attempts.alert), tokio::sync::broadcast::channel(1).0);
     for Cleared { task, cancel, counters } in cleared {
         let lease = task.lease;
         let Finished::Ran(settling) = worker.attempts.attempt(task, cancel, counters).await else {

@@ -252,22 +252,41 @@ async fn deferred(
         Ok(Handover::Done(response)) => upstream(response),
         Ok(Handover::Deferred { task_id, attempts }) => {
             // The task may be an earlier one with the same key: its handle is its own.
-            let handle = match gateway.queue().get(task_id).await {
-                Ok(Some(task)) => serde_json::from_value::<ballast_http::Delivery>(task.payload)
+            let stored = gateway.queue().get(task_id).await.ok().flatten();
+            let handle = stored.as_ref().and_then(|task| {
+                serde_json::from_value::<ballast_http::Delivery>(task.payload.clone())
                     .ok()
-                    .and_then(|delivery| delivery.handle(task_id)),
-                _ => None,
-            };
+                    .and_then(|delivery| delivery.handle(task_id))
+            });
             // Deferred all the same; without a handle (a task stored by an
             // older version) there is only nothing to point at.
+            let view = match (&stored, &handle) {
+                (Some(task), Some(handle)) => {
+                    Some(ballast_http::TaskView::of(handle, task, gateway.systems()))
+                }
+                _ => None,
+            };
+            let next = view.as_ref().and_then(|v| v.next_attempt_at);
+            let body = serde_json::json!({
+                "task_id": handle,
+                "state": view.as_ref().map_or("pending", |v| v.state),
+                "deferred_because": view.as_ref().and_then(|v| v.deferred_because),
+                "next_attempt_at": next,
+            });
             let mut response = (
                 StatusCode::ACCEPTED,
                 [(header::HeaderName::from_static("preference-applied"), RESPOND_ASYNC.to_owned())],
-                axum::Json(serde_json::json!({ "task_id": handle, "state": "pending" })),
+                axum::Json(body),
             )
                 .into_response();
             if let Some(location) = handle.and_then(|h| HeaderValue::from_str(&format!("/tasks/{h}")).ok()) {
                 response.headers_mut().insert(header::LOCATION, location);
+            }
+            if let Some(at) = next {
+                let now =
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                let secs = (at - now.as_secs_f64()).max(0.0).ceil() as u64;
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
             response.headers_mut().insert(ATTEMPTS, HeaderValue::from(attempts));
             response

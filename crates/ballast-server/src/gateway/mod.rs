@@ -17,6 +17,7 @@ mod headers;
 pub mod problem;
 mod tasks;
 mod trace;
+mod waiters;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,7 +65,12 @@ struct GatewayState {
     /// The `Host` names the gateway answers to; any `Host` when none are set
     /// (a router mounted in a test or another server).
     hosts: Option<Hosts>,
+    /// Callers of `GET /tasks/{handle}?wait=…`.
+    waiters: Arc<waiters::Waiters>,
 }
+
+/// Callers of `GET /tasks/{handle}?wait=…` held at once unless configured.
+pub const DEFAULT_MAX_WAITERS: usize = 1024;
 
 impl Gateway {
     /// A gateway to `systems` that defers keyed writes to `queue`, buffers
@@ -73,13 +79,22 @@ impl Gateway {
     pub fn new(systems: Systems, queue: Queue, max_body: usize, token: Option<Token>) -> Self {
         Self(Arc::new(GatewayState {
             systems,
-            queue,
             max_body,
             token,
             keep_alive: None,
             trust_forwarded: false,
             hosts: None,
+            waiters: Arc::new(waiters::Waiters::new(queue.clone(), DEFAULT_MAX_WAITERS)),
+            queue,
         }))
+    }
+
+    /// Holds at most `max` callers of `GET /tasks/{handle}?wait=…` at once
+    /// (default 1024); more are answered 503 `too_many_waiters`.
+    pub fn max_waiters(self, max: usize) -> Self {
+        let mut inner = Arc::unwrap_or_clone(self.0);
+        inner.waiters = Arc::new(waiters::Waiters::new(inner.queue.clone(), max));
+        Self(Arc::new(inner))
     }
 
     /// Passes caller-sent `Forwarded`, `X-Forwarded-*` and `X-Real-IP`
@@ -124,6 +139,10 @@ impl Gateway {
 
     fn systems(&self) -> &Systems {
         &self.0.systems
+    }
+
+    fn waiters(&self) -> &waiters::Waiters {
+        &self.0.waiters
     }
 
     fn queue(&self) -> &Queue {

@@ -77,6 +77,10 @@ pub enum Reason {
     NotFound,
     /// The write should have been deferred, but the queue could not store it.
     QueueUnavailable,
+    /// `GET /tasks/{handle}?wait=…` while the listener holds as many
+    /// waiting callers as it takes (`[gateway] max_waiters`): ask again
+    /// after `Retry-After`, or without `wait`.
+    TooManyWaiters,
     /// The gateway failed on its own (a deferral that stopped midway):
     /// whether the write reached the system is unknown.
     Internal,
@@ -98,7 +102,8 @@ impl Reason {
             | Reason::BulkheadFull
             | Reason::RateLimited
             | Reason::BudgetExhausted
-            | Reason::QueueUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            | Reason::QueueUnavailable
+            | Reason::TooManyWaiters => StatusCode::SERVICE_UNAVAILABLE,
             Reason::KeyRequired
             | Reason::Unrouted
             | Reason::BadKey

@@ -1,61 +1,104 @@
-//! `GET /tasks/{handle}`: where a deferred write stands — its state, attempts,
-//! last error and, once delivered, the upstream's final status.
+//! `GET /tasks/{handle}`: where a deferred write stands — its state, why it
+//! was deferred, when it is tried next and, once delivered, the upstream's
+//! answer ([`TaskView`]). With `?wait=30s` the answer waits until the task
+//! ends or the wait is over ([`super::waiters`]).
 
-use axum::extract::{Path, State};
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ballast_http::{Delivery, DELIVERY_KIND};
-use serde::Serialize;
+use ballast_http::{Delivery, TaskView, DELIVERY_KIND};
+use ballast_queue::TaskInfo;
+use serde::Deserialize;
 
 use super::problem::{Problem, Reason};
+use super::waiters::{parse_wait, MAX_WAIT};
 use super::Gateway;
 
-/// The body of `GET /tasks/{handle}`.
-#[derive(Debug, Serialize)]
-struct TaskView {
-    /// The handle it was asked by (what the 202's `task_id` said).
-    task_id: String,
-    system: Option<String>,
-    state: &'static str,
-    attempts: u32,
-    max_attempts: u32,
-    last_error: Option<String>,
-    /// When it is (or was) due, seconds since the Unix epoch.
-    run_at: f64,
-    /// The upstream's answer to the attempt that delivered it:
-    /// `{"status": 201}` ([`ballast_http::DeliveryResult`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<serde_json::Value>,
+/// `?wait=`: how long to hold the answer for the task to end.
+#[derive(Debug, Deserialize)]
+pub(super) struct Wait {
+    wait: Option<String>,
 }
 
-pub(super) async fn task(State(gateway): State<Gateway>, Path(id): Path<String>) -> Response {
-    let not_found = || {
-        let detail = format!(
-            "no deferred write {id:?}: a deferred write is named by the handle its 202 gave in Location \
-             (/tasks/{{handle}}), not by a task id"
-        );
-        Problem::new(Reason::NotFound, detail).into_response()
-    };
-    let Some(task_id) = Delivery::handle_id(&id) else { return not_found() };
-    let task = match gateway.queue().get(task_id).await {
-        Ok(Some(task)) if task.kind == DELIVERY_KIND && Delivery::opens(&id, &task.payload) => task,
-        Ok(_) => return not_found(),
-        Err(e) => {
-            let detail = format!("cannot read the queue: {e}");
-            return Problem::new(Reason::QueueUnavailable, detail).into_response();
+pub(super) async fn task(
+    State(gateway): State<Gateway>,
+    Path(handle): Path<String>,
+    Query(wait): Query<Wait>,
+) -> Response {
+    let wait = match wait.wait.as_deref().map(|w| (w, parse_wait(w))) {
+        None => None,
+        Some((_, Some(wait))) => Some(wait.min(MAX_WAIT)),
+        Some((text, None)) => {
+            let detail = format!(
+                "wait={text:?} is not a duration: write seconds (`30`, `30s`), `1500ms` or `1m`; at most {}s",
+                MAX_WAIT.as_secs()
+            );
+            return Problem::new(Reason::BadRequest, detail).into_response();
         }
     };
-    let seconds =
-        |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-    Json(TaskView {
-        task_id: id.clone(),
-        system: task.payload.get("system").and_then(|s| s.as_str()).map(str::to_owned),
-        state: task.state.as_str(),
-        attempts: task.attempt,
-        max_attempts: task.max_attempts,
-        last_error: task.last_error.clone(),
-        run_at: seconds(task.run_at),
-        result: task.result.clone(),
-    })
-    .into_response()
+    let Some(task_id) = Delivery::handle_id(&handle) else { return not_found(&handle) };
+    let mut ticket = match wait.filter(|w| !w.is_zero()) {
+        None => None,
+        Some(_) => match gateway.waiters().wait(task_id) {
+            Some(ticket) => Some(ticket),
+            None => {
+                let detail =
+                    "this listener holds as many waiting callers as it takes ([gateway] max_waiters); \
+                              ask again later, or without wait=";
+                return Problem::new(Reason::TooManyWaiters, detail)
+                    .retry_after(Duration::from_secs(1))
+                    .into_response();
+            }
+        },
+    };
+    let task = match read(&gateway, &handle, task_id).await {
+        Ok(task) => task,
+        Err(response) => return response,
+    };
+    let (Some(ticket), Some(wait)) = (ticket.as_mut(), wait) else { return view(&gateway, &handle, &task) };
+    if task.state.is_final() {
+        return view(&gateway, &handle, &task);
+    }
+    // Over or not, the task is read again: the answer is as of now.
+    let _ = tokio::time::timeout(wait, ticket.ended()).await;
+    match read(&gateway, &handle, task_id).await {
+        Ok(task) => view(&gateway, &handle, &task),
+        Err(response) => response,
+    }
+}
+
+/// The delivery task `handle` names, or the answer saying why not.
+async fn read(gateway: &Gateway, handle: &str, task_id: i64) -> Result<TaskInfo, Response> {
+    match gateway.queue().get(task_id).await {
+        Ok(Some(task)) if task.kind == DELIVERY_KIND && Delivery::opens(handle, &task.payload) => Ok(task),
+        Ok(_) => Err(not_found(handle)),
+        Err(e) => {
+            let detail = format!("cannot read the queue: {e}");
+            Err(Problem::new(Reason::QueueUnavailable, detail).into_response())
+        }
+    }
+}
+
+fn view(gateway: &Gateway, handle: &str, task: &TaskInfo) -> Response {
+    let view = TaskView::of(handle, task, gateway.systems());
+    let retry_after = view.next_attempt_at.map(|at| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        (at - now.as_secs_f64()).max(0.0).ceil() as u64
+    });
+    let mut response = Json(view).into_response();
+    if let Some(secs) = retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+fn not_found(handle: &str) -> Response {
+    let detail = format!(
+        "no deferred write {handle:?}: a deferred write is named by the handle its 202 gave in Location \
+         (/tasks/{{handle}}), not by a task id"
+    );
+    Problem::new(Reason::NotFound, detail).into_response()
 }

@@ -322,6 +322,13 @@ impl Store for PgStore {
         row.as_ref().map(task_info).transpose()
     }
 
+    async fn ended_among(&self, ids: &[i64]) -> Result<Vec<i64>> {
+        let sql = "SELECT w.id FROM unnest($1::bigint[]) AS w(id) \
+                   LEFT JOIN ballast_tasks t ON t.id = w.id \
+                   WHERE t.id IS NULL OR t.state IN ('completed', 'failed', 'cancelled')";
+        Ok(sqlx::query_scalar(sql).bind(ids).fetch_all(&self.pool).await?)
+    }
+
     async fn release_held(&self, sequences: Option<&[String]>) -> Result<u64> {
         let released: i64 = sqlx::query_scalar(RELEASE_HELD).bind(sequences).fetch_one(&self.pool).await?;
         Ok(u64::try_from(released).unwrap_or_default())

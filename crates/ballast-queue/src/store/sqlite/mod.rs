@@ -306,6 +306,14 @@ impl Store for SqliteStore {
         row.as_ref().map(task_info).transpose()
     }
 
+    async fn ended_among(&self, ids: &[i64]) -> Result<Vec<i64>> {
+        let sql = "SELECT w.value FROM json_each(?1) AS w \
+                   LEFT JOIN ballast_tasks t ON t.id = w.value \
+                   WHERE t.id IS NULL OR t.state IN ('completed', 'failed', 'cancelled')";
+        let ids = serde_json::to_string(ids).unwrap_or_default();
+        Ok(sqlx::query_scalar(sql).bind(ids).fetch_all(&self.pool).await?)
+    }
+
     async fn release_held(&self, sequences: Option<&[String]>) -> Result<u64> {
         self.check_file()?;
         let sequences = sequences.map(|s| serde_json::to_string(s).unwrap_or_default());
