@@ -50,6 +50,14 @@ pub struct GatewaySection {
     /// `max_waiters`: callers of `GET /tasks/{handle}?wait=…` held at once
     /// (default 1024); more are answered 503 `too_many_waiters`.
     pub max_waiters: Option<u64>,
+    /// `callback_hosts`: the hosts (`name`, or `name:port` for that port
+    /// only) a request's `Ballast-Callback` may name; any other is refused
+    /// 400. Without it, callbacks are refused.
+    pub callback_hosts: Option<Vec<String>>,
+    /// `callback_secret_env`: the environment variable holding the secret
+    /// callbacks are signed with (HMAC-SHA256, at least 16 bytes); required
+    /// with `callback_hosts`.
+    pub callback_secret_env: Option<String>,
 }
 
 pub(crate) const KEYS: &[(&str, Schema)] = &[
@@ -62,6 +70,8 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("trust_forwarded", Value),
     ("allowed_hosts", Value),
     ("max_waiters", Value),
+    ("callback_hosts", Value),
+    ("callback_secret_env", Value),
 ];
 
 /// The `[gateway]` section's values.
@@ -76,6 +86,33 @@ pub(crate) fn rules(g: &GatewaySection) -> Vec<KeyFinding> {
         },
     );
     out.extend(body_timeout("gateway", g.body_read_timeout));
+    let hosts = g.callback_hosts.as_deref().unwrap_or_default();
+    match g.callback_secret_env.as_deref() {
+        None if !hosts.is_empty() => out.push(KeyFinding::error(
+            None,
+            vec!["gateway".to_owned(), "callback_secret_env".to_owned()],
+            "`callback_hosts` without `callback_secret_env`: callbacks would go unsigned, and a receiver could not tell them from a forgery".into(),
+            "name the variable that holds the signing secret, e.g. callback_secret_env = \"BALLAST_CALLBACK_SECRET\"",
+        )),
+        Some(name) if !crate::alerts::is_env_name(name) => out.push(KeyFinding::error(
+            None,
+            vec!["gateway".to_owned(), "callback_secret_env".to_owned()],
+            format!("callback_secret_env {name:?} is not an environment variable name"),
+            "name the variable that holds the secret, never the secret itself",
+        )),
+        _ => {}
+    }
+    for (i, host) in hosts.iter().enumerate() {
+        let plain = !host.is_empty() && !host.contains(['/', '@', '?', '#', ' ']) && !host.contains("://");
+        if !plain {
+            out.push(KeyFinding::error(
+                None,
+                vec!["gateway".to_owned(), "callback_hosts".to_owned(), i.to_string()],
+                format!("callback_hosts entry {host:?} is not a host name or host:port"),
+                "list bare hosts, e.g. \"hooks.shop.example\" or \"10.0.0.5:8443\"",
+            ));
+        }
+    }
     if g.max_waiters == Some(0) {
         out.push(KeyFinding::error(
             None,
@@ -119,6 +156,10 @@ pub struct GatewaySettings {
     pub allowed_hosts: Vec<String>,
     /// Callers of `GET /tasks/{handle}?wait=…` held at once.
     pub max_waiters: usize,
+    /// The hosts a `Ballast-Callback` may name.
+    pub callback_hosts: Vec<String>,
+    /// The variable holding the callbacks' signing secret.
+    pub callback_secret_env: Option<String>,
 }
 
 impl Default for GatewaySettings {
@@ -135,6 +176,8 @@ impl Default for GatewaySettings {
             trust_forwarded: false,
             allowed_hosts: Vec::new(),
             max_waiters: 1024,
+            callback_hosts: Vec::new(),
+            callback_secret_env: None,
         }
     }
 }
@@ -160,6 +203,8 @@ impl Config {
             trust_forwarded: gateway.trust_forwarded.unwrap_or(false),
             allowed_hosts: gateway.allowed_hosts.clone().unwrap_or_default(),
             max_waiters: count(gateway.max_waiters).unwrap_or(defaults.max_waiters),
+            callback_hosts: gateway.callback_hosts.clone().unwrap_or_default(),
+            callback_secret_env: gateway.callback_secret_env.clone(),
         }))
     }
 }

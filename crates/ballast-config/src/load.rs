@@ -368,13 +368,15 @@ fn expected(key: &str) -> &'static str {
         "retain_completed" | "retain_failed" | "max_age" | "timeout" => {
             "write a duration string, e.g. \"7d\" or \"5s\""
         }
-        "critical" | "dedupes_by_key" | "protect_metrics" | "trust_forwarded" => "write true or false",
+        "critical" | "dedupes_by_key" | "protect_metrics" | "trust_forwarded" | "seal_answers" => {
+            "write true or false"
+        }
         "webhook" => "write [[alerts.webhook]] tables, each with url_env and format",
         "retry" | "breaker" | "bulkhead" => {
             "write a table of its settings, or the string \"none\" to leave this part out"
         }
-        "threshold" | "budget_ratio" => "write a number, e.g. 0.5",
-        "retry_on" | "order" | "remove_systems" | "allowed_hosts" | "seal_headers" => {
+        "threshold" | "budget_ratio" | "reserve_live" => "write a number, e.g. 0.5",
+        "retry_on" | "order" | "remove_systems" | "allowed_hosts" | "seal_headers" | "callback_hosts" => {
             "write a list of strings, e.g. [\"5xx\", \"timeout\"]"
         }
         _ => "write a string, e.g. \"exponential\"",

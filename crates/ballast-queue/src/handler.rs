@@ -68,6 +68,33 @@ pub trait Handler: Send + Sync + 'static {
         task: TaskContext,
         payload: Self::Payload,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Tasks to enqueue when a task of this kind ends for good — completed,
+    /// or failed after its last attempt — stored in the same transaction as
+    /// its end, so neither is stored without the other: the way to tell
+    /// whoever waits for the task (a callback), durably. Not called for a
+    /// task an operator cancels. None by default.
+    fn on_end(&self, end: &TaskEnd<'_>) -> Vec<crate::NewTask> {
+        let _ = end;
+        Vec::new()
+    }
+}
+
+/// How a task ended, for [`Handler::on_end`].
+#[derive(Debug, Clone, Copy)]
+pub struct TaskEnd<'a> {
+    /// The task id.
+    pub id: i64,
+    /// The task kind.
+    pub kind: &'a str,
+    /// The task's idempotency key.
+    pub key: Option<&'a str>,
+    /// [`Completed`](crate::TaskState::Completed) or [`Failed`](crate::TaskState::Failed).
+    pub state: crate::TaskState,
+    /// The last error, for a failure.
+    pub error: Option<&'a str>,
+    /// The task's payload, as stored (JSON text).
+    pub payload: &'a str,
 }
 
 /// What a handler knows about the task it runs.
@@ -80,6 +107,7 @@ pub struct TaskContext {
     pub(crate) key: Option<IdempotencyKey>,
     pub(crate) cancel: CancellationToken,
     pub(crate) result: Arc<Mutex<Option<String>>>,
+    pub(crate) next_payload: Arc<Mutex<Option<String>>>,
     pub(crate) not_attempted: Arc<AtomicBool>,
 }
 
@@ -134,6 +162,20 @@ impl TaskContext {
 }
 
 impl TaskContext {
+    /// The payload the task's next attempt gets, if this attempt ends
+    /// rescheduled (a transient failure): how a handler that works in steps
+    /// records where it is — a poller that sent its write and now follows
+    /// the operation it started. Stored with the reschedule, fenced by the
+    /// lease like every outcome; dropped when the attempt completes or
+    /// fails. The task's kind and key stay. The last value set wins.
+    ///
+    /// Fails only if `value` does not serialize to JSON.
+    pub fn set_next_payload<T: serde::Serialize + ?Sized>(&self, value: &T) -> serde_json::Result<()> {
+        let text = serde_json::to_string(value)?;
+        *self.next_payload.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(text);
+        Ok(())
+    }
+
     /// Says that this attempt reached nothing outside the process — a
     /// breaker or a bulkhead refused it, or what it would call is not
     /// configured — so that, if the handler then fails transiently, the task
@@ -167,11 +209,16 @@ pub(crate) type AttemptFuture = Pin<Box<dyn Future<Output = Result<(), AttemptEr
 /// A handler with its payload type erased, so handlers of all kinds share one map.
 pub(crate) trait ErasedHandler: Send + Sync {
     fn call(&self, task: TaskContext, payload: &str) -> AttemptFuture;
+    fn on_end(&self, end: &TaskEnd<'_>) -> Vec<crate::NewTask>;
 }
 
 pub(crate) struct Erased<H>(pub Arc<H>);
 
 impl<H: Handler> ErasedHandler for Erased<H> {
+    fn on_end(&self, end: &TaskEnd<'_>) -> Vec<crate::NewTask> {
+        self.0.on_end(end)
+    }
+
     fn call(&self, task: TaskContext, payload: &str) -> AttemptFuture {
         let payload = match serde_json::from_str::<H::Payload>(payload) {
             Ok(p) => p,

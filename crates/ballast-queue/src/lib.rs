@@ -95,7 +95,7 @@ pub use ballast_vocab::queue::{
 
 pub use alert::{Alert, FailReason, FailedTask, LogAlert};
 pub use error::{Error, Result};
-pub use handler::{Handler, TaskContext};
+pub use handler::{Handler, TaskContext, TaskEnd};
 pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
 pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
 pub use queue::{Queue, TxConnection};

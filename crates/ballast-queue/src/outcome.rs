@@ -14,13 +14,17 @@ use crate::store::{Lease, ValidTask};
 #[derive(Debug, Clone)]
 pub(crate) enum Outcome {
     /// The handler succeeded: final, with what it reported
-    /// ([`TaskContext::set_result`](crate::TaskContext::set_result)) as JSON text.
-    Completed { lease: Lease, result: Option<String> },
+    /// ([`TaskContext::set_result`](crate::TaskContext::set_result)) as JSON
+    /// text; `follow_ups` (its [`Handler::on_end`](crate::Handler::on_end)
+    /// tasks) enqueued in the same transaction, only if the lease still held.
+    Completed { lease: Lease, result: Option<String>, follow_ups: Vec<ValidTask> },
     /// A transient failure: pending again after `delay`, `error` recorded;
     /// unless `counted`, the attempt is given back (it reached nothing
-    /// outside the process).
-    Rescheduled { lease: Lease, delay: Duration, error: String, counted: bool },
-    /// Final failure, `error` recorded; `follow_ups` (the alert's tasks) are
+    /// outside the process); with a `payload`, the next attempt gets it
+    /// ([`TaskContext::set_next_payload`](crate::TaskContext::set_next_payload)).
+    Rescheduled { lease: Lease, delay: Duration, error: String, counted: bool, payload: Option<String> },
+    /// Final failure, `error` recorded; `follow_ups` (the alert's tasks and
+    /// the handler's [`on_end`](crate::Handler::on_end) ones) are
     /// enqueued in the same transaction, and only if the lease still held.
     Failed { lease: Lease, error: String, follow_ups: Vec<ValidTask> },
     /// Handed back unfinished (shutdown): pending and due now, the
@@ -59,10 +63,11 @@ impl Outcome {
         }
     }
 
-    /// The follow-up tasks an outcome enqueues (a failure's alerts).
+    /// The follow-up tasks an outcome enqueues (a failure's alerts, a
+    /// handler's [`on_end`](crate::Handler::on_end) tasks).
     pub fn follow_ups(&self) -> &[ValidTask] {
         match self {
-            Outcome::Failed { follow_ups, .. } => follow_ups,
+            Outcome::Failed { follow_ups, .. } | Outcome::Completed { follow_ups, .. } => follow_ups,
             _ => &[],
         }
     }

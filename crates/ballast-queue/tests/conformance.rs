@@ -35,6 +35,8 @@ fn job(action: &str) -> Job {
 enum TestError {
     Transient,
     Permanent,
+    /// Nothing reached outside; try again in 10 ms.
+    NotYet,
 }
 
 impl std::fmt::Display for TestError {
@@ -42,6 +44,7 @@ impl std::fmt::Display for TestError {
         f.write_str(match self {
             TestError::Transient => "gateway timed out",
             TestError::Permanent => "card declined",
+            TestError::NotYet => "not yet",
         })
     }
 }
@@ -51,6 +54,9 @@ impl Classify for TestError {
         match self {
             TestError::Transient => Classification::transient(),
             TestError::Permanent => Classification::permanent(),
+            TestError::NotYet => {
+                Classification { retry_after: Some(Duration::from_millis(10)), ..Classification::transient() }
+            }
         }
     }
 }
@@ -105,6 +111,17 @@ impl Handler for Scripted {
                 Err(TestError::Permanent)
             }
             "panic" => panic!("boom in handler"),
+            other if other.starts_with("steps:") => {
+                // Works in steps: each attempt records the next for the one after it.
+                let left: u32 = other["steps:".len()..].parse().unwrap();
+                if left == 0 {
+                    task.set_result(&serde_json::json!({ "done_at_attempt": task.attempt() })).unwrap();
+                    return Ok(());
+                }
+                task.set_next_payload(&Job { action: format!("steps:{}", left - 1) }).unwrap();
+                task.not_attempted();
+                Err(TestError::NotYet)
+            }
             "gate" => {
                 self.gate.acquire().await.unwrap().forget();
                 Ok(())
@@ -423,6 +440,26 @@ async fn a_successful_attempt_keeps_its_result(h: &Harness) {
     w.stop().await;
     assert_eq!(kept.result, Some(serde_json::json!({ "status": 201 })));
     assert_eq!((dropped.result, plain.result), (None, None));
+}
+
+async fn a_rescheduled_attempt_hands_its_next_payload_on(h: &Harness) {
+    let handler = Scripted::default();
+    let id = enqueue(&h.queue, "steps:3").await;
+    let w = start(worker(&h.queue, handler.clone()));
+    let done = wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Completed).await;
+    w.stop().await;
+    let actions: Vec<String> = handler.calls().into_iter().map(|c| c.action).collect();
+    assert_eq!(actions, ["steps:3", "steps:2", "steps:1", "steps:0"]);
+    assert_eq!(
+        done.payload,
+        serde_json::json!({ "action": "steps:0" }),
+        "the payload as the last step left it"
+    );
+    assert_eq!(
+        done.result,
+        Some(serde_json::json!({ "done_at_attempt": 1 })),
+        "steps not attempted are not counted"
+    );
 }
 
 async fn permanent_error_fails_at_once(h: &Harness) {
@@ -956,6 +993,7 @@ conformance!(
     transient_errors_back_off_then_fail_with_alert,
     permanent_error_fails_at_once,
     a_successful_attempt_keeps_its_result,
+    a_rescheduled_attempt_hands_its_next_payload_on,
     failure_stores_its_alert_tasks_keyed_by_the_failure,
     a_panic_is_an_unknown_outcome_tried_again_and_the_worker_goes_on,
     bad_payload_fails_with_a_clear_error,

@@ -23,7 +23,8 @@
 //! assert!(sber.is_critical() && sber.dedupes_by_key());
 //! ```
 
-use ballast_config::{Config, ConfigError, HttpSettings, QueueSettings};
+use ballast_config::{Config, ConfigError, GatewaySettings, HttpSettings, QueueSettings};
+use ballast_http::delivery::CallbackPolicy;
 use ballast_http::metrics::SystemMetrics;
 use ballast_http::{HttpSystem, SealError, SealKey, SystemBuildError};
 use ballast_queue::{Queue, Retention, Worker, WorkerBuilder};
@@ -66,6 +67,36 @@ pub enum BuildError {
         /// Why the key is unusable (its value is never shown).
         source: SealError,
     },
+    /// `[gateway] callback_secret_env` names a variable that is unset or
+    /// too short to sign with.
+    #[error(
+        "[gateway] callback_secret_env names {var}, which is not set or shorter than {MIN_CALLBACK_SECRET} bytes: \
+         export a random secret (e.g. `openssl rand -hex 32`) that the callbacks' receivers share"
+    )]
+    CallbackSecret {
+        /// The variable.
+        var: String,
+    },
+}
+
+/// The shortest callback signing secret taken.
+pub const MIN_CALLBACK_SECRET: usize = 16;
+
+/// Where callbacks may go and what signs them, from `[gateway]`
+/// `callback_hosts` and the variable `callback_secret_env` names: none
+/// allowed without them.
+pub fn callbacks(gateway: Option<&GatewaySettings>) -> Result<CallbackPolicy, BuildError> {
+    let Some(g) = gateway.filter(|g| !g.callback_hosts.is_empty()) else {
+        return Ok(CallbackPolicy::new(Vec::<String>::new(), Vec::new()));
+    };
+    // Lint refuses callback_hosts without the variable's name.
+    let var = g.callback_secret_env.clone().unwrap_or_default();
+    match std::env::var(&var) {
+        Ok(secret) if secret.len() >= MIN_CALLBACK_SECRET => {
+            Ok(CallbackPolicy::new(&g.callback_hosts, secret.into_bytes()))
+        }
+        _ => Err(BuildError::CallbackSecret { var }),
+    }
 }
 
 /// The HTTP system `name`: its client (base URL, connect and read timeouts,

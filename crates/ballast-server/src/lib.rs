@@ -48,6 +48,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ballast_config::{Config, ConfigError};
+use ballast_http::delivery::{CallbackHandler, CALLBACK_KIND};
 use ballast_http::{DeliveryHandler, Systems, DELIVERY_KIND};
 use ballast_queue::{QueueMonitor, RunSummary, Worker};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -174,17 +175,20 @@ impl Server {
         build::retention(&queue_settings).spawn(queue.clone(), background.clone());
         warn_unopenable(&queue, &systems).await;
         let webhooks = Webhooks::from_settings(&config.alerts()?)?;
+        let gateway_settings = config.gateway()?;
+        let callbacks = build::callbacks(gateway_settings.as_ref())?;
         let deferrals = queue.clone();
-        let worker = build::worker(&queue_settings, queue)
+        let worker = build::worker(&queue_settings, queue.clone())
             .handler(
                 DELIVERY_KIND,
                 DeliveryHandler::shared(systems.clone()).max_age(queue_settings.schedule.max_age),
             )
+            .handler(CALLBACK_KIND, CallbackHandler::new(queue, systems.clone(), callbacks.clone()))
             .handler(ALERT_KIND, webhooks.handler())
             .alert(webhooks)
             .build()
             .map_err(ServeError::Worker)?;
-        let gateway = match config.gateway()? {
+        let gateway = match gateway_settings {
             None => None,
             Some(g) => {
                 let token = Token::for_listener("gateway", g.listen, g.token_env.as_deref())?;
@@ -204,7 +208,8 @@ impl Server {
                     .hosts(hosts)
                     .trust_forwarded(g.trust_forwarded)
                     .keep_alive_hint(g.header_read_timeout)
-                    .max_waiters(g.max_waiters);
+                    .max_waiters(g.max_waiters)
+                    .callbacks(callbacks);
                 Some((gateway, listener, limits))
             }
         };

@@ -458,3 +458,166 @@ async fn a_deferred_write_keeps_its_caller_s_trace() {
     let parent = delivered.header("traceparent").unwrap_or_default().to_owned();
     assert!(parent.contains(trace), "the delivery continues the caller's trace: {parent:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_write_calls_back_signed_when_it_is_delivered_and_only_to_listed_hosts() {
+    let upstream = Upstream::start(|_, n| match n {
+        1..=3 => Reply::body(503, "down"),
+        _ => Reply::body(201, r#"{"payment_id":"pay_9"}"#).header("content-type", "application/json"),
+    })
+    .await;
+    let receiver = Upstream::start(|_, _| Reply::status(204)).await;
+    std::env::set_var("GATEWAY_TEST_CALLBACK_SECRET", "callback-secret-0123456789");
+    let config = SYSTEMS.replace(
+        "max_body = \"1KiB\"",
+        &format!(
+            "max_body = \"1KiB\"\ncallback_hosts = [\"{}\"]\ncallback_secret_env = \"GATEWAY_TEST_CALLBACK_SECRET\"",
+            receiver.addr
+        ),
+    );
+    let served = serve(&upstream, &config).await;
+    let key = IdempotencyKey::v5("order-9", "pay");
+    let deferring = |callback: String| {
+        client()
+            .post(format!("{}/call/pay/payments", served.gateway))
+            .header("idempotency-key", key.as_str())
+            .header("prefer", "respond-async")
+            .header("ballast-callback", callback)
+            .body("100")
+    };
+
+    // A caller may not aim the gateway at an address the operator did not list.
+    for elsewhere in ["http://169.254.169.254/latest/meta-data", "http://127.0.0.1:1/x", "file:///etc/passwd"]
+    {
+        let refused = deferring(elsewhere.to_owned()).send().await.unwrap();
+        assert_eq!(refused.status().as_u16(), 400, "{elsewhere}");
+        assert_eq!(problem(refused).await["ballast"]["reason"], "bad_callback", "{elsewhere}");
+    }
+    assert!(upstream.requests().is_empty(), "refused unsent");
+
+    let callback_url = format!("http://{}/hooks/payments?token=t0k3n", receiver.addr);
+    let deferred = deferring(callback_url).send().await.unwrap();
+    assert_eq!(deferred.status().as_u16(), 202);
+    let handle = deferred.json::<Value>().await.unwrap()["task_id"].as_str().unwrap().to_owned();
+
+    eventually("the callback arrives", || async { !receiver.requests().is_empty() }).await;
+    let seen = receiver.requests();
+    let call = &seen[0];
+    assert_eq!((call.method.as_str(), call.target.as_str()), ("POST", "/hooks/payments?token=t0k3n"));
+    assert_eq!(call.header("ballast-task"), Some(handle.as_str()));
+    assert!(call.header("ballast-delivery").is_some_and(|d| Some(d) == call.header("idempotency-key")));
+    let policy = ballast_http::delivery::CallbackPolicy::new(
+        [receiver.addr.to_string()],
+        b"callback-secret-0123456789".to_vec(),
+    );
+    let signature = call.header("ballast-signature").unwrap();
+    let now = std::time::SystemTime::now();
+    assert!(policy.verify(signature, &call.body, now, Duration::from_secs(300)), "signed: {signature}");
+    let forged = ballast_http::delivery::CallbackPolicy::new(
+        [receiver.addr.to_string()],
+        b"not the secret!!".to_vec(),
+    );
+    assert!(!forged.verify(signature, &call.body, now, Duration::from_secs(300)));
+    let event: Value = serde_json::from_slice(&call.body).unwrap();
+    assert_eq!(
+        (event["type"].as_str(), event["task"]["state"].as_str()),
+        (Some("task.completed"), Some("completed"))
+    );
+    let answer: Value = serde_json::from_str(event["task"]["result"]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(answer["payment_id"], "pay_9", "the payment's id is in its callback: {event}");
+    // Once: the receiver answered 2xx.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.requests().len(), 1);
+}
+
+/// A payment API that accepts a payment with 202 and a status URL, says
+/// `running` twice, then `succeeded` with the payment's id.
+fn long_running(target: &str, looks: u32) -> Reply {
+    if target.starts_with("/v1/payments") {
+        Reply::body(202, r#"{"status":"running"}"#)
+            .header("location", "/v1/operations/op-1")
+            .header("retry-after", "0")
+    } else if looks <= 2 {
+        Reply::body(200, r#"{"status":"running"}"#).header("retry-after", "0")
+    } else {
+        Reply::body(200, r#"{"status":"succeeded","payment_id":"pay_42"}"#)
+            .header("content-type", "application/json")
+    }
+}
+
+const FOLLOWED: &str = r#"
+[systems.ops]
+base_url = "http://{upstream}/v1/"
+dedupes_by_key = true
+key_ttl = "7d"
+
+[systems.ops.routes."POST /payments"]
+kind = "keyed_write"
+follow = { field = "status", done = ["succeeded", "failed"], deadline = "1m" }
+
+[systems.ops.routes."GET /operations/{id}"]
+kind = "read"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_operation_is_followed_to_its_end_and_its_answer_kept() {
+    let looks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let upstream = {
+        let looks = looks.clone();
+        Upstream::start(move |request, _| {
+            let n = if request.target.starts_with("/v1/operations") {
+                looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+            } else {
+                0
+            };
+            long_running(&request.target, n)
+        })
+        .await
+    };
+    let served = serve(&upstream, &format!("{SYSTEMS}\n{FOLLOWED}")).await;
+    let key = IdempotencyKey::v5("order-42", "pay");
+    let accepted = served.defer("ops/payments", key.as_str(), "100").await;
+    assert_eq!(accepted.status().as_u16(), 202);
+    let body: Value = accepted.json().await.unwrap();
+    assert_eq!(body["deferred_because"], "accepted", "{body}");
+    let handle = body["task_id"].as_str().unwrap();
+
+    let done: Value = client()
+        .get(format!("{}/tasks/{handle}?wait=20s", served.gateway))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (done["state"].as_str(), done["result"]["status"].as_u64()),
+        (Some("completed"), Some(200)),
+        "{done}"
+    );
+    let answer: Value = serde_json::from_str(done["result"]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (answer["status"].as_str(), answer["payment_id"].as_str()),
+        (Some("succeeded"), Some("pay_42"))
+    );
+    let seen = upstream.requests();
+    let writes = seen.iter().filter(|s| s.target.starts_with("/v1/payments")).count();
+    let reads: Vec<_> = seen.iter().filter(|s| s.target == "/v1/operations/op-1").collect();
+    assert_eq!(writes, 1, "the write is sent once; its operation is read");
+    assert_eq!(reads.len(), 3, "running, running, succeeded");
+    assert!(reads.iter().all(|r| r.method == "GET" && r.key().is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_that_outlives_its_deadline_fails_the_task() {
+    let upstream = Upstream::start(|request, _| long_running(&request.target, 0)).await;
+    let config = FOLLOWED.replace("deadline = \"1m\"", "deadline = \"1s\"");
+    let served = serve(&upstream, &format!("{SYSTEMS}\n{config}")).await;
+    let accepted = served.defer("ops/payments", IdempotencyKey::v5("order-43", "pay").as_str(), "100").await;
+    let handle = accepted.json::<Value>().await.unwrap()["task_id"].as_str().unwrap().to_owned();
+    let url = format!("{}/tasks/{handle}?wait=10s", served.gateway);
+    let ended: Value = client().get(&url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(ended["state"], "failed", "{ended}");
+    let error = ended["last_error"].as_str().unwrap();
+    assert!(error.contains("did not end within") && error.contains("operations/op-1"), "{error}");
+}

@@ -94,7 +94,25 @@ pub enum RouteValue {
         /// (`"customer/{id}"`): such writes are applied in the order they
         /// were accepted.
         sequence: Option<String>,
+        /// `follow`: a `202 Accepted` with a `Location` is followed to the
+        /// operation's end by the worker (see [`FollowSection`]).
+        follow: Option<FollowSection>,
     },
+}
+
+/// `follow` of a route: how the operation a `202 Accepted` started is
+/// followed (`follow = {}` for the defaults).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct FollowSection {
+    /// `field`: the JSON field of the status answer that says the
+    /// operation ended (`status`, or dotted: `operation.status`); without
+    /// it, any status other than 202 ends it.
+    pub field: Option<String>,
+    /// `done`: the field's final values (`["succeeded", "failed"]`).
+    pub done: Option<Vec<String>>,
+    /// `deadline`: how long it is followed before the task fails and
+    /// alerts (default 1h).
+    pub deadline: Option<ConfigDuration>,
 }
 
 impl RouteValue {
@@ -119,6 +137,14 @@ impl RouteValue {
         match self {
             RouteValue::Kind(_) => None,
             RouteValue::Table { sequence, .. } => sequence.as_deref(),
+        }
+    }
+
+    /// How an accepted write is followed, if it is.
+    pub fn follow(&self) -> Option<&FollowSection> {
+        match self {
+            RouteValue::Kind(_) => None,
+            RouteValue::Table { follow, .. } => follow.as_ref(),
         }
     }
 
@@ -288,7 +314,13 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ),
     (
         "routes",
-        Named(&[("kind", Value), ("timeout", Value), ("method_override", Value), ("sequence", Value)]),
+        Named(&[
+            ("kind", Value),
+            ("timeout", Value),
+            ("method_override", Value),
+            ("sequence", Value),
+            ("follow", Table(&[("field", Value), ("done", Value), ("deadline", Value)])),
+        ]),
     ),
     ("unrouted", Value),
     ("path_case", Value),

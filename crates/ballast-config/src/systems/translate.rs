@@ -10,7 +10,7 @@ use ballast::{
 use crate::finding::{system_path, KeyFinding};
 use crate::model::{BreakerSection, Part, RetrySection, RouteValue, System, TimeoutSection};
 use crate::suggest::did_you_mean;
-use ballast_vocab::http::routes::{Route, RouteKind, Routes, Unrouted};
+use ballast_vocab::http::routes::{Follow, Route, RouteKind, Routes, Unrouted};
 
 /// The backoff kinds that exist (R-RES-RE-X3).
 pub const BACKOFF_KINDS: [&str; 2] = ["exponential", "exponential-full-jitter"];
@@ -209,6 +209,26 @@ fn routes(name: &str, system: &System, timeout: &Timeout, problems: &mut Vec<Key
                     at(&["sequence"]),
                     why,
                     "a sequence names the entity a write changes from the route's {param}s, like \"customer/{id}\"",
+                )),
+            }
+        }
+        if let Some(follow) = value.follow() {
+            match follow_of(follow) {
+                _ if kind != RouteKind::KeyedWrite => problems.push(KeyFinding::error(
+                    Some(Rule::Re1),
+                    at(&["follow"]),
+                    format!(
+                        "{} is not a keyed_write: an operation is followed by a task named by its write's key",
+                        route.name()
+                    ),
+                    "declare the route kind = \"keyed_write\" (its callers send an Idempotency-Key), or drop `follow`",
+                )),
+                Ok(follow) => route = route.follow(follow),
+                Err(why) => problems.push(KeyFinding::error(
+                    None,
+                    at(&["follow"]),
+                    why,
+                    "write e.g. follow = { field = \"status\", done = [\"succeeded\", \"failed\"], deadline = \"1h\" }, or follow = {} to follow until a status other than 202",
                 )),
             }
         }
@@ -515,6 +535,30 @@ fn scope(name: &str, section: &str, scope: Option<&str>, problems: &mut Vec<KeyF
             Scope::Replica
         }
     }
+}
+
+/// The [`Follow`] a route's `follow` table says.
+fn follow_of(section: &crate::systems::FollowSection) -> Result<Follow, String> {
+    let mut follow = Follow::new();
+    match (section.field.as_deref(), section.done.as_deref()) {
+        (Some(field), Some(done)) if !field.trim().is_empty() && !done.is_empty() => {
+            follow = follow.field(field.trim(), done.iter().cloned());
+        }
+        (Some(_), _) => {
+            return Err("`follow.field` needs `done`: the values that say the operation ended".into())
+        }
+        (None, Some(_)) => {
+            return Err("`follow.done` needs `field`: the JSON field whose values they are".into())
+        }
+        (None, None) => {}
+    }
+    if let Some(deadline) = section.deadline {
+        if deadline.get().is_zero() {
+            return Err("`follow.deadline` is zero: the operation would fail before its first look".into());
+        }
+        follow = follow.deadline(deadline.get());
+    }
+    Ok(follow)
 }
 
 fn missing(name: &str, section: &str, key: &str, help: &str) -> KeyFinding {

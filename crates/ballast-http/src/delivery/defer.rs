@@ -16,6 +16,31 @@ use crate::{Fingerprint, HttpError, HttpSystem, Request, Response};
 use super::wire::Envelope;
 use super::{Body, DeferredBecause, Delivery, DELIVERY_KIND};
 
+/// What a deferred write asks for besides its request.
+///
+/// ```
+/// use ballast_http::delivery::DeferOptions;
+///
+/// let options = DeferOptions::default().callback("https://hooks.shop.example/ballast");
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct DeferOptions {
+    callback: Option<String>,
+}
+
+impl DeferOptions {
+    /// `POST`ed to, signed, when the deferred task ends for good (see
+    /// [`callback`](super::callback)): a worker must run a
+    /// [`CallbackHandler`](super::CallbackHandler) whose
+    /// [policy](super::CallbackPolicy) allows it. Unused when the write is
+    /// not deferred: its caller has the answer.
+    pub fn callback(mut self, url: impl Into<String>) -> Self {
+        self.callback = Some(url.into());
+        self
+    }
+}
+
 impl HttpSystem {
     /// `request` as a [`Delivery`](crate::Delivery) to store for a later send with `key`:
     /// with the system's [seal key](crate::HttpSystemBuilder::seal_key), the
@@ -164,6 +189,32 @@ impl HttpSystem {
         queue: &Queue,
         request: Request,
     ) -> Result<Handover<Response>, HandoverError<HttpError>> {
+        self.write_or_defer_planned_with(plan, queue, request, &DeferOptions::default()).await
+    }
+
+    /// [`write_or_defer`](Self::write_or_defer), with what a deferred task
+    /// asks for besides its request ([`DeferOptions`]): a callback when it ends.
+    pub async fn write_or_defer_with(
+        &self,
+        key: &IdempotencyKey,
+        queue: &Queue,
+        request: Request,
+        options: &DeferOptions,
+    ) -> Result<Handover<Response>, HandoverError<HttpError>> {
+        match self.plan(Operation::KeyedWrite(key), &request) {
+            Ok(plan) => self.write_or_defer_planned_with(plan, queue, request, options).await,
+            Err(e) => Err(HandoverError::Failed(Failure::unsent(e))),
+        }
+    }
+
+    /// [`write_or_defer_planned`](Self::write_or_defer_planned) with [`DeferOptions`].
+    pub async fn write_or_defer_planned_with(
+        &self,
+        plan: crate::Plan<'_>,
+        queue: &Queue,
+        request: Request,
+        options: &DeferOptions,
+    ) -> Result<Handover<Response>, HandoverError<HttpError>> {
         let Some(key) = plan.operation().key().filter(|_| plan.is_deduplicated_write()) else {
             let sent = self.send_planned(plan, request).await;
             return sent.map(Handover::Done).map_err(HandoverError::Failed);
@@ -171,7 +222,8 @@ impl HttpSystem {
         // Captured before sending: a request that cannot be stored is refused
         // unsent rather than found out after an attempt that may have applied it.
         let (mut delivery, send_by, fingerprint) = match self.capture(key, &request) {
-            Ok(delivery) => {
+            Ok(mut delivery) => {
+                delivery.callback = options.callback.clone();
                 let send_by = delivery.send_by(Some(self), queue.schedule().max_age);
                 let fingerprint = delivery.fingerprint.clone().unwrap_or_else(|| Fingerprint::of(&request));
                 (delivery, send_by, fingerprint)
@@ -201,6 +253,8 @@ impl HttpSystem {
                 };
             }
         }
+        let follow = plan.route().and_then(|r| r.followed()).cloned();
+        let path = request.path().to_owned();
         let outcome = match self.send_planned(plan, request).await {
             // A transient answer after the last attempt: the queue tries again.
             Ok(answer) if answer.verdict().is_some_and(|v| v.is_transient()) => {
@@ -219,6 +273,13 @@ impl HttpSystem {
             }
             other => other,
         };
+        let accepted = match (&outcome, follow) {
+            (Ok(answer), Some(follow)) => super::Following::accepted(self, &follow, &path, answer),
+            _ => None,
+        };
+        if let Some(following) = accepted {
+            return self.follow_accepted(queue, key, delivery, sequence.as_deref(), following, outcome).await;
+        }
         delivery.deferred_because = outcome.as_ref().err().map(DeferredBecause::of);
         let mut task = delivery.task(key);
         if let Some(sequence) = sequence.as_deref() {
@@ -247,6 +308,46 @@ impl HttpSystem {
             }
         }
         Ok(handed)
+    }
+}
+
+impl HttpSystem {
+    /// A write the system accepted with a 202 whose operation its route
+    /// follows: handed to the queue to be followed, the 202 kept for a
+    /// caller if the queue cannot take it.
+    async fn follow_accepted(
+        &self,
+        queue: &Queue,
+        key: &IdempotencyKey,
+        mut delivery: Delivery,
+        sequence: Option<&str>,
+        following: super::Following,
+        accepted: Result<Response, Failure<HttpError>>,
+    ) -> Result<Handover<Response>, HandoverError<HttpError>> {
+        let first_look =
+            accepted.as_ref().ok().map(|answer| following.first_look(answer)).unwrap_or_default();
+        delivery.deferred_because = Some(DeferredBecause::Accepted);
+        delivery.following = Some(following);
+        let mut task = delivery.task(key).run_after(first_look);
+        if let Some(sequence) = sequence {
+            task = task.sequence(sequence);
+        }
+        match queue.enqueue(task).await {
+            Ok(outcome) => {
+                tracing::info!(
+                    task_id = outcome.id,
+                    system = self.name(),
+                    "operation accepted; the worker follows it"
+                );
+                let attempts = accepted.as_ref().map_or(0, Response::attempts);
+                Ok(Handover::Deferred { task_id: outcome.id, attempts })
+            }
+            Err(error) => {
+                // The 202 stays the caller's: the operation goes on at the system.
+                tracing::warn!(%error, system = self.name(), "an accepted operation cannot be followed: the queue did not take it; the 202 is the answer");
+                accepted.map(Handover::Done).map_err(HandoverError::Failed)
+            }
+        }
     }
 }
 

@@ -68,6 +68,29 @@ pub enum DeliveryError {
         /// The attempts this delivery made.
         attempts: u32,
     },
+    /// The operation the write started still runs: looked at again after
+    /// `retry_in` ([`Follow`](crate::routes::Follow)).
+    #[error("the operation {system} accepted still runs; looked at again in {retry_in:?}")]
+    Running {
+        /// The system's name.
+        system: String,
+        /// When it is looked at next.
+        retry_in: std::time::Duration,
+    },
+    /// The operation the write started did not end within its route's
+    /// follow deadline: the task fails, and alerts.
+    #[error(
+        "the operation {system} accepted did not end within {deadline:?} (the route's follow deadline); \
+         check its status at {system} ({status_path})"
+    )]
+    FollowDeadline {
+        /// The system's name.
+        system: String,
+        /// The route's deadline.
+        deadline: std::time::Duration,
+        /// Where its status was read, relative to the system's base URL.
+        status_path: String,
+    },
     /// The system gave no answer to the write.
     #[error("{}", failed_message(system, *dedupes_by_key, failure))]
     Failed {
@@ -144,6 +167,9 @@ impl Classify for DeliveryError {
                 return Classification::transient().with_retry_after(HOLD_UNKNOWN)
             }
             DeliveryError::Sealed { .. } => return Classification::transient().with_retry_after(HOLD_SEALED),
+            DeliveryError::Running { retry_in, .. } => {
+                return Classification::transient().with_retry_after(*retry_in)
+            }
             _ => return Classification::permanent(),
         };
         match failure {

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::{HttpError, HttpSystem, Systems};
 
-use super::{Delivery, DeliveryError, ExpiredBy};
+use super::{Delivery, DeliveryError, ExpiredBy, Following};
 
 /// Runs [`Delivery`](crate::Delivery) tasks ([`DELIVERY_KIND`](crate::DELIVERY_KIND)): sends each with
 /// [`HttpSystem::write`] and the task's idempotency key.
@@ -81,9 +81,17 @@ impl Handler for DeliveryHandler {
     type Payload = Delivery;
     type Error = DeliveryError;
 
+    /// The [callback](super::callback) its request asked for, if any.
+    fn on_end(&self, end: &ballast_queue::TaskEnd<'_>) -> Vec<ballast_queue::NewTask> {
+        super::callback::Callback::for_end(end).into_iter().collect()
+    }
+
     async fn handle(&self, task: TaskContext, delivery: Delivery) -> Result<(), DeliveryError> {
         let system = self.systems.get(&delivery.system);
-        if let Some(by) = delivery.send_by(system.as_ref(), self.max_age) {
+        // An accepted write is not sent again: its follow deadline bounds it.
+        if let Some(by) =
+            delivery.send_by(system.as_ref(), self.max_age).filter(|_| delivery.following.is_none())
+        {
             if SystemTime::now() > by {
                 return Err(DeliveryError::Expired {
                     system: delivery.system.clone(),
@@ -104,6 +112,17 @@ impl Handler for DeliveryHandler {
             return Err(DeliveryError::UnknownSystem { system: delivery.system.clone() });
         };
         let key = task.key().ok_or(DeliveryError::NoKey { task_id: task.id() })?;
+        if let Some(following) = &delivery.following {
+            let answer = system.look(&task, &delivery, following).await?;
+            tracing::info!(
+                system = %delivery.system,
+                task_id = task.id(),
+                status = answer.status().as_u16(),
+                "the operation the write started ended"
+            );
+            let _ = task.set_result(&system.keep_answer_of(key, &delivery, &answer));
+            return Ok(());
+        }
         let request = match system.open_delivery(key, &delivery) {
             Ok(request) => request,
             Err(HttpError::Unseal { source, .. }) => {
@@ -136,7 +155,10 @@ impl Handler for DeliveryHandler {
         // Background work: no caller waits for it, so it waits for a
         // bulkhead slot (outside the live calls' share) instead of being
         // refused — a backlog drains at the system's pace.
-        let sent = ballast::background(system.send(Operation::KeyedWrite(key), request));
+        let plan = system.plan(Operation::KeyedWrite(key), &request).map_err(DeliveryError::Invalid)?;
+        let follow = plan.route().and_then(|r| r.followed()).cloned();
+        let path = request.path().to_owned();
+        let sent = ballast::background(system.send_planned(plan, request));
         let response = sent.instrument(span).await.map_err(|failure| {
             if matches!(failure, Failure::Rejected { attempts: 0, .. } | Failure::Timeout { attempts: 0, .. })
             {
@@ -156,6 +178,9 @@ impl Handler for DeliveryHandler {
                 verdict,
                 attempts: response.attempts(),
             });
+        }
+        if let Some(following) = follow.and_then(|f| Following::accepted(&system, &f, &path, &response)) {
+            return Err(system.start_following(&task, &delivery, following, &response));
         }
         tracing::info!(
             system = %delivery.system,

@@ -27,14 +27,19 @@
 //! ```
 
 mod answer;
+pub mod callback;
 mod defer;
 mod error;
+mod follow;
 mod handler;
 mod view;
 mod wire;
 
 pub use answer::{Answer, DeliveryResult, DEFAULT_KEEP_ANSWER};
+pub use callback::{Callback, CallbackHandler, CallbackPolicy, CallbackRefused, CALLBACK_KIND};
+pub use defer::DeferOptions;
 pub use error::{DeliveryError, ExpiredBy};
+pub use follow::Following;
 pub use handler::DeliveryHandler;
 pub use view::{ResultView, TaskView};
 pub use wire::{Body, DeferredBecause, Delivery, SealedHeader};

@@ -96,6 +96,16 @@ pub struct Delivery {
     /// about what is sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deferred_because: Option<DeferredBecause>,
+    /// Where to `POST` when the write ends for good ([`super::callback`]):
+    /// the request's `Ballast-Callback`, checked against the callback
+    /// hosts when it was accepted and again when it is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<String>,
+    /// Set once the system accepted the write with a 202 whose operation
+    /// its route follows: where the worker reads its status
+    /// ([`super::follow`]); the write itself is not sent again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub following: Option<super::Following>,
 }
 
 /// Why a keyed write went to the queue instead of being answered: what the
@@ -120,6 +130,9 @@ pub enum DeferredBecause {
     /// An earlier write of its sequence still waits in the queue: sent now,
     /// it would overtake it.
     SequencePending,
+    /// The system accepted it (`202 Accepted` with a status URL) and works
+    /// on it: its route follows the operation to its end.
+    Accepted,
 }
 
 impl DeferredBecause {
@@ -151,6 +164,7 @@ impl DeferredBecause {
             DeferredBecause::AttemptsExhausted => "attempts_exhausted",
             DeferredBecause::Timeout => "timeout",
             DeferredBecause::SequencePending => "sequence_pending",
+            DeferredBecause::Accepted => "accepted",
         }
     }
 }
@@ -250,6 +264,8 @@ impl Delivery {
             sealed_parts: Vec::new(),
             fingerprint: Some(Fingerprint::of(request)),
             deferred_because: None,
+            callback: None,
+            following: None,
         })
     }
 

@@ -66,6 +66,25 @@ impl Base {
         })
     }
 
+    /// `location` (absolute, or relative to the URL of a request to
+    /// `request_path`) as a path relative to the base URL and its query,
+    /// if it is under the base URL: same scheme, host and port, and the
+    /// base path.
+    pub(super) fn under(&self, request_path: &str, location: &str) -> Option<(String, Option<String>)> {
+        let request =
+            self.url.join(&format!("{}/{}", self.path, request_path.trim_start_matches('/'))).ok()?;
+        let target = request.join(location).ok()?;
+        let same_origin = target.scheme() == self.url.scheme()
+            && target.host_str() == self.url.host_str()
+            && target.port_or_known_default() == self.url.port_or_known_default();
+        if !same_origin {
+            return None;
+        }
+        let rest = target.path().strip_prefix(&self.path)?;
+        let rest = if rest.is_empty() { rest } else { rest.strip_prefix('/')? };
+        Some((rest.to_owned(), target.query().map(str::to_owned)))
+    }
+
     /// The URI of `head`: the base path and the request's path (an empty
     /// path is the base URL itself, as given), then its query.
     pub(super) fn uri(&self, head: &Head) -> Result<http::Uri, HttpError> {

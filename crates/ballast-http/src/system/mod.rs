@@ -120,6 +120,13 @@ impl HttpSystem {
         &self.inner.sealed
     }
 
+    /// `location` as a path under the base URL and its query (see
+    /// `Base::under`).
+    #[cfg(feature = "queue")]
+    pub(crate) fn under_base(&self, request_path: &str, location: &str) -> Option<(String, Option<String>)> {
+        self.inner.base.under(request_path, location)
+    }
+
     /// How much of a deferred write's answer body is kept
     /// ([`HttpSystemBuilder::keep_answer`]).
     #[cfg(feature = "queue")]

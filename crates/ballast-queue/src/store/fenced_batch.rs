@@ -52,7 +52,7 @@ async fn two_attempts_in_one_batch(queue: &Queue, expire: impl AsyncFn()) {
             if fails {
                 failed(lease, key)
             } else {
-                Outcome::Completed { lease, result: None }
+                Outcome::Completed { lease, result: None, follow_ups: Vec::new() }
             }
         };
         let batch = [

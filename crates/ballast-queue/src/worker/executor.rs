@@ -16,12 +16,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::alert::{Alert, FailReason, FailedTask};
-use crate::handler::{AttemptError, ErasedHandler, TaskContext};
+use crate::handler::{AttemptError, ErasedHandler, TaskContext, TaskEnd};
 use crate::lease::Held;
 use crate::metrics::AttemptCounters;
 use crate::outcome::Outcome;
 use crate::store::{ClaimedTask, Lease, ValidTask};
-use crate::DurableBackoff;
+use crate::{DurableBackoff, TaskState};
 
 use super::completer::{Report, Settling};
 
@@ -155,9 +155,11 @@ impl Attempts {
             key,
             cancel,
             result: Arc::default(),
+            next_payload: Arc::default(),
             not_attempted: Arc::default(),
         };
         let result = Arc::clone(&context.result);
+        let next_payload = Arc::clone(&context.next_payload);
         let probe = context.clone();
         let ran = AssertUnwindSafe(handler.call(context, &task.payload)).catch_unwind().await;
         // A handler that panicked may have done its work (a delivery whose
@@ -173,7 +175,8 @@ impl Attempts {
         let (outcome, report) = match ran {
             Ok(()) => {
                 let result = result.lock().unwrap_or_else(PoisonError::into_inner).take();
-                (Outcome::Completed { lease: task.lease, result }, Report::Completed)
+                let follow_ups = self.on_end(&task, TaskState::Completed, None);
+                (Outcome::Completed { lease: task.lease, result, follow_ups }, Report::Completed)
             }
             Err(AttemptError::BadPayload(error)) => self.fail(&task, FailReason::BadPayload, error),
             Err(AttemptError::Failed { message, class })
@@ -189,7 +192,9 @@ impl Attempts {
                         retry_after.map_or(delay, |after| after.max(delay))
                     }
                 };
-                let outcome = Outcome::Rescheduled { lease: task.lease, delay, error: message, counted };
+                let payload = next_payload.lock().unwrap_or_else(PoisonError::into_inner).take();
+                let outcome =
+                    Outcome::Rescheduled { lease: task.lease, delay, error: message, counted, payload };
                 (outcome, Report::Rescheduled { kind: task.kind, attempt, delay })
             }
             Err(AttemptError::Failed { message, .. }) if panicked => {
@@ -216,8 +221,39 @@ impl Attempts {
             failed_at: SystemTime::now(),
             failure_id: task.lease.token,
         };
-        let follow_ups = self.follow_ups(&failed);
+        let mut follow_ups = self.follow_ups(&failed);
+        follow_ups.extend(self.on_end(task, TaskState::Failed, Some(&error)));
         (Outcome::Failed { lease: task.lease, error, follow_ups }, Report::Failed(Box::new(failed)))
+    }
+
+    /// The handler's [`on_end`](crate::Handler::on_end) tasks for `task`,
+    /// validated; one that cannot be stored is logged and left out, so
+    /// that the task's end is still recorded.
+    fn on_end(&self, task: &ClaimedTask, state: TaskState, error: Option<&str>) -> Vec<ValidTask> {
+        let Some(handler) = self.handlers.get(&task.kind) else { return Vec::new() };
+        let end = TaskEnd {
+            id: task.lease.id,
+            kind: &task.kind,
+            key: task.key.as_deref(),
+            state,
+            error,
+            payload: &task.payload,
+        };
+        let tasks = handler.on_end(&end);
+        let mut valid = Vec::with_capacity(tasks.len());
+        for follow_up in tasks {
+            let kind = follow_up.kind().to_owned();
+            match follow_up.validate(self.max_attempts) {
+                Ok(follow_up) => valid.push(follow_up),
+                Err(e) => tracing::error!(
+                    task_id = task.lease.id,
+                    follow_up_kind = %kind,
+                    error = %e,
+                    "a task to enqueue when this task ended is invalid and was not enqueued"
+                ),
+            }
+        }
+        valid
     }
 
     /// The alert's tasks for `failed`, validated; one that cannot be stored

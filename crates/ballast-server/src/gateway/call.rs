@@ -40,6 +40,10 @@ static IDEMPOTENCY_KEY: header::HeaderName = header::HeaderName::from_static("id
 /// header, never forwarded.
 static SEQUENCE: header::HeaderName = header::HeaderName::from_static("ballast-sequence");
 
+/// Where to `POST` when a deferred write ends: the gateway's own header,
+/// never forwarded.
+static CALLBACK: header::HeaderName = header::HeaderName::from_static("ballast-callback");
+
 pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let Some((name, path)) = target(parts.uri.path()) else {
@@ -83,6 +87,10 @@ async fn handle(
         Ok(sequence) => sequence,
         Err(problem) => return problem.into_response(),
     };
+    let callback = match callback_in(&mut parts.headers, &gateway) {
+        Ok(callback) => callback,
+        Err(problem) => return problem.into_response(),
+    };
     let body = match read_body(body, &parts.headers, gateway.max_body()).await {
         Ok(body) => body,
         Err(problem) => return problem.into_response(),
@@ -101,7 +109,8 @@ async fn handle(
         // Detached: a caller that hangs up must not take the deferral
         // with it — the write goes on, to the queue if need be.
         let call = tokio::spawn(
-            async move { planned(&gateway, &system, request, key.as_ref(), true).await }.in_current_span(),
+            async move { planned(&gateway, &system, request, key.as_ref(), Some(callback)).await }
+                .in_current_span(),
         );
         return call.await.unwrap_or_else(|e| {
             let detail =
@@ -109,18 +118,20 @@ async fn handle(
             Problem::new(Reason::Internal, detail).into_response()
         });
     }
-    planned(&gateway, &system, request, key.as_ref(), false).await
+    planned(&gateway, &system, request, key.as_ref(), None).await
 }
 
-/// The call as the system plans it — deferred when `may_defer` and it is a
-/// keyed write the system deduplicates — answered with the route it reached.
+/// The call as the system plans it — deferred when it may be (`defer`,
+/// with the callback it asks for) and it is a keyed write the system
+/// deduplicates — answered with the route it reached.
 async fn planned(
     gateway: &Gateway,
     system: &HttpSystem,
     request: ballast_http::Request,
     key: Option<&IdempotencyKey>,
-    may_defer: bool,
+    defer: Option<Option<String>>,
 ) -> Response {
+    let may_defer = defer.is_some();
     let plan = match system.plan_by_method(&request, key) {
         Ok(plan) => plan,
         Err(refused) => {
@@ -162,7 +173,11 @@ async fn planned(
         }
     }
     let mut response = if deferrable {
-        deferred(gateway, system, plan, request).await
+        let mut options = ballast_http::delivery::DeferOptions::default();
+        if let Some(url) = defer.flatten() {
+            options = options.callback(url);
+        }
+        deferred(gateway, system, plan, request, &options).await
     } else {
         // The call's future is large (the policy's state, the attempt, the
         // transport's): boxed here once, the handler's stays small, so the
@@ -202,6 +217,26 @@ fn sequence_in(headers: &mut axum::http::HeaderMap) -> Result<Option<String>, Pr
     }
     headers.remove(&SEQUENCE);
     Ok(Some(sequence))
+}
+
+/// The `Ballast-Callback` header, taken off the request and checked against
+/// `[gateway] callback_hosts`: `None` without it.
+fn callback_in(headers: &mut axum::http::HeaderMap, gateway: &Gateway) -> Result<Option<String>, Problem> {
+    let mut values = headers.get_all(&CALLBACK).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        if headers.contains_key(&CALLBACK) {
+            let detail = "the request has more than one Ballast-Callback header; nothing was sent";
+            return Err(Problem::new(Reason::BadCallback, detail));
+        }
+        return Ok(None);
+    };
+    let url = value.to_str().unwrap_or_default().trim().to_owned();
+    if let Err(refused) = gateway.callback_policy().check(&url) {
+        let detail = format!("the Ballast-Callback header: {refused}; nothing was sent");
+        return Err(Problem::new(Reason::BadCallback, detail));
+    }
+    headers.remove(&CALLBACK);
+    Ok(Some(url))
 }
 
 fn bad_key(reason: &str) -> Response {
@@ -247,8 +282,9 @@ async fn deferred(
     system: &HttpSystem,
     plan: ballast_http::Plan<'_>,
     request: ballast_http::Request,
+    options: &ballast_http::delivery::DeferOptions,
 ) -> Response {
-    match system.write_or_defer_planned(plan, gateway.queue(), request).await {
+    match system.write_or_defer_planned_with(plan, gateway.queue(), request, options).await {
         Ok(Handover::Done(response)) => upstream(response),
         Ok(Handover::Deferred { task_id, attempts }) => {
             // The task may be an earlier one with the same key: its handle is its own.

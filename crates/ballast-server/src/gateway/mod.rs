@@ -28,6 +28,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
+use ballast_http::delivery::CallbackPolicy;
 use ballast_http::Systems;
 use ballast_queue::Queue;
 
@@ -67,6 +68,8 @@ struct GatewayState {
     hosts: Option<Hosts>,
     /// Callers of `GET /tasks/{handle}?wait=…`.
     waiters: Arc<waiters::Waiters>,
+    /// Where a `Ballast-Callback` may point.
+    callbacks: CallbackPolicy,
 }
 
 /// Callers of `GET /tasks/{handle}?wait=…` held at once unless configured.
@@ -85,8 +88,19 @@ impl Gateway {
             trust_forwarded: false,
             hosts: None,
             waiters: Arc::new(waiters::Waiters::new(queue.clone(), DEFAULT_MAX_WAITERS)),
+            callbacks: CallbackPolicy::new(Vec::<String>::new(), Vec::new()),
             queue,
         }))
+    }
+
+    /// Takes a `Ballast-Callback` (where to `POST` when a deferred write
+    /// ends) that `policy` allows; without one, every callback is refused
+    /// 400 `bad_callback`. The worker sending them needs the same policy
+    /// ([`CallbackHandler`](ballast_http::delivery::CallbackHandler)).
+    pub fn callbacks(self, policy: CallbackPolicy) -> Self {
+        let mut inner = Arc::unwrap_or_clone(self.0);
+        inner.callbacks = policy;
+        Self(Arc::new(inner))
     }
 
     /// Holds at most `max` callers of `GET /tasks/{handle}?wait=…` at once
@@ -139,6 +153,10 @@ impl Gateway {
 
     fn systems(&self) -> &Systems {
         &self.0.systems
+    }
+
+    fn callback_policy(&self) -> &CallbackPolicy {
+        &self.0.callbacks
     }
 
     fn waiters(&self) -> &waiters::Waiters {

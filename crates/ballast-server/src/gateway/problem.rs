@@ -56,6 +56,10 @@ pub enum Reason {
     LoopDetected,
     /// The request body did not arrive within `[gateway] body_read_timeout`.
     BodyTimeout,
+    /// The `Ballast-Callback` header names a URL callbacks may not go to
+    /// (a host not in `[gateway] callback_hosts`, or not an http(s) URL),
+    /// or callbacks are not configured: refused unsent.
+    BadCallback,
     /// A browser marked the request cross-site: the gateway serves
     /// services, not web pages.
     CrossSite,
@@ -109,6 +113,7 @@ impl Reason {
             | Reason::BadKey
             | Reason::BadPath
             | Reason::SealKeyMissing
+            | Reason::BadCallback
             | Reason::BadRequest => StatusCode::BAD_REQUEST,
             Reason::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Reason::SequencePending => StatusCode::CONFLICT,

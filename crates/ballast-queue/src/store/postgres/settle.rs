@@ -31,6 +31,7 @@ async fn settle_and_claim(
         (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut results, mut delays, mut errors, mut counted) =
         (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut payloads: Vec<Option<&str>> = Vec::with_capacity(n);
     // In id order, as every settle takes its rows (see SETTLE_AND_CLAIM).
     let mut sorted: Vec<&Outcome> = outcomes.iter().collect();
     sorted.sort_by_key(|o| o.lease().id);
@@ -45,6 +46,10 @@ async fn settle_and_claim(
             Outcome::Rescheduled { delay, counted, .. } => (None, Some(duration_micros(*delay)), *counted),
             Outcome::Failed { .. } | Outcome::Released { .. } => (None, None, true),
         };
+        payloads.push(match outcome {
+            Outcome::Rescheduled { payload, .. } => payload.as_deref(),
+            _ => None,
+        });
         results.push(result);
         delays.push(delay);
         counted.push(count);
@@ -60,6 +65,7 @@ async fn settle_and_claim(
         .bind(&*claim.kinds)
         .bind(&*claim.owner)
         .bind(duration_micros(claim.lease))
+        .bind(&payloads)
         .fetch_all(&mut *conn)
         .await?;
     let mut exchange = Exchange::default();

@@ -114,13 +114,15 @@ pub(super) const LEAVE_SEQUENCE: &str = "UPDATE ballast_tasks t SET sequence = N
 /// statement's CPU.
 pub(super) const SETTLE_AND_CLAIM: &str = "
 WITH input AS (
-    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bool[])
-        AS i(id, token, outcome, result, delay, error, counted)
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bool[],
+                         $11::text[])
+        AS i(id, token, outcome, result, delay, error, counted, payload)
 ),
 settled AS (
     UPDATE ballast_tasks t
     SET state = CASE i.outcome WHEN 'c' THEN 'completed' WHEN 'f' THEN 'failed' ELSE 'pending' END,
         result = CASE WHEN i.outcome = 'c' THEN coalesce(i.result::jsonb, t.result) ELSE t.result END,
+        payload = CASE WHEN i.outcome = 'r' THEN coalesce(i.payload::jsonb, t.payload) ELSE t.payload END,
         run_at = CASE i.outcome WHEN 'r' THEN now() + i.delay * interval '1 microsecond'
                                 WHEN 'x' THEN now() ELSE t.run_at END,
         attempt = CASE WHEN i.outcome = 'x' OR (i.outcome = 'r' AND NOT i.counted)

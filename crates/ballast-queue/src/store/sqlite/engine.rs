@@ -61,7 +61,7 @@ const RESCHEDULE: &str = concat!(
     "UPDATE ballast_tasks
     SET state = 'pending', run_at = ?4 + ?5, lease_owner = NULL,
         lease_expires_at = NULL, last_error = ?3, updated_at = ?4,
-        attempt = attempt - CASE WHEN ?6 THEN 0 ELSE 1 END, ",
+        attempt = attempt - CASE WHEN ?6 THEN 0 ELSE 1 END, payload = coalesce(?7, payload), ",
     push_error!("?4", "?3"),
     " WHERE id = ?1 AND lease_token = ?2 AND state = 'running'"
 );
@@ -382,9 +382,9 @@ fn apply(
             let mut complete = tx.prepare_cached(COMPLETE)?;
             return complete.query_row(params![id, token, result, now], |row| row.get(0)).optional();
         }
-        Outcome::Rescheduled { delay, error, counted, .. } => tx
+        Outcome::Rescheduled { delay, error, counted, payload, .. } => tx
             .prepare_cached(RESCHEDULE)?
-            .execute(params![id, token, error, now, duration_micros(*delay), counted])?,
+            .execute(params![id, token, error, now, duration_micros(*delay), counted, payload])?,
         Outcome::Failed { error, .. } => tx.prepare_cached(FAIL)?.execute(params![id, token, error, now])?,
         Outcome::Released { .. } => tx.prepare_cached(RELEASE)?.execute(params![id, token, now])?,
     };

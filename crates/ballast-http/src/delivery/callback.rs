@@ -1,0 +1,353 @@
+//! Telling whoever deferred a write that it ended: a signed `POST` to the
+//! URL its request named (`Ballast-Callback`), itself a durable task.
+//!
+//! When a [`Delivery`] with a [`callback`](Delivery::callback) ends for good
+//! — delivered, or failed after its last attempt — its
+//! [`DeliveryHandler`](crate::DeliveryHandler) asks the worker to enqueue a
+//! [`CALLBACK_KIND`] task in the same transaction that stores the end
+//! ([`ballast_queue::Handler::on_end`]): no crash between the two loses
+//! the callback. A worker running a [`CallbackHandler`] sends it:
+//!
+//! ```text
+//! POST {callback}
+//! Content-Type: application/json
+//! Ballast-Signature: t=1764842400,v1=5f2b…   (HMAC-SHA256 of "{t}.{body}", hex)
+//! Ballast-Task: 17.3f9c…                    (the write's handle)
+//! Ballast-Delivery: 0b4e…                   (the same on every retry of this callback)
+//! Idempotency-Key: 0b4e…
+//!
+//! {"type": "task.completed", "delivery": "0b4e…", "task": { …as GET /tasks/{handle} shows it… }}
+//! ```
+//!
+//! A 2xx ends it; a 5xx, a 408, a 429 or no answer is tried again with the
+//! queue's backoff; any other 4xx fails it, and the queue alerts. A
+//! receiver checks the signature and its time (refusing one older than a
+//! few minutes: a replay) and drops a `Ballast-Delivery` it has seen.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ballast::{Classification, Classify, IdempotencyKey};
+use ballast_queue::{Handler, NewTask, Queue, TaskContext, TaskEnd, TaskState};
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use crate::Systems;
+
+use super::{Delivery, TaskView, DELIVERY_KIND};
+
+/// The task kind of a callback: register a [`CallbackHandler`] under it.
+pub const CALLBACK_KIND: &str = "ballast.http.callback";
+
+/// The header that carries a callback's signature.
+pub const SIGNATURE_HEADER: &str = "ballast-signature";
+
+/// How long a callback's receiver has to answer.
+const CALLBACK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A callback task's payload: which deferred write ended, how, and where to
+/// tell it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Callback {
+    /// The delivery task's id.
+    pub task_id: i64,
+    /// Its handle, as the 202 gave it.
+    pub handle: String,
+    /// Where to `POST`.
+    pub url: String,
+    /// `task.completed` or `task.failed`.
+    pub event: String,
+}
+
+impl Callback {
+    /// The callback task for the end of delivery task `end`, if its delivery
+    /// asked for one.
+    pub(super) fn for_end(end: &TaskEnd<'_>) -> Option<NewTask> {
+        let delivery: Delivery = serde_json::from_str(end.payload).ok()?;
+        let url = delivery.callback.clone()?;
+        let handle = delivery.handle(end.id)?;
+        let event = match end.state {
+            TaskState::Completed => "task.completed",
+            _ => "task.failed",
+        };
+        // One callback per end of one task: a retry of the worker's settle
+        // finds it by its key instead of making another.
+        let key = IdempotencyKey::v5(format!("{}:{}", end.id, end.key.unwrap_or_default()), event);
+        let callback = Callback { task_id: end.id, handle, url, event: event.to_owned() };
+        Some(NewTask::new(CALLBACK_KIND, &callback).key(key))
+    }
+}
+
+/// Where callbacks may go and the secret they are signed with: `[gateway]
+/// callback_hosts` and the variable `callback_secret_env` names.
+///
+/// ```
+/// use ballast_http::delivery::CallbackPolicy;
+///
+/// let policy = CallbackPolicy::new(["hooks.shop.example", "127.0.0.1:8080"], b"0123456789abcdef0123".to_vec());
+/// assert!(policy.check("https://hooks.shop.example/ballast").is_ok());
+/// assert!(policy.check("http://127.0.0.1:8080/done").is_ok());
+/// assert!(policy.check("http://127.0.0.1:9000/done").is_err(), "another port of a host:port entry");
+/// assert!(policy.check("http://169.254.169.254/latest").is_err(), "not a named host");
+/// ```
+#[derive(Clone)]
+pub struct CallbackPolicy {
+    hosts: Vec<String>,
+    secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for CallbackPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallbackPolicy").field("hosts", &self.hosts).finish_non_exhaustive()
+    }
+}
+
+/// Why a callback URL is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallbackRefused {
+    /// No callback hosts are configured.
+    #[error("callbacks are not configured: list the hosts they may go to in [gateway] callback_hosts")]
+    NotConfigured,
+    /// Not an absolute `http://` or `https://` URL without credentials.
+    #[error("{0}: use an absolute https:// URL without user or password")]
+    BadUrl(String),
+    /// Its host is not one of `callback_hosts`.
+    #[error(
+        "the callback's host {host} is not in [gateway] callback_hosts: a caller may only name hosts the \
+         operator listed, never an internal address"
+    )]
+    HostNotAllowed {
+        /// The host (and port) it named.
+        host: String,
+    },
+}
+
+impl CallbackPolicy {
+    /// Callbacks to `hosts` (a host name, or `host:port` for that port
+    /// only), signed with `secret`.
+    pub fn new<S: AsRef<str>>(hosts: impl IntoIterator<Item = S>, secret: Vec<u8>) -> Self {
+        Self { hosts: hosts.into_iter().map(|h| h.as_ref().to_ascii_lowercase()).collect(), secret }
+    }
+
+    /// `url` if a callback may go there.
+    pub fn check(&self, url: &str) -> Result<url::Url, CallbackRefused> {
+        if self.hosts.is_empty() {
+            return Err(CallbackRefused::NotConfigured);
+        }
+        let parsed = url::Url::parse(url).map_err(|e| CallbackRefused::BadUrl(format!("not a URL ({e})")))?;
+        if !matches!(parsed.scheme(), "http" | "https")
+            || !parsed.username().is_empty()
+            || parsed.password().is_some()
+        {
+            return Err(CallbackRefused::BadUrl(format!("a {} URL", parsed.scheme())));
+        }
+        let host = parsed.host_str().unwrap_or_default().to_ascii_lowercase();
+        let port = parsed.port_or_known_default().unwrap_or_default();
+        let with_port = format!("{host}:{port}");
+        if self.hosts.iter().any(|h| *h == host || *h == with_port) {
+            Ok(parsed)
+        } else {
+            Err(CallbackRefused::HostNotAllowed { host: with_port })
+        }
+    }
+
+    /// `Ballast-Signature` for `body` sent at `t` (seconds since the Unix
+    /// epoch): `t={t},v1={hex HMAC-SHA256(secret, "{t}.{body}")}`.
+    pub fn sign(&self, t: u64, body: &[u8]) -> String {
+        format!("t={t},v1={}", hex(&signature(&self.secret, t, body)))
+    }
+
+    /// Whether `header` is a signature of `body` by this secret, made no
+    /// more than `tolerance` before (or after) `now`: what a receiver
+    /// checks. Compared in constant time.
+    pub fn verify(&self, header: &str, body: &[u8], now: SystemTime, tolerance: Duration) -> bool {
+        let mut t = None;
+        let mut given = Vec::new();
+        for part in header.split(',') {
+            match part.trim().split_once('=') {
+                Some(("t", value)) => t = value.parse::<u64>().ok(),
+                Some(("v1", value)) => given.push(value.to_owned()),
+                _ => {}
+            }
+        }
+        let Some(t) = t else { return false };
+        let now = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        if now.abs_diff(t) > tolerance.as_secs() {
+            return false;
+        }
+        let expected = hex(&signature(&self.secret, t, body));
+        given.iter().any(|g| bool::from(subtle::ConstantTimeEq::ct_eq(g.as_bytes(), expected.as_bytes())))
+    }
+}
+
+fn signature(secret: &[u8], t: u64, body: &[u8]) -> Vec<u8> {
+    // HMAC takes a key of any length.
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(secret).unwrap_or_else(|_| unreachable!("HMAC takes any key"));
+    mac.update(t.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Why a callback was not delivered.
+#[derive(Debug, thiserror::Error)]
+pub enum CallbackError {
+    /// Its URL is not (or no longer) one callbacks may go to.
+    #[error("callback refused: {0}")]
+    Refused(#[from] CallbackRefused),
+    /// The deferred write it tells of is gone (pruned).
+    #[error("the deferred write {0} no longer exists; nothing to tell")]
+    Gone(i64),
+    /// The queue could not be read.
+    #[error("cannot read the deferred write: {0}")]
+    Queue(#[from] ballast_queue::Error),
+    /// No answer from the receiver.
+    #[error("the callback to {url} got no answer: {reason}")]
+    Unanswered {
+        /// The URL, redacted.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The receiver answered with a status other than 2xx.
+    #[error("the callback to {url} was answered {status}")]
+    Answered {
+        /// The URL, redacted.
+        url: String,
+        /// Its status.
+        status: u16,
+    },
+}
+
+impl Classify for CallbackError {
+    fn classify(&self) -> Classification {
+        match self {
+            CallbackError::Queue(_) | CallbackError::Unanswered { .. } => Classification::transient(),
+            CallbackError::Answered { status, .. } if *status >= 500 || matches!(status, 408 | 429) => {
+                Classification::transient()
+            }
+            _ => Classification::permanent(),
+        }
+    }
+}
+
+/// Sends [`Callback`] tasks ([`CALLBACK_KIND`]): reads the deferred write
+/// as it ended, and `POST`s it, signed, to the callback's URL.
+///
+/// ```no_run
+/// # fn f(queue: ballast_queue::Queue, systems: ballast_http::Systems) -> Result<(), ballast_queue::WorkerBuildError> {
+/// use ballast_http::delivery::{CallbackHandler, CallbackPolicy, CALLBACK_KIND};
+///
+/// let policy = CallbackPolicy::new(["hooks.shop.example"], std::env::var("CALLBACK_SECRET").unwrap().into_bytes());
+/// let worker = ballast_queue::Worker::builder(queue.clone())
+///     .handler(CALLBACK_KIND, CallbackHandler::new(queue, systems, policy))
+///     .build()?;
+/// # let _ = worker; Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct CallbackHandler {
+    queue: Queue,
+    systems: Systems,
+    policy: CallbackPolicy,
+    client: reqwest::Client,
+}
+
+impl CallbackHandler {
+    /// Sends callbacks allowed by `policy`, telling of deferred writes in
+    /// `queue` to `systems`.
+    pub fn new(queue: Queue, systems: Systems, policy: CallbackPolicy) -> Self {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(CALLBACK_TIMEOUT)
+            .build()
+            .unwrap_or_default();
+        Self { queue, systems, policy, client }
+    }
+}
+
+impl Handler for CallbackHandler {
+    type Payload = Callback;
+    type Error = CallbackError;
+
+    async fn handle(&self, task: TaskContext, callback: Callback) -> Result<(), CallbackError> {
+        let url = self.policy.check(&callback.url)?;
+        let shown = ballast::redact_url(url.as_str());
+        let ended = self.queue.get(callback.task_id).await?.filter(|t| t.kind == DELIVERY_KIND);
+        let ended = ended.ok_or(CallbackError::Gone(callback.task_id))?;
+        let view = TaskView::of(&callback.handle, &ended, &self.systems);
+        let delivery_id = task.key().map_or_else(|| task.id().to_string(), |k| k.as_str().to_owned());
+        // The delivery id is in the signed body too: a replayed body cannot
+        // pass as another delivery.
+        let event = serde_json::json!({ "type": callback.event, "delivery": delivery_id, "task": view });
+        let body = serde_json::to_vec(&event).unwrap_or_default();
+        let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        let sent = self
+            .client
+            .post(url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(SIGNATURE_HEADER, self.policy.sign(t, &body))
+            .header("ballast-task", &callback.handle)
+            .header("ballast-delivery", &delivery_id)
+            .header("idempotency-key", &delivery_id)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| CallbackError::Unanswered { url: shown.clone(), reason: e.to_string() })?;
+        let status = sent.status();
+        if !status.is_success() {
+            return Err(CallbackError::Answered { url: shown, status: status.as_u16() });
+        }
+        tracing::info!(task_id = callback.task_id, url = %shown, event = %callback.event, "callback delivered");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signature_verifies_only_for_its_body_secret_and_time() {
+        let policy = CallbackPolicy::new(["hooks.example"], b"a secret of twenty bytes".to_vec());
+        let now = SystemTime::now();
+        let t = now.duration_since(UNIX_EPOCH).unwrap().as_secs();
+        let body = br#"{"type":"task.completed"}"#;
+        let header = policy.sign(t, body);
+        let minutes = Duration::from_secs(300);
+        assert!(policy.verify(&header, body, now, minutes));
+        assert!(!policy.verify(&header, br#"{"type":"task.failed"}"#, now, minutes), "another body");
+        let other = CallbackPolicy::new(["hooks.example"], b"another secret entirely".to_vec());
+        assert!(!other.verify(&header, body, now, minutes), "another secret");
+        let later = now + Duration::from_secs(301);
+        assert!(!policy.verify(&header, body, later, minutes), "a replay after the tolerance");
+        assert!(!policy.verify("t=x,v1=00", body, now, minutes));
+        assert!(!policy.verify("", body, now, minutes));
+    }
+
+    #[test]
+    fn only_listed_hosts_over_http_are_callbacks() {
+        let policy = CallbackPolicy::new(["Hooks.Example", "10.0.0.5:8443"], b"s".to_vec());
+        assert!(policy.check("https://hooks.example/x?token=1").is_ok());
+        assert!(policy.check("https://HOOKS.example:9999/x").is_ok(), "a host entry takes any port");
+        assert!(policy.check("https://10.0.0.5:8443/x").is_ok());
+        for refused in [
+            "https://10.0.0.5/x",
+            "https://evil.example/x",
+            "https://hooks.example.evil.example/x",
+            "ftp://hooks.example/x",
+            "https://user:pw@hooks.example/x",
+            "/relative",
+        ] {
+            assert!(policy.check(refused).is_err(), "{refused}");
+        }
+        assert_eq!(
+            CallbackPolicy::new(Vec::<String>::new(), Vec::new()).check("https://a/"),
+            Err(CallbackRefused::NotConfigured)
+        );
+    }
+}
