@@ -113,7 +113,23 @@ impl Config {
                         .attempt_timeout()
                         .map(|t| format!(", {} per attempt", display(t)))
                         .unwrap_or_default();
-                    format!("{} → {}{timeout}", r.name(), r.kind())
+                    let follow = r
+                        .followed()
+                        .map(|f| {
+                            let until = match f.field_name() {
+                                Some(field) => {
+                                    let done = f.done_values().collect::<Vec<_>>().join(" | ");
+                                    format!("until {field} is {done}")
+                                }
+                                None => "until a status other than 202".to_owned(),
+                            };
+                            format!(
+                                ", a 202's operation followed {until}, for at most {}",
+                                display(f.deadline_after())
+                            )
+                        })
+                        .unwrap_or_default();
+                    format!("{} → {}{timeout}{follow}", r.name(), r.kind())
                 })
                 .collect(),
             unrouted: unrouted.unwrap_or_default(),
@@ -205,9 +221,12 @@ fn composition(system: &crate::model::System, retry: &Retry, timeout: &Timeout) 
     }
     match &system.bulkhead {
         Some(Part::Off) => parts.push("no bulkhead (`bulkhead = \"none\"`)".to_owned()),
-        Some(Part::On(b)) => {
-            parts.push(format!("bulkhead ({} at once, queue {})", b.limit.unwrap_or(0), b.queue.unwrap_or(0)))
-        }
+        Some(Part::On(b)) => parts.push(format!(
+            "bulkhead ({} at once, queue {}, {}% kept for live calls)",
+            b.limit.unwrap_or(0),
+            b.queue.unwrap_or(0),
+            (b.reserve_live.unwrap_or(ballast::DEFAULT_RESERVE_LIVE) * 100.0).round()
+        )),
         None => parts.push(format!(
             "bulkhead ({} at once, queue {}){}",
             guide::BULKHEAD_LIMIT,

@@ -494,9 +494,10 @@ mod delivery {
         let expected = Delivery {
             first_attempt_at: stored.first_attempt_at,
             access: stored.access.clone(),
+            deferred_because: Some(ballast_http::DeferredBecause::AttemptsExhausted),
             ..Delivery::from_request("sber", &pay()).unwrap()
         };
-        assert_eq!(stored, expected);
+        assert_eq!(stored, expected, "stored as sent, with why it was deferred");
 
         *up.lock().unwrap() = true;
         let done = work_off(&queue, DeliveryHandler::new([sber])).await;

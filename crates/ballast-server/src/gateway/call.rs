@@ -305,7 +305,7 @@ async fn deferred(
             let next = view.as_ref().and_then(|v| v.next_attempt_at);
             let body = serde_json::json!({
                 "task_id": handle,
-                "state": view.as_ref().map_or("pending", |v| v.state),
+                "state": "pending",
                 "deferred_because": view.as_ref().and_then(|v| v.deferred_because),
                 "next_attempt_at": next,
             });
