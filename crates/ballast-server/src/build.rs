@@ -77,6 +77,27 @@ pub enum BuildError {
         /// The variable.
         var: String,
     },
+    /// A system's default `callback` is not one callbacks may go to.
+    #[error("[systems.{system}] callback: {source}")]
+    Callback {
+        /// The system.
+        system: String,
+        /// Why.
+        source: ballast_http::delivery::CallbackRefused,
+    },
+}
+
+/// Each system's default `callback`, checked against `policy`: refused at
+/// start rather than failing each delivery's callback later.
+pub fn check_callbacks(systems: &[HttpSystem], policy: &CallbackPolicy) -> Result<(), BuildError> {
+    for system in systems {
+        if let Some(url) = system.default_callback() {
+            policy
+                .check(url)
+                .map_err(|source| BuildError::Callback { system: system.name().to_owned(), source })?;
+        }
+    }
+    Ok(())
 }
 
 /// The shortest callback signing secret taken.
@@ -140,6 +161,9 @@ fn from_settings(settings: HttpSettings, file: &str) -> Result<HttpSystem, Build
         builder = builder.keep_answer(bytes);
     }
     builder = builder.seal_answers(settings.seal_answers);
+    if let Some(url) = &settings.callback {
+        builder = builder.default_callback(url);
+    }
     if !settings.seal_headers.is_empty() {
         builder = builder.seal_headers(&settings.seal_headers);
     }

@@ -177,6 +177,7 @@ impl Server {
         let webhooks = Webhooks::from_settings(&config.alerts()?)?;
         let gateway_settings = config.gateway()?;
         let callbacks = build::callbacks(gateway_settings.as_ref())?;
+        build::check_callbacks(&systems.all(), &callbacks)?;
         let deferrals = queue.clone();
         let worker = build::worker(&queue_settings, queue.clone())
             .handler(

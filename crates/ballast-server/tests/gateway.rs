@@ -621,3 +621,77 @@ async fn an_operation_that_outlives_its_deadline_fails_the_task() {
     let error = ended["last_error"].as_str().unwrap();
     assert!(error.contains("did not end within") && error.contains("operations/op-1"), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_callers_are_bounded_per_listener() {
+    let upstream = Upstream::start(|_, _| Reply::body(503, "down")).await;
+    let config = SYSTEMS.replace("max_body = \"1KiB\"", "max_body = \"1KiB\"\nmax_waiters = 1");
+    let served = serve(&upstream, &config).await;
+    let deferred = served.defer("pay/payments", IdempotencyKey::v5("order-5", "pay").as_str(), "100").await;
+    let location = deferred.headers()["location"].to_str().unwrap().to_owned();
+    let url = format!("{}{location}", served.gateway);
+
+    // Two callers wait at once: one holds the only place until its wait is
+    // over (the task as it is then), the other is told to come back.
+    let ask = || client().get(format!("{url}?wait=2s")).send();
+    let (a, b) = tokio::join!(ask(), ask());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let (held, refused) = if a.status().as_u16() == 503 { (b, a) } else { (a, b) };
+    assert_eq!((held.status().as_u16(), refused.status().as_u16()), (200, 503));
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert_eq!(problem(refused).await["ballast"]["reason"], "too_many_waiters");
+    assert!(["pending", "running"].contains(&held.json::<Value>().await.unwrap()["state"].as_str().unwrap()));
+    assert_eq!(
+        client().get(&url).send().await.unwrap().status().as_u16(),
+        200,
+        "asking without wait= is always answered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_system_s_default_callback_is_called_and_must_be_a_listed_host() {
+    let upstream = Upstream::start(|_, n| if n <= 3 { Reply::status(503) } else { Reply::status(201) }).await;
+    let receiver = Upstream::start(|_, _| Reply::status(200)).await;
+    std::env::set_var("GATEWAY_TEST_DEFAULT_CALLBACK_SECRET", "callback-secret-0123456789");
+    let config = |callback_host: String| {
+        SYSTEMS
+            .replace(
+                "max_body = \"1KiB\"",
+                &format!(
+                    "max_body = \"1KiB\"\ncallback_hosts = [\"{}\"]\ncallback_secret_env = \"GATEWAY_TEST_DEFAULT_CALLBACK_SECRET\"",
+                    receiver.addr
+                ),
+            )
+            .replace("key_ttl = \"7d\"", &format!("key_ttl = \"7d\"\ncallback = \"http://{callback_host}/paid\""))
+    };
+
+    let text = config("10.0.0.1:80".to_owned()).replace("{upstream}", &upstream.addr.to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ballast.toml");
+    std::fs::write(
+        &path,
+        text.replace(
+            "[gateway]",
+            &format!("[queue]\nurl = \"sqlite://{}/q.db\"\n\n[gateway]", dir.path().display()),
+        ),
+    )
+    .unwrap();
+    let refused = ballast_server::Server::bind(
+        &ballast_config::Config::load(&path).unwrap(),
+        support::prometheus(),
+        None,
+    )
+    .await;
+    let error =
+        refused.err().expect("a default callback to an unlisted host is refused at start").to_string();
+    assert!(error.contains("[systems.pay] callback") && error.contains("callback_hosts"), "{error}");
+
+    let served = serve(&upstream, &config(receiver.addr.to_string())).await;
+    let deferred = served.defer("pay/payments", IdempotencyKey::v5("order-6", "pay").as_str(), "100").await;
+    assert_eq!(deferred.status().as_u16(), 202);
+    eventually("the system's callback arrives", || async { !receiver.requests().is_empty() }).await;
+    let call = &receiver.requests()[0];
+    assert_eq!(call.target, "/paid");
+    let event: Value = serde_json::from_slice(&call.body).unwrap();
+    assert_eq!(event["task"]["result"]["status"], 201, "{event}");
+}

@@ -48,6 +48,8 @@ pub struct HttpSettings {
     pub seal_key_env: Option<String>,
     /// `[queue] seal_headers`: headers sealed besides `Authorization`.
     pub seal_headers: Vec<String>,
+    /// `callback`: the default callback of its deferred writes, if any.
+    pub callback: Option<String>,
     /// `[queue] keep_answer`, in bytes, if given.
     pub keep_answer: Option<usize>,
     /// `[queue] seal_answers`.
@@ -122,6 +124,7 @@ impl Config {
             read_timeout: system.timeout.as_ref().and_then(|t| t.read).map(|d| d.get()),
             seal_key_env: queue.and_then(|q| q.seal_key_env.clone()),
             seal_headers: queue.and_then(|q| q.seal_headers.clone()).unwrap_or_default(),
+            callback: system.callback.clone(),
             keep_answer: queue
                 .and_then(|q| q.keep_answer)
                 .map(|b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),

@@ -22,8 +22,14 @@ use crate::model::Schema::{self, Named, Table, Value};
 pub struct System {
     /// `base_url`: where the system lives (`http://` or `https://`).
     pub base_url: Option<String>,
-    /// `critical`: whether the system's breaker state feeds readiness.
+    /// `critical`: whether the system's unavailability makes
+    /// `/health/systems` answer 503 (the gateway's own readiness never
+    /// depends on a system).
     pub critical: Option<bool>,
+    /// `callback`: where to `POST` when a deferred write to the system ends,
+    /// for a request without its own `Ballast-Callback`; a host of
+    /// `[gateway] callback_hosts`.
+    pub callback: Option<String>,
     /// `dedupes_by_key`: the system's contract guarantees deduplication by the
     /// idempotency key, so keyed writes may be retried (R-RES-RE-1).
     pub dedupes_by_key: Option<bool>,
@@ -271,6 +277,7 @@ pub struct ClientSection {
 pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("base_url", Value),
     ("critical", Value),
+    ("callback", Value),
     ("dedupes_by_key", Value),
     ("key_ttl", Value),
     ("idempotency_header", Value),

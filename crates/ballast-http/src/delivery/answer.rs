@@ -163,7 +163,7 @@ impl HttpSystem {
     ) -> DeliveryResult {
         let answer = Answer::of(response, self.kept_answer_size());
         let status = response.status().as_u16();
-        let sealed_request = delivery.sealed.is_some()
+        let sealed_request = !delivery.sealed_parts.is_empty()
             || !delivery.sealed_headers.is_empty()
             || matches!(delivery.body, Some(super::Body::Sealed(_)));
         match self.seal_key().filter(|_| sealed_request || self.seals_answers()) {
@@ -266,6 +266,45 @@ mod tests {
         );
         assert!(answer.json::<serde_json::Value>().unwrap_err().to_string().contains("10 bytes"));
         assert!(Answer::of(&response(200, &[], b"0123456789"), 10).body_kept);
+    }
+
+    #[test]
+    fn an_answer_is_sealed_like_its_request_and_opens_only_with_the_key() {
+        let key = IdempotencyKey::v5("order-1", "pay");
+        let ring = |hex: &str| crate::SealKey::from_text(&hex.repeat(32)).unwrap();
+        let system = |seal: crate::SealKey, all: bool| {
+            HttpSystem::builder("pay", "http://127.0.0.1:1/")
+                .seal_key(seal)
+                .seal_answers(all)
+                .build()
+                .unwrap()
+        };
+        let pay = system(ring("4f"), false);
+        let answer = response(201, &[("content-type", "application/json")], br#"{"card_token":"tok_1"}"#);
+        let plain = crate::Request::post("payments/confirm");
+        let with_token = crate::Request::post("payments").header("authorization", "Bearer s3cret").body("{}");
+
+        let clear = pay.keep_answer_of(&key, &pay.capture(&key, &plain).unwrap(), &answer);
+        assert!(
+            clear.sealed.is_none() && clear.answer.is_some(),
+            "nothing of the request sealed, its answer in clear"
+        );
+
+        let sealed_request = pay.capture(&key, &with_token).unwrap();
+        let sealed = pay.keep_answer_of(&key, &sealed_request, &answer);
+        assert!(sealed.answer.is_none(), "a sealed request's answer is sealed");
+        assert!(!serde_json::to_string(&sealed).unwrap().contains("tok_1"));
+        let opened = pay.open_answer(&key, &sealed_request, &sealed).unwrap().unwrap();
+        assert_eq!(opened.body.as_deref(), Some(r#"{"card_token":"tok_1"}"#));
+        let other = system(ring("5a"), false);
+        assert!(other.open_answer(&key, &sealed_request, &sealed).is_err(), "another key does not open it");
+
+        let all = system(ring("4f"), true);
+        let plain_request = all.capture(&key, &plain).unwrap();
+        assert!(
+            all.keep_answer_of(&key, &plain_request, &answer).sealed.is_some(),
+            "seal_answers seals every answer"
+        );
     }
 
     #[test]

@@ -223,7 +223,8 @@ impl HttpSystem {
         // unsent rather than found out after an attempt that may have applied it.
         let (mut delivery, send_by, fingerprint) = match self.capture(key, &request) {
             Ok(mut delivery) => {
-                delivery.callback = options.callback.clone();
+                delivery.callback =
+                    options.callback.clone().or_else(|| self.default_callback().map(str::to_owned));
                 let send_by = delivery.send_by(Some(self), queue.schedule().max_age);
                 let fingerprint = delivery.fingerprint.clone().unwrap_or_else(|| Fingerprint::of(&request));
                 (delivery, send_by, fingerprint)

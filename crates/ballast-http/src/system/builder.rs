@@ -152,6 +152,8 @@ pub struct HttpSystemBuilder {
     keep_answer: usize,
     #[cfg(feature = "queue")]
     seal_answers: bool,
+    #[cfg(feature = "queue")]
+    callback: Option<String>,
 }
 
 impl HttpSystemBuilder {
@@ -181,6 +183,8 @@ impl HttpSystemBuilder {
             keep_answer: crate::delivery::DEFAULT_KEEP_ANSWER,
             #[cfg(feature = "queue")]
             seal_answers: false,
+            #[cfg(feature = "queue")]
+            callback: None,
         }
     }
 
@@ -326,6 +330,17 @@ impl HttpSystemBuilder {
         self
     }
 
+    /// Where to `POST` when a deferred write to this system ends, for a
+    /// write whose [`DeferOptions`](crate::delivery::DeferOptions) name no
+    /// callback of their own ([`callback`](crate::delivery::callback)).
+    #[cfg(feature = "queue")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+    #[must_use]
+    pub fn default_callback(mut self, url: impl Into<String>) -> Self {
+        self.callback = Some(url.into());
+        self
+    }
+
     /// Builds the system and, unless one was given, its client, with the
     /// client's own retries and redirects off (R-RES-RE-X4).
     pub fn build(self) -> Result<HttpSystem, SystemBuildError> {
@@ -383,6 +398,8 @@ impl HttpSystemBuilder {
                 keep_answer: self.keep_answer,
                 #[cfg(feature = "queue")]
                 seal_answers: self.seal_answers,
+                #[cfg(feature = "queue")]
+                callback: self.callback,
             }),
         })
     }

@@ -65,6 +65,8 @@ struct SystemState {
     keep_answer: usize,
     #[cfg(feature = "queue")]
     seal_answers: bool,
+    #[cfg(feature = "queue")]
+    callback: Option<String>,
 }
 
 impl HttpSystem {
@@ -132,6 +134,14 @@ impl HttpSystem {
     #[cfg(feature = "queue")]
     pub(crate) fn kept_answer_size(&self) -> usize {
         self.inner.keep_answer
+    }
+
+    /// The callback of deferred writes that name none
+    /// ([`HttpSystemBuilder::default_callback`]).
+    #[cfg(feature = "queue")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+    pub fn default_callback(&self) -> Option<&str> {
+        self.inner.callback.as_deref()
     }
 
     /// Whether every kept answer is sealed ([`HttpSystemBuilder::seal_answers`]).
