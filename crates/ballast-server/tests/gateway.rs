@@ -682,8 +682,8 @@ async fn a_system_s_default_callback_is_called_and_must_be_a_listed_host() {
         None,
     )
     .await;
-    let error =
-        refused.err().expect("a default callback to an unlisted host is refused at start").to_string();
+    let Err(error) = refused else { panic!("a default callback to an unlisted host is refused at start") };
+    let error = error.to_string();
     assert!(error.contains("[systems.pay] callback") && error.contains("callback_hosts"), "{error}");
 
     let served = serve(&upstream, &config(receiver.addr.to_string())).await;
