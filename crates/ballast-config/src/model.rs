@@ -18,8 +18,8 @@ pub use crate::gateway::GatewaySection;
 pub use crate::queue::QueueSection;
 pub use crate::serve::ServeSection;
 pub use crate::systems::{
-    BreakerSection, BulkheadSection, ClientSection, HeaderSource, RateLimitSection, RetrySection, RouteValue,
-    System, TimeoutSection,
+    BreakerSection, BulkheadSection, ClientSection, FollowSection, HeaderSource, RateLimitSection,
+    RetrySection, RouteValue, System, TimeoutSection,
 };
 pub use crate::telemetry::TelemetrySection;
 

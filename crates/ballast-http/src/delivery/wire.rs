@@ -103,7 +103,7 @@ pub struct Delivery {
     pub callback: Option<String>,
     /// Set once the system accepted the write with a 202 whose operation
     /// its route follows: where the worker reads its status
-    /// ([`super::follow`]); the write itself is not sent again.
+    /// ([`Following`](super::Following)); the write itself is not sent again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub following: Option<super::Following>,
 }
