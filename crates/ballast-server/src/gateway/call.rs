@@ -319,10 +319,7 @@ async fn deferred(
                 response.headers_mut().insert(header::LOCATION, location);
             }
             if let Some(at) = next {
-                let now =
-                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-                let secs = (at - now.as_secs_f64()).max(0.0).ceil() as u64;
-                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                response.headers_mut().insert(header::RETRY_AFTER, super::tasks::until(at));
             }
             response.headers_mut().insert(ATTEMPTS, HeaderValue::from(attempts));
             response

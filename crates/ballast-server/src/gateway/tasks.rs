@@ -84,15 +84,20 @@ async fn read(gateway: &Gateway, handle: &str, task_id: i64) -> Result<TaskInfo,
 
 fn view(gateway: &Gateway, handle: &str, task: &TaskInfo) -> Response {
     let view = TaskView::of(handle, task, gateway.systems());
-    let retry_after = view.next_attempt_at.map(|at| {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        (at - now.as_secs_f64()).max(0.0).ceil() as u64
-    });
+    let retry_after = view.next_attempt_at.map(until);
     let mut response = Json(view).into_response();
-    if let Some(secs) = retry_after {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    if let Some(retry_after) = retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, retry_after);
     }
     response
+}
+
+/// `Retry-After` for a time `at` (seconds since the Unix epoch): the whole
+/// seconds until then, 0 once it passed.
+pub(super) fn until(at: f64) -> HeaderValue {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    // Rounded up, and never negative: a float of seconds fits a u64.
+    HeaderValue::from((at - now.as_secs_f64()).max(0.0).ceil() as u64)
 }
 
 fn not_found(handle: &str) -> Response {
