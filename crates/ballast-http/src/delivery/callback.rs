@@ -42,6 +42,9 @@ pub const CALLBACK_KIND: &str = "ballast.http.callback";
 /// The header that carries a callback's signature.
 pub const SIGNATURE_HEADER: &str = "ballast-signature";
 
+/// How long a connection to a receiver is kept idle for the next callback.
+const CALLBACK_IDLE: Duration = Duration::from_secs(5);
+
 /// How long a callback's receiver has to answer.
 const CALLBACK_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -268,6 +271,9 @@ impl CallbackHandler {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(CALLBACK_TIMEOUT)
+            // Callbacks come in bursts: a connection idle past one is
+            // closed, not left holding the receiver's shutdown.
+            .pool_idle_timeout(CALLBACK_IDLE)
             .build()
             .unwrap_or_default();
         Self { queue, systems, policy, client }

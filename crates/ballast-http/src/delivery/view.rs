@@ -19,6 +19,11 @@ pub struct TaskView {
     pub task_id: String,
     /// The system it is for.
     pub system: Option<String>,
+    /// The write's method (`POST`).
+    pub method: Option<String>,
+    /// The write's path, relative to the system's base URL: which write
+    /// this is, for a handler of callbacks of several.
+    pub path: Option<String>,
     /// `pending`, `running`, `completed`, `failed` or `cancelled`.
     pub state: &'static str,
     /// Durable attempts made so far.
@@ -65,6 +70,8 @@ impl TaskView {
         TaskView {
             task_id: handle.to_owned(),
             system: delivery.as_ref().map(|d| d.system.clone()),
+            method: delivery.as_ref().map(|d| d.method.clone()),
+            path: delivery.as_ref().map(|d| d.path.clone()),
             state: task.state.as_str(),
             attempts: task.attempt,
             max_attempts: task.max_attempts,

@@ -3,13 +3,16 @@ import { ConfigModule, ConfigService } from '@nestjs/config';
 import { TerminusModule } from '@nestjs/terminus';
 import { BallastModule } from '@ballast/nestjs';
 
+import { CheckoutController } from './checkout/checkout.controller.js';
 import { HealthController } from './health.controller.js';
 import { SberModule } from './sber/sber.module.js';
 
 /**
  * The application: the gateway's address and token from the environment
  * (`BALLAST_GATEWAY_URL`, `BALLAST_GATEWAY_TOKEN`, `BALLAST_ADMIN_URL`), the
- * Sber payments, and readiness.
+ * gateway's callbacks received at `POST /ballast/callbacks` and checked with
+ * `BALLAST_CALLBACK_SECRET` (the variable `[gateway] callback_secret_env`
+ * names), the Sber payments, and readiness.
  */
 @Module({
   imports: [
@@ -23,10 +26,12 @@ import { SberModule } from './sber/sber.module.js';
         token: config.getOrThrow<string>('BALLAST_GATEWAY_TOKEN'),
         adminUrl: config.get<string>('BALLAST_ADMIN_URL', 'http://127.0.0.1:9464'),
       }),
+      // The controller the gateway POSTs the ends of deferred writes to: 401 for a forged or stale signature.
+      callbacks: { secretEnv: 'BALLAST_CALLBACK_SECRET' },
     }),
     TerminusModule,
     SberModule,
   ],
-  controllers: [HealthController],
+  controllers: [CheckoutController, HealthController],
 })
 export class AppModule {}

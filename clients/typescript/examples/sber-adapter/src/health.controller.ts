@@ -3,10 +3,12 @@ import { HealthCheck, HealthCheckService, type HealthCheckResult } from '@nestjs
 import { BallastHealthIndicator } from '@ballast/nestjs';
 
 /**
- * Readiness from `ballast serve`: not ready while a critical system's
- * breaker is open (the guide's "Health checks"), which the gateway knows for
- * every process on the host. Served once the app has an HTTP platform
- * (`@nestjs/platform-express`); the test calls it directly.
+ * Readiness from `ballast serve`: the gateway itself ready (it takes and
+ * defers payments while Sber is down, so an outage of Sber does not make
+ * the app unready), and each system's state named — `degraded: ['sber']`
+ * while Sber's breaker is open. A system the app could not work without
+ * would be `critical = true` in `ballast.toml`: then its unavailability
+ * makes this 503. `GET /health/ready`: 200, or 503 with the report.
  */
 @Controller('health')
 export class HealthController {
@@ -18,6 +20,10 @@ export class HealthController {
   @Get('ready')
   @HealthCheck()
   ready(): Promise<HealthCheckResult> {
-    return this.health.check([() => this.ballast.isHealthy('ballast')]);
+    return this.health.check([
+      () => this.ballast.isHealthy('ballast'),
+      // Down only while a critical system is unavailable; Sber, whose payments defer, is named, not failed.
+      () => this.ballast.systemsHealthy('systems'),
+    ]);
   }
 }

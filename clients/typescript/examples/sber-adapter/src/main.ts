@@ -1,26 +1,18 @@
-// Pays and confirms the orders named on the command line through the
-// gateway, and says where each stands:
+// The shop's checkout, served: pay and confirm orders over HTTP, and receive
+// the gateway's callbacks for the payments and confirmations it deferred.
 //
-//   BALLAST_GATEWAY_TOKEN=… node dist/src/main.js order-1 order-2
+//   BALLAST_GATEWAY_TOKEN=… BALLAST_CALLBACK_SECRET=… \
+//   BALLAST_CALLBACK_URL=http://127.0.0.1:3000/ballast/callbacks node dist/src/main.js
+//
+//   curl -X POST localhost:3000/orders/order-1/pay -H 'content-type: application/json' \
+//        -d '{"amount":12500,"currency":"RUB"}'      # 200 with the payment id, or 202: it follows by callback
+//   curl localhost:3000/orders/order-1               # the payment id once it came
 
 import 'reflect-metadata';
 
-import { NestFactory } from '@nestjs/core';
+import { createApp } from './app.js';
 
-import { AppModule } from './app.module.js';
-import { CheckoutService } from './checkout/checkout.service.js';
-import { OrderId } from './payment/payment.port.js';
-
-const app = await NestFactory.createApplicationContext(AppModule, { logger: ['error', 'warn'] });
-const checkout = app.get(CheckoutService);
-for (const id of process.argv.slice(2)) {
-  const orderId = new OrderId(id);
-  try {
-    const payment = await checkout.pay(orderId);
-    const { confirmation, receipt } = await checkout.confirm(orderId);
-    console.log(`${id}: payment ${payment.paymentId}, confirmation ${confirmation?.state}, receipt ${receipt}`);
-  } catch (e) {
-    console.log(`${id}: ${e instanceof Error ? e.message : String(e)}`);
-  }
-}
-await app.close();
+const app = await createApp({ logger: ['log', 'error', 'warn'] });
+app.enableShutdownHooks();
+await app.listen(Number(process.env['PORT'] ?? 3000), process.env['HOST'] ?? '127.0.0.1');
+console.log(`checkout on ${await app.getUrl()}; callbacks at POST /ballast/callbacks`);

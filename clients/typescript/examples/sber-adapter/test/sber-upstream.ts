@@ -23,6 +23,12 @@ export class SberUpstream {
   readonly confirmations = new Map<string, number>();
   /** Receipt requests that arrived, per order, applied or not. */
   readonly receipts = new Map<string, number>();
+  /** The payment id each order's registration was answered with. */
+  readonly paymentIds = new Map<string, string>();
+  /** The distinct Idempotency-Keys each order's keyed writes came with, per kind (`register order-1`). */
+  readonly keys = new Map<string, Set<string>>();
+  /** Keyed writes that arrived, per key, applied, replayed or refused: the gateway's attempts. */
+  readonly requestsPerKey = new Map<string, number>();
   /** Faults met so far, by kind; `outage` counts requests answered 503 while down. */
   readonly injected: Record<Fault | 'outage', number> = { lost: 0, reset: 0, '503': 0, outage: 0 };
 
@@ -71,6 +77,11 @@ export class SberUpstream {
     const [kind, order] = route(req.method ?? 'GET', path, body);
     if (!kind || !order) return send(res, { status: 404, body: { error: `no route ${req.method} ${path}` } });
     if (kind === 'receipt') this.receipts.set(order, (this.receipts.get(order) ?? 0) + 1);
+    if (key && (kind === 'register' || kind === 'confirm')) {
+      const keys = this.keys.get(`${kind} ${order}`) ?? new Set<string>();
+      this.keys.set(`${kind} ${order}`, keys.add(key));
+      this.requestsPerKey.set(key, (this.requestsPerKey.get(key) ?? 0) + 1);
+    }
     if (this.#down) {
       this.injected.outage++;
       return send(res, { status: 503, body: { error: 'down for maintenance' } });
@@ -105,10 +116,14 @@ export class SberUpstream {
     if (replay) return replay;
     const applied = kind === 'register' ? this.charges : this.confirmations;
     applied.set(order, (applied.get(order) ?? 0) + 1);
-    const answer =
-      kind === 'register'
-        ? { status: 201, body: { paymentId: `payment-${order}-${applied.get(order)}`, orderNumber: order } }
-        : { status: 200, body: { orderNumber: order, status: 'CONFIRMED' } };
+    let answer: Answer;
+    if (kind === 'register') {
+      const paymentId = `payment-${order}-${applied.get(order)}`;
+      this.paymentIds.set(order, paymentId);
+      answer = { status: 201, body: { paymentId, orderNumber: order } };
+    } else {
+      answer = { status: 200, body: { orderNumber: order, status: 'CONFIRMED' } };
+    }
     this.#replays.set(key, answer);
     return answer;
   }

@@ -1,3 +1,5 @@
+import type { Task } from './client.js';
+
 /**
  * Why the gateway answered itself instead of passing on the upstream's
  * answer: its problem document's `ballast.reason` (ballast-server's
@@ -16,12 +18,14 @@
  * | `key_reused` | 422 | the key already names another request (another method, path, body or content type) in flight or deferred: refused unsent (R-RES-RE-1) |
  * | `sequence_pending` | 409 | an earlier write of the request's `Ballast-Sequence` waits in the queue: not sent, so it cannot overtake it (defer it with `Prefer: respond-async` to queue it behind) |
  * | `unrouted` | 400 | a write no route of the system declares: refused unsent (R-RES-RE-1) |
+ * | `bad_callback` | 400 | `Ballast-Callback` names a host not in `[gateway] callback_hosts` (or callbacks are not configured): refused unsent |
  * | `method_not_allowed` | 405 | `TRACE` or `CONNECT`: never forwarded |
  * | `too_large`, `body_timeout` | 413, 408 | the request body was too large or too slow |
  * | `loop_detected` | 508 | the system's `base_url` points back at the gateway |
  * | `cross_site`, `unauthorized`, `unknown_host` | 403, 401, 421 | refused before anything else |
  * | `token_throttled` | 429 + `Retry-After` | too many wrong tokens lately: refused before the token is looked at |
  * | `queue_unavailable` | 503 | a write to defer could not be stored |
+ * | `too_many_waiters` | 503 + `Retry-After` | `GET /tasks/{handle}?wait=` while the listener holds as many waiting requests as it may ({@link BallastClient.waitForTask} waits `Retry-After` and asks again) |
  * | `internal` | 500 | the gateway failed midway through a deferral: whether the write arrived is unknown |
  */
 export type Reason =
@@ -41,6 +45,7 @@ export type Reason =
   | 'bad_path'
   | 'loop_detected'
   | 'body_timeout'
+  | 'bad_callback'
   | 'cross_site'
   | 'seal_key_missing'
   | 'too_large'
@@ -50,6 +55,7 @@ export type Reason =
   | 'token_throttled'
   | 'not_found'
   | 'queue_unavailable'
+  | 'too_many_waiters'
   | 'internal';
 
 /** The reasons that mean "the system is unavailable now; ask again after `retryAfter`". */
@@ -85,7 +91,7 @@ export interface Problem {
 export interface ErrorContext {
   /** The system that was called, for a call. */
   system?: string;
-  /** The handle asked for, for {@link BallastClient.task}. */
+  /** The handle asked for, for {@link BallastClient.task} and {@link BallastClient.waitForTask}. */
   taskId?: string;
 }
 
@@ -113,7 +119,7 @@ export class BallastError extends Error {
   readonly retryAfter: number | undefined;
   /** The system that was called, for a call. */
   readonly system: string | undefined;
-  /** The handle of the deferred write asked for, for `task()`. */
+  /** The handle of the deferred write asked for, for `task()` and `waitForTask()`. */
   readonly taskId: string | undefined;
   /** The whole problem document. */
   readonly problem: Problem;
@@ -154,4 +160,28 @@ export function problemError(
   return UNAVAILABLE.has(problem.ballast.reason)
     ? new SystemUnavailableError(status, problem, retryAfter, context)
     : new BallastError(status, problem, retryAfter, context);
+}
+
+/**
+ * {@link BallastClient.waitForTask} gave up: its `timeoutMs` passed while the
+ * deferred write was still pending or running. The write goes on — the
+ * gateway's queue keeps trying it — so this says nothing about its outcome;
+ * ask again later with the same handle, or let its callback tell you.
+ */
+export class TaskWaitTimeoutError extends Error {
+  override name = 'TaskWaitTimeoutError';
+  /** The handle waited for. */
+  readonly taskId: string;
+  /** How long it was waited for, in ms. */
+  readonly timeoutMs: number;
+  /** The task as it was last seen, if it was seen at all. */
+  readonly lastSeen: Task | undefined;
+
+  constructor(taskId: string, timeoutMs: number, lastSeen: Task | undefined) {
+    const state = lastSeen ? `still ${lastSeen.state} after ${lastSeen.attempts} attempts` : 'not seen';
+    super(`deferred write ${taskId}: ${state} when the wait of ${timeoutMs} ms ended`);
+    this.taskId = taskId;
+    this.timeoutMs = timeoutMs;
+    this.lastSeen = lastSeen;
+  }
 }

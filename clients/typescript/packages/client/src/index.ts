@@ -3,7 +3,9 @@
  *
  * Reads are retried, keyed writes are retried with their key or handed to
  * the durable queue, writes without a key are sent exactly once — by the
- * gateway, under each system's policy in `ballast.toml`. This client adds no
+ * gateway, under each system's policy in `ballast.toml`. A deferred write is
+ * waited for ({@link BallastClient.waitForTask}) or reported to a callback
+ * URL, whose signature {@link verifyCallback} checks. This client adds no
  * retry of its own (R-RES-RE-X4), and its types refuse a write without a key
  * where a retried one is asked for (R-RES-RE-1).
  *
@@ -15,25 +17,47 @@ export {
   BallastClient,
   DEFAULT_ADMIN_URL,
   DEFAULT_GATEWAY_URL,
+  MAX_TASK_WAIT_MS,
+  answerJson,
   attemptsOf,
   createBallastClient,
+  type Answer,
   type BodyInit,
   type ClientOptions,
+  type DeferReason,
   type Handover,
   type HeadersInit,
   type ReadInit,
   type ReadMethod,
   type Readiness,
   type SystemHealth,
+  type SystemStatus,
+  type SystemsReport,
   type Task,
   type TaskState,
+  type WaitForTaskOptions,
   type WriteInit,
   type WriteMethod,
   type WriteOnceInit,
+  type WriteOrDeferInit,
 } from './client.js';
+export {
+  CALLBACK_HEADER,
+  CallbackSignatureError,
+  DEFAULT_CALLBACK_TOLERANCE_SEC,
+  DELIVERY_HEADER,
+  SIGNATURE_HEADER,
+  TASK_HEADER,
+  signCallback,
+  verifyCallback,
+  type CallbackEvent,
+  type CallbackType,
+  type VerifyCallbackInit,
+} from './callback.js';
 export {
   BallastError,
   SystemUnavailableError,
+  TaskWaitTimeoutError,
   type ErrorContext,
   type Problem,
   type Reason,

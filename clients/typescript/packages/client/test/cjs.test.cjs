@@ -17,6 +17,11 @@ test('require() gets the CommonJS build with the whole API', async () => {
     'newKey',
     'IdempotencyKey',
     'attemptsOf',
+    'answerJson',
+    'verifyCallback',
+    'signCallback',
+    'CallbackSignatureError',
+    'TaskWaitTimeoutError',
   ]) {
     assert.ok(client[name], name);
   }
@@ -36,4 +41,13 @@ test('require() gets the CommonJS build with the whole API', async () => {
   );
   assert.ok(error instanceof client.SystemUnavailableError);
   assert.equal(error.retryAfter, 1);
+
+  // node:crypto from CommonJS: a callback signed and verified.
+  const body = '{"type":"task.failed","task":{"task_id":"1.x","state":"failed"}}';
+  const signature = client.signCallback('s3cret', body);
+  assert.equal(client.verifyCallback({ secret: 's3cret', signature, body }).type, 'task.failed');
+  assert.throws(
+    () => client.verifyCallback({ secret: 'other', signature, body }),
+    (e) => e instanceof client.CallbackSignatureError && e.kind === 'forged',
+  );
 });

@@ -5,12 +5,19 @@
 import {
   BallastClient,
   BallastError,
+  CallbackSignatureError,
   IdempotencyKey,
   SystemUnavailableError,
+  TaskWaitTimeoutError,
+  answerJson,
   keyFor,
   newKey,
+  verifyCallback,
+  type CallbackEvent,
+  type DeferReason,
   type Handover,
   type Reason,
+  type SystemStatus,
   type Task,
 } from '@ballast/client';
 
@@ -57,6 +64,25 @@ export async function refused(): Promise<void> {
   const handover: Handover = await ballast.writeOrDefer('sber', 'payments', { key, json: {} });
   // @ts-expect-error -- taskId exists on the deferred branch only
   handover.taskId;
+  // @ts-expect-error -- and so does why it was deferred
+  handover.deferredBecause;
+
+  // Only a write that may be deferred has a callback.
+  // @ts-expect-error -- write() is answered at once: nothing to call back
+  await ballast.write('sber', 'payments', { key, callback: 'https://shop.example/cb' });
+  // @ts-expect-error -- a callback is a URL string
+  await ballast.writeOrDefer('sber', 'payments', { key, callback: new URL('https://shop.example/cb') });
+
+  // Deferral reasons and statuses are closed sets.
+  // @ts-expect-error -- not a reason to defer
+  const because: DeferReason = 'unrouted';
+  // @ts-expect-error -- not a status
+  const status: SystemStatus = 'down';
+  void because, status;
+
+  // A callback's body is believed only through verifyCallback: it takes the raw body, not a parsed one.
+  // @ts-expect-error -- a parsed body lost its bytes
+  verifyCallback({ secret: 's', signature: 't=1,v1=00', body: { type: 'task.completed' } });
 }
 
 export async function accepted(error: unknown): Promise<Task | undefined> {
@@ -78,8 +104,38 @@ export async function accepted(error: unknown): Promise<Task | undefined> {
     const made: Reason = 'breaker_half_open';
     void reason, made;
   }
-  const handover = await ballast.writeOrDefer('sber', 'payments', { key, json: {} });
+  const handover = await ballast.writeOrDefer('sber', 'payments', { key, json: {}, callback: 'https://shop.example/cb' });
+  if (handover.deferred) {
+    const because: DeferReason | null = handover.deferredBecause;
+    const next: Date | null = handover.nextAttemptAt;
+    void because, next;
+  }
   if (handover.deferred && handover.taskId !== null) return ballast.task(handover.taskId);
   if (!handover.deferred) void handover.response.status;
   return undefined;
+}
+
+export async function following(taskId: string, raw: Buffer, signature: string | undefined): Promise<number> {
+  try {
+    const task: Task = await ballast.waitForTask(taskId, { timeoutMs: 60_000, signal: AbortSignal.timeout(90_000) });
+    if (task.state === 'completed' && task.result) {
+      const status: number = task.result.status;
+      const kept: boolean | undefined = task.result.body_kept;
+      const confirmation = answerJson<{ confirmed: boolean }>(task);
+      void status, kept, confirmation.confirmed;
+    }
+  } catch (error) {
+    if (error instanceof TaskWaitTimeoutError) void error.lastSeen?.state;
+  }
+  let event: CallbackEvent;
+  try {
+    event = verifyCallback({ secret: 's3cret', signature, body: raw });
+  } catch (error) {
+    if (error instanceof CallbackSignatureError) return error.kind === 'stale' ? 401 : 401;
+    throw error;
+  }
+  const type: 'task.completed' | 'task.failed' | 'task.cancelled' = event.type;
+  void type;
+  const { systems } = await ballast.systems();
+  return systems.filter((s) => s.status === 'unavailable').length;
 }

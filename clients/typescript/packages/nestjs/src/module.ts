@@ -6,17 +6,36 @@ import {
   type OptionalFactoryDependency,
   type Provider,
 } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
 import { BallastClient, type ClientOptions } from '@ballast/client';
 
+import {
+  BALLAST_CALLBACK_OPTIONS,
+  BallastTaskEvents,
+  DEFAULT_CALLBACK_PATH,
+  callbackController,
+  type BallastCallbackOptions,
+} from './callbacks.js';
 import { BallastHealthIndicator } from './health.js';
 
 /** The injection token of the {@link ClientOptions} the module was given. */
 export const BALLAST_OPTIONS: InjectionToken<ClientOptions> = Symbol('BALLAST_OPTIONS');
 
-/** What {@link BallastModule.forRoot} takes: where the gateway is, and whether every module sees the client. */
+/**
+ * What {@link BallastModule.forRoot} takes: where the gateway is, whether
+ * every module sees the client, and whether the app receives callbacks.
+ */
 export interface BallastModuleOptions extends ClientOptions {
   /** Provide {@link BallastClient} to every module without importing this one (default `false`). */
   global?: boolean;
+  /**
+   * Receive the gateway's callbacks: a controller at `POST /ballast/callbacks`
+   * (`path`) checks each with the secret (`secret`, or the variable
+   * `secretEnv` names) and hands it to the `@OnBallastTask` handlers and
+   * {@link BallastTaskEvents}' listeners. Needs the raw body:
+   * `NestFactory.create(AppModule, { rawBody: true })`.
+   */
+  callbacks?: BallastCallbackOptions;
 }
 
 /** What {@link BallastModule.forRootAsync} takes: the options made by a factory, from a `ConfigService` say. */
@@ -28,12 +47,20 @@ export interface BallastModuleAsyncOptions extends Pick<ModuleMetadata, 'imports
   useFactory: (...args: any[]) => ClientOptions | Promise<ClientOptions>;
   /** Provide {@link BallastClient} to every module without importing this one (default `false`). */
   global?: boolean;
+  /**
+   * Receive the gateway's callbacks, as with {@link BallastModule.forRoot}:
+   * given here, not by the factory, because the controller's route is fixed
+   * when the module is made. A secret from configuration comes by `secretEnv`.
+   */
+  callbacks?: BallastCallbackOptions;
 }
 
 /**
  * The gateway of `ballast serve` for a NestJS application: provides one
  * {@link BallastClient} (inject it by its class) and a
- * {@link BallastHealthIndicator} for `@nestjs/terminus`.
+ * {@link BallastHealthIndicator} for `@nestjs/terminus`; with `callbacks`,
+ * {@link BallastTaskEvents} and the controller the gateway POSTs the ends of
+ * deferred writes to.
  *
  * The policies — retry, breaker, bulkhead, timeout, the durable queue — live
  * in `ballast.toml`, one per external system, instead of a cockatiel
@@ -41,7 +68,13 @@ export interface BallastModuleAsyncOptions extends Pick<ModuleMetadata, 'imports
  *
  * @example
  * \@Module({
- *   imports: [BallastModule.forRoot({ baseUrl: 'http://127.0.0.1:9465', token: process.env.BALLAST_GATEWAY_TOKEN })],
+ *   imports: [
+ *     BallastModule.forRoot({
+ *       baseUrl: 'http://127.0.0.1:9465',
+ *       token: process.env.BALLAST_GATEWAY_TOKEN,
+ *       callbacks: { secretEnv: 'BALLAST_CALLBACK_SECRET' },
+ *     }),
+ *   ],
  * })
  * export class AppModule {}
  */
@@ -49,8 +82,8 @@ export interface BallastModuleAsyncOptions extends Pick<ModuleMetadata, 'imports
 export class BallastModule {
   /** The module with `options` as they are. */
   static forRoot(options: BallastModuleOptions = {}): DynamicModule {
-    const { global = false, ...client } = options;
-    return dynamicModule(global, [], { provide: BALLAST_OPTIONS, useValue: client });
+    const { global = false, callbacks, ...client } = options;
+    return dynamicModule(global, [], { provide: BALLAST_OPTIONS, useValue: client }, callbacks);
   }
 
   /**
@@ -68,21 +101,26 @@ export class BallastModule {
    * })
    */
   static forRootAsync(options: BallastModuleAsyncOptions): DynamicModule {
-    return dynamicModule(options.global ?? false, options.imports ?? [], {
-      provide: BALLAST_OPTIONS,
-      useFactory: options.useFactory,
-      inject: options.inject ?? [],
-    });
+    return dynamicModule(
+      options.global ?? false,
+      options.imports ?? [],
+      { provide: BALLAST_OPTIONS, useFactory: options.useFactory, inject: options.inject ?? [] },
+      options.callbacks,
+    );
   }
 }
 
-/** The options provider, the client made from them and the health indicator, as one module. */
+/**
+ * The options provider, the client made from them and the health indicator,
+ * as one module; with `callbacks`, the events and their controller too.
+ */
 function dynamicModule(
   global: boolean,
   imports: NonNullable<ModuleMetadata['imports']>,
   options: Provider,
+  callbacks: BallastCallbackOptions | undefined,
 ): DynamicModule {
-  return {
+  const module: DynamicModule = {
     module: BallastModule,
     global,
     imports,
@@ -96,5 +134,15 @@ function dynamicModule(
       BallastHealthIndicator,
     ],
     exports: [BallastClient, BallastHealthIndicator, BALLAST_OPTIONS],
+  };
+  if (callbacks === undefined) return module;
+  const path = callbacks.path ?? DEFAULT_CALLBACK_PATH;
+  return {
+    ...module,
+    // DiscoveryModule finds the @OnBallastTask handlers.
+    imports: [...imports, DiscoveryModule],
+    providers: [...module.providers!, { provide: BALLAST_CALLBACK_OPTIONS, useValue: callbacks }, BallastTaskEvents],
+    exports: [...module.exports!, BallastTaskEvents],
+    controllers: path === false ? [] : [callbackController(path)],
   };
 }

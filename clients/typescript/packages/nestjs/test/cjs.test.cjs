@@ -14,4 +14,10 @@ test('require() gets the CommonJS build: the module and the client of the Common
   assert.equal(dynamic.global, true);
   assert.ok(dynamic.exports.includes(client.BallastClient), "the token is the CommonJS client's class");
   assert.equal(nest.SystemUnavailableError, client.SystemUnavailableError);
+
+  const withCallbacks = nest.BallastModule.forRoot({ callbacks: { secret: 's3cret' } });
+  assert.ok(withCallbacks.exports.includes(nest.BallastTaskEvents));
+  assert.equal(withCallbacks.controllers.length, 1);
+  assert.equal(typeof nest.OnBallastTask('completed'), 'function');
+  assert.equal(nest.verifyCallback, client.verifyCallback, "the CommonJS client's, re-exported");
 });

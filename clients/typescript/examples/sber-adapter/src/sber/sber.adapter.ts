@@ -1,14 +1,15 @@
 import { Injectable } from '@nestjs/common';
-import { BallastClient, SystemUnavailableError, keyFor } from '@ballast/nestjs';
+import { ConfigService } from '@nestjs/config';
+import { BallastClient, SystemUnavailableError, keyFor, type Handover } from '@ballast/nestjs';
 
 import { PaymentPortError } from '../payment/payment-port.error.js';
 import type {
   Confirmation,
-  ConfirmationState,
+  Deferred,
   Order,
   OrderId,
   PaymentPort,
-  PaymentRef,
+  Registration,
   RegisterPaymentCommand,
 } from '../payment/payment.port.js';
 import {
@@ -23,11 +24,21 @@ import {
  * The guide's `SberAdapter`, its policy moved out: retry → breaker →
  * bulkhead → timeout for Sber is `[systems.sber]` in `ballast.toml`, applied
  * by the gateway to every attempt, and `ballast lint` checks it. The adapter
- * keeps its port, its mappers and its error mapping.
+ * keeps its port, its mappers and its error mapping. A write the gateway
+ * defers names the app's callback URL (`BALLAST_CALLBACK_URL`): how it ends
+ * comes back to {@link SberCallbacks}, and nothing here asks.
  */
 @Injectable()
 export class SberAdapter implements PaymentPort {
-  constructor(private readonly ballast: BallastClient) {}
+  /** Where the gateway POSTs the end of a deferred write: this app's callback controller. */
+  readonly #callback: string;
+
+  constructor(
+    private readonly ballast: BallastClient,
+    config: ConfigService,
+  ) {
+    this.#callback = config.getOrThrow<string>('BALLAST_CALLBACK_URL');
+  }
 
   async findOrder(orderId: OrderId): Promise<Order> {                // read → the gateway retries it (R-RES-RE-1)
     try {
@@ -40,14 +51,16 @@ export class SberAdapter implements PaymentPort {
     }
   }
 
-  async registerPayment(cmd: RegisterPaymentCommand): Promise<PaymentRef> {  // write + key → retried with that key
+  async registerPayment(cmd: RegisterPaymentCommand): Promise<Registration> {  // write + key → retried, then queued
     try {
-      const resp = await this.ballast.write('sber', 'payments/register', {
+      const out = await this.ballast.writeOrDefer('sber', 'payments/register', {
         key: cmd.idempotencyKey,                                     // ← required by the type (AUTH-19)
         json: toApiRequest(cmd),
+        callback: this.#callback,                                    // the payment's id comes back here if deferred
       });
-      if (!resp.ok) throw PaymentPortError.fromStatus('sber', resp.status);
-      return toPaymentRef((await resp.json()) as SberRegisterResponse);
+      if (out.deferred) return deferred(out);                         // charged once, whenever Sber takes it
+      if (!out.response.ok) throw PaymentPortError.fromStatus('sber', out.response.status);
+      return { state: 'registered', payment: toPaymentRef((await out.response.json()) as SberRegisterResponse) };
     } catch (e) {
       if (e instanceof SystemUnavailableError) throw PaymentPortError.systemUnavailable('sber', e);
       throw PaymentPortError.from(e);
@@ -60,22 +73,13 @@ export class SberAdapter implements PaymentPort {
         // Derived, not random: every attempt, every instance and the queue send the same key.
         key: keyFor(orderId.value, 'confirm-payment'),
         json: {},
+        callback: this.#callback,                                    // no order_confirmation_task, no poller
       });
-      if (out.deferred) return { state: 'deferred', task: out.taskId };  // no order_confirmation_task, no poller
+      if (out.deferred) return deferred(out);
       if (!out.response.ok) throw PaymentPortError.fromStatus('sber', out.response.status);
       return { state: 'confirmed' };
     } catch (e) {
       if (e instanceof SystemUnavailableError) throw PaymentPortError.systemUnavailable('sber', e);
-      throw PaymentPortError.from(e);
-    }
-  }
-
-  async confirmationOf(task: string): Promise<ConfirmationState> {  // the queue's word on a deferred confirmation
-    try {
-      const { state } = await this.ballast.task(task);
-      if (state === 'completed') return 'confirmed';                // a 4xx fails the task instead
-      return state === 'failed' || state === 'cancelled' ? 'failed' : 'pending';
-    } catch (e) {
       throw PaymentPortError.from(e);
     }
   }
@@ -89,4 +93,9 @@ export class SberAdapter implements PaymentPort {
       throw PaymentPortError.from(e);
     }
   }
+}
+
+/** The gateway's hand-over (its 202), in the domain's words. */
+function deferred(out: Extract<Handover, { deferred: true }>): Deferred {
+  return { state: 'deferred', task: out.taskId, because: out.deferredBecause, nextAttemptAt: out.nextAttemptAt };
 }

@@ -17,10 +17,16 @@ export interface SberRegisterRequest {
   currency: string;
 }
 
-/** Its answer. */
+/** Its answer (201), at once or in the callback of a deferred registration. */
 export interface SberRegisterResponse {
   paymentId: string;
   orderNumber: string;
+}
+
+/** The answer to `POST /orders/{orderNumber}/confirm` (200). */
+export interface SberConfirmResponse {
+  orderNumber: string;
+  status: 'CONFIRMED';
 }
 
 export function toOrderDomain(dto: SberOrderDto): Order {
@@ -34,4 +40,15 @@ export function toApiRequest(cmd: RegisterPaymentCommand): SberRegisterRequest {
 
 export function toPaymentRef(dto: SberRegisterResponse): PaymentRef {
   return { paymentId: dto.paymentId, orderId: new OrderId(dto.orderNumber) };
+}
+
+/**
+ * What the answer that completed a deferred write says, in the domain's
+ * words: a registration names the payment, a confirmation the order.
+ */
+export function toCompletion(
+  dto: SberRegisterResponse | SberConfirmResponse,
+): { kind: 'registered'; payment: PaymentRef } | { kind: 'confirmed'; orderId: OrderId } {
+  if ('paymentId' in dto) return { kind: 'registered', payment: toPaymentRef(dto) };
+  return { kind: 'confirmed', orderId: new OrderId(dto.orderNumber) };
 }

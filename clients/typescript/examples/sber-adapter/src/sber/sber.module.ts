@@ -1,17 +1,27 @@
 import { Module } from '@nestjs/common';
+import { ConfigModule } from '@nestjs/config';
 
 import { CheckoutService } from '../checkout/checkout.service.js';
 import { OrderStore } from '../checkout/order.store.js';
-import { PAYMENT_PORT } from '../payment/payment.port.js';
+import { PAYMENT_EVENTS, PAYMENT_PORT } from '../payment/payment.port.js';
 import { SberAdapter } from './sber.adapter.js';
+import { SberCallbacks } from './sber.callbacks.js';
 
 /**
- * Payments through Sber: the adapter as the domain's `PaymentPort`, and the
- * checkout that uses it. `BallastClient` comes from a global
- * `BallastModule` (see `AppModule`).
+ * Payments through Sber: the adapter as the domain's `PaymentPort`, its
+ * callback handlers telling the checkout how deferred writes ended, and the
+ * checkout. `BallastClient` comes from a global `BallastModule` (see
+ * `AppModule`), the callback URL from `BALLAST_CALLBACK_URL`.
  */
 @Module({
-  providers: [{ provide: PAYMENT_PORT, useClass: SberAdapter }, OrderStore, CheckoutService],
+  imports: [ConfigModule],
+  providers: [
+    { provide: PAYMENT_PORT, useClass: SberAdapter },
+    OrderStore,
+    CheckoutService,
+    { provide: PAYMENT_EVENTS, useExisting: CheckoutService },
+    SberCallbacks,
+  ],
   exports: [PAYMENT_PORT, CheckoutService],
 })
 export class SberModule {}
