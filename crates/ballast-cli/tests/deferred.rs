@@ -183,7 +183,9 @@ async fn an_accepted_operation_is_followed_to_its_end_across_a_restart() {
         })
         .await
     };
-    let mut served = Served::start(&upstream, "", OPERATIONS);
+    // A worker killed while it reads the status holds the task until its
+    // lease lapses: a short one, so the next worker takes it over soon.
+    let mut served = Served::start(&upstream, "lease = \"2s\"", OPERATIONS);
     let accepted = served.defer("ops/payments", "order-77").await;
     assert_eq!(accepted.status().as_u16(), 202);
     let location = accepted.headers()["location"].to_str().unwrap().to_owned();

@@ -48,7 +48,8 @@ pub struct GatewaySection {
     /// that rebinds its name to this host cannot call the systems.
     pub allowed_hosts: Option<Vec<String>>,
     /// `max_waiters`: callers of `GET /tasks/{handle}?wait=…` held at once
-    /// (default 1024); more are answered 503 `too_many_waiters`.
+    /// (default 512, at most half of `max_connections`: a waiting caller
+    /// holds its connection); more are answered 503 `too_many_waiters`.
     pub max_waiters: Option<u64>,
     /// `callback_hosts`: the hosts (`name`, or `name:port` for that port
     /// only) a request's `Ballast-Callback` may name; any other is refused
@@ -118,7 +119,18 @@ pub(crate) fn rules(g: &GatewaySection) -> Vec<KeyFinding> {
             None,
             vec!["gateway".to_owned(), "max_waiters".to_owned()],
             "`max_waiters` is 0: every `GET /tasks/{handle}?wait=…` would be refused".into(),
-            "hold at least as many waiting callers as the app waits on at once, e.g. 1024 (the default)",
+            "hold at least as many waiting callers as the app waits on at once, e.g. 512 (the default)",
+        ));
+    }
+    let connections = g.max_connections.unwrap_or(1024);
+    if let Some(waiters) = g.max_waiters.filter(|w| *w >= connections) {
+        out.push(KeyFinding::error(
+            None,
+            vec!["gateway".to_owned(), "max_waiters".to_owned()],
+            format!(
+                "`max_waiters` ({waiters}) is not below `max_connections` ({connections}): callers waiting on tasks could hold every connection, and no write could reach the gateway"
+            ),
+            "keep it well under max_connections, e.g. half of it (the default)",
         ));
     }
     if g.max_body.is_some_and(|b| b.bytes() == 0 || b.bytes() > MAX_BODY_LIMIT) {
@@ -175,7 +187,7 @@ impl Default for GatewaySettings {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             trust_forwarded: false,
             allowed_hosts: Vec::new(),
-            max_waiters: 1024,
+            max_waiters: 512,
             callback_hosts: Vec::new(),
             callback_secret_env: None,
         }
@@ -202,7 +214,11 @@ impl Config {
             body_read_timeout: gateway.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
             trust_forwarded: gateway.trust_forwarded.unwrap_or(false),
             allowed_hosts: gateway.allowed_hosts.clone().unwrap_or_default(),
-            max_waiters: count(gateway.max_waiters).unwrap_or(defaults.max_waiters),
+            // Half the connections at most, unless set: a waiting caller holds one.
+            max_waiters: count(gateway.max_waiters).unwrap_or_else(|| {
+                let connections = count(gateway.max_connections).unwrap_or(defaults.max_connections);
+                defaults.max_waiters.min(connections / 2).max(1)
+            }),
             callback_hosts: gateway.callback_hosts.clone().unwrap_or_default(),
             callback_secret_env: gateway.callback_secret_env.clone(),
         }))

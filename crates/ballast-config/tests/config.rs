@@ -432,6 +432,51 @@ fn serve_gateway_alerts_and_retention_keys_are_checked() {
     assert_eq!((hooks[0].format, hooks[0].dedupes_by_key), (ballast_config::AlertFormat::Alertmanager, true));
 }
 
+/// The gateway's callbacks and waiting callers: what makes them unsafe is refused.
+#[test]
+fn callbacks_and_waiting_callers_are_checked() {
+    let errors = |gateway: &str| -> Vec<String> {
+        let text = format!("[gateway]\n{gateway}\n[systems.pay]\nbase_url = \"http://127.0.0.1:8080/\"\n");
+        Config::parse("t.toml", &text)
+            .unwrap()
+            .lint()
+            .into_iter()
+            .filter(|f| f.is_error())
+            .map(|f| f.message)
+            .collect()
+    };
+    assert!(errors("callback_hosts = [\"hooks.example\"]")[0].contains("without `callback_secret_env`"));
+    assert!(errors("callback_hosts = [\"https://hooks.example/x\"]\ncallback_secret_env = \"S\"")[0]
+        .contains("not a host name"));
+    assert!(errors("max_connections = 100\nmax_waiters = 100")[0].contains("could hold every connection"));
+    assert!(errors(
+        "callback_hosts = [\"hooks.example:8443\"]\ncallback_secret_env = \"S\"\nmax_waiters = 10"
+    )
+    .is_empty());
+    let route = |value: &str| -> Vec<String> {
+        let text = format!(
+            "[systems.pay]\nbase_url = \"http://127.0.0.1:8080/\"\ndedupes_by_key = true\n[systems.pay.routes]\n\"POST /refunds\" = {value}\n"
+        );
+        Config::parse("t.toml", &text)
+            .unwrap()
+            .lint()
+            .into_iter()
+            .filter(|f| f.is_error())
+            .map(|f| f.message)
+            .collect()
+    };
+    assert!(route("{ kind = \"write_once\", follow = {} }")[0].contains("not a keyed_write"));
+    assert!(route("{ kind = \"keyed_write\", follow = { field = \"status\" } }")[0].contains("needs `done`"));
+    assert!(route("{ kind = \"keyed_write\", follow = { deadline = \"0s\" } }")[0].contains("deadline"));
+    assert!(
+        route("{ kind = \"keyed_write\", follow = { field = \"op.status\", done = [\"ok\"] } }").is_empty()
+    );
+    let small = Config::parse("t.toml", "[gateway]\nmax_connections = 64\n").unwrap();
+    assert_eq!(small.gateway().unwrap().unwrap().max_waiters, 32, "half the connections unless set");
+    let default = Config::parse("t.toml", "[gateway]\n").unwrap();
+    assert_eq!(default.gateway().unwrap().unwrap().max_waiters, 512);
+}
+
 /// A system that says nothing of a part gets the guide's; `"none"` leaves
 /// it out, and `explain` says which is which.
 #[test]

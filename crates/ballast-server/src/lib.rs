@@ -102,6 +102,9 @@ pub enum ServeError {
     /// An alert webhook's URL is missing or unusable.
     #[error(transparent)]
     Alerts(#[from] alerts::AlertsError),
+    /// The HTTP client that sends callbacks could not be built.
+    #[error("cannot build the client that sends callbacks: {0}")]
+    CallbackClient(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The worker task panicked.
     #[error("the delivery worker panicked")]
     WorkerPanicked,
@@ -184,7 +187,11 @@ impl Server {
                 DELIVERY_KIND,
                 DeliveryHandler::shared(systems.clone()).max_age(queue_settings.schedule.max_age),
             )
-            .handler(CALLBACK_KIND, CallbackHandler::new(queue, systems.clone(), callbacks.clone()))
+            .handler(
+                CALLBACK_KIND,
+                CallbackHandler::new(queue, systems.clone(), callbacks.clone())
+                    .map_err(|e| ServeError::CallbackClient(e.into()))?,
+            )
             .handler(ALERT_KIND, webhooks.handler())
             .alert(webhooks)
             .build()
@@ -308,7 +315,8 @@ impl Server {
         tokio::spawn(self.ui.clone().sample_rates(shutdown.clone()));
         let worker = tokio::spawn(self.worker.run(shutdown.clone()));
         let gateway = self.gateway.map(|(gateway, listener, limits)| {
-            tokio::spawn(listener::serve(listener, gateway.router(), limits, shutdown.clone()))
+            let router = gateway.stopping(shutdown.clone()).router();
+            tokio::spawn(listener::serve(listener, router, limits, shutdown.clone()))
         });
         let router = self
             .admin

@@ -66,7 +66,8 @@ impl Bulkhead {
 
     /// The slots background calls leave free for live ones.
     pub fn reserved_for_live(&self) -> usize {
-        (self.limit * usize::from(self.reserve_live)).div_ceil(100).min(self.limit.saturating_sub(1))
+        let reserved = (self.limit as u128 * u128::from(self.reserve_live)).div_ceil(100);
+        usize::try_from(reserved).unwrap_or(usize::MAX).min(self.limit.saturating_sub(1))
     }
 
     /// Lets up to `queue` attempts wait for a slot (default 0). Waiting respects
@@ -134,6 +135,8 @@ pub(crate) struct BulkheadState {
     background: Padded<AtomicUsize>,
     /// Wakes every background waiter: each decides by the reserve.
     freed_background: Notify,
+    /// Taken by a background call while it looks for room and takes a slot.
+    background_take: std::sync::Mutex<()>,
     reserved: usize,
 }
 
@@ -175,6 +178,7 @@ impl BulkheadState {
             queue: cfg.queue,
             background: Padded(AtomicUsize::new(0)),
             freed_background: Notify::new(),
+            background_take: std::sync::Mutex::new(()),
             reserved: cfg.reserved_for_live(),
         }
     }
@@ -223,6 +227,19 @@ impl BulkheadState {
         false
     }
 
+    /// A slot for a background call if more than the reserve is free now.
+    /// The look and the take are one step among background calls (a
+    /// lock only they take): two of them woken by one freed slot cannot
+    /// both see room and take the live calls' reserve between them.
+    fn try_acquire_background(&self) -> Option<Slot<'_>> {
+        let _one_at_a_time = self.background_take.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.limit.saturating_sub(self.in_flight()) > self.reserved {
+            self.try_acquire()
+        } else {
+            None
+        }
+    }
+
     /// A slot for a [background](crate::background) call: taken only while
     /// more than the live calls' reserve is free, waited for otherwise —
     /// not bounded by the queue, bounded by `deadline` and `cancel`.
@@ -250,10 +267,8 @@ impl BulkheadState {
                 let freed = self.freed_background.notified();
                 tokio::pin!(freed);
                 freed.as_mut().enable();
-                if self.limit - self.in_flight() > self.reserved {
-                    if let Some(slot) = self.try_acquire() {
-                        return slot;
-                    }
+                if let Some(slot) = self.try_acquire_background() {
+                    return slot;
                 }
                 freed.await;
             }

@@ -252,7 +252,7 @@ impl Classify for CallbackError {
 ///
 /// let policy = CallbackPolicy::new(["hooks.shop.example"], std::env::var("CALLBACK_SECRET").unwrap().into_bytes());
 /// let worker = ballast_queue::Worker::builder(queue.clone())
-///     .handler(CALLBACK_KIND, CallbackHandler::new(queue, systems, policy))
+///     .handler(CALLBACK_KIND, CallbackHandler::new(queue, systems, policy).expect("TLS roots"))
 ///     .build()?;
 /// # let _ = worker; Ok(()) }
 /// ```
@@ -266,17 +266,18 @@ pub struct CallbackHandler {
 
 impl CallbackHandler {
     /// Sends callbacks allowed by `policy`, telling of deferred writes in
-    /// `queue` to `systems`.
-    pub fn new(queue: Queue, systems: Systems, policy: CallbackPolicy) -> Self {
+    /// `queue` to `systems`. Fails only if the HTTP client cannot be built
+    /// (its TLS roots cannot be loaded): never a client without its limits.
+    pub fn new(queue: Queue, systems: Systems, policy: CallbackPolicy) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
+            // A redirect could lead a callback to a host nobody listed.
             .redirect(reqwest::redirect::Policy::none())
             .timeout(CALLBACK_TIMEOUT)
             // Callbacks come in bursts: a connection idle past one is
             // closed, not left holding the receiver's shutdown.
             .pool_idle_timeout(CALLBACK_IDLE)
-            .build()
-            .unwrap_or_default();
-        Self { queue, systems, policy, client }
+            .build()?;
+        Ok(Self { queue, systems, policy, client })
     }
 }
 
@@ -307,7 +308,11 @@ impl Handler for CallbackHandler {
             .body(body)
             .send()
             .await
-            .map_err(|e| CallbackError::Unanswered { url: shown.clone(), reason: e.to_string() })?;
+            // Without its URL: the callback's query may hold the receiver's token.
+            .map_err(|e| CallbackError::Unanswered {
+                url: shown.clone(),
+                reason: e.without_url().to_string(),
+            })?;
         let status = sent.status();
         if !status.is_success() {
             return Err(CallbackError::Answered { url: shown, status: status.as_u16() });

@@ -279,7 +279,8 @@ impl HttpSystem {
             _ => None,
         };
         if let Some(following) = accepted {
-            return self.follow_accepted(queue, key, delivery, sequence.as_deref(), following, outcome).await;
+            let accepted = Accepted { following, fingerprint: &fingerprint, answer: outcome };
+            return self.follow_accepted(queue, key, delivery, sequence.as_deref(), accepted).await;
         }
         delivery.deferred_because = outcome.as_ref().err().map(DeferredBecause::of);
         let mut task = delivery.task(key);
@@ -312,6 +313,14 @@ impl HttpSystem {
     }
 }
 
+/// A write the system accepted with a 202 to follow: where its status is,
+/// the request's fingerprint, and the 202.
+struct Accepted<'a> {
+    following: super::Following,
+    fingerprint: &'a Fingerprint,
+    answer: Result<Response, Failure<HttpError>>,
+}
+
 impl HttpSystem {
     /// A write the system accepted with a 202 whose operation its route
     /// follows: handed to the queue to be followed, the 202 kept for a
@@ -322,9 +331,9 @@ impl HttpSystem {
         key: &IdempotencyKey,
         mut delivery: Delivery,
         sequence: Option<&str>,
-        following: super::Following,
-        accepted: Result<Response, Failure<HttpError>>,
+        accepted: Accepted<'_>,
     ) -> Result<Handover<Response>, HandoverError<HttpError>> {
+        let Accepted { following, fingerprint, answer: accepted } = accepted;
         let first_look =
             accepted.as_ref().ok().map(|answer| following.first_look(answer)).unwrap_or_default();
         delivery.deferred_because = Some(DeferredBecause::Accepted);
@@ -335,6 +344,14 @@ impl HttpSystem {
         }
         match queue.enqueue(task).await {
             Ok(outcome) => {
+                // Another request with this key deferred first: its task is not this one's.
+                if !outcome.created {
+                    if let Ok(Some(task)) = queue.get(outcome.id).await {
+                        if stored_fingerprint(&task).is_some_and(|stored| stored != fingerprint.as_str()) {
+                            return Err(reused(key));
+                        }
+                    }
+                }
                 tracing::info!(
                     task_id = outcome.id,
                     system = self.name(),

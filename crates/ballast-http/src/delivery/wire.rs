@@ -337,6 +337,18 @@ impl Delivery {
         if let Some(access) = shown.get_mut("access") {
             *access = serde_json::Value::from("(hidden)");
         }
+        // A callback's or a status URL's query may be the receiver's token.
+        if let Some(callback) = shown.get_mut("callback") {
+            if let Some(url) = callback.as_str() {
+                *callback = serde_json::Value::from(ballast::redact_url(url));
+            }
+        }
+        if let Some(query) = shown.get_mut("following").and_then(|f| f.get_mut("query")) {
+            if let Some(text) = query.as_str() {
+                *query =
+                    serde_json::Value::from(ballast::redact_url(&format!("?{text}")).trim_start_matches('?'));
+            }
+        }
         shown
     }
 
@@ -396,4 +408,21 @@ impl Delivery {
 
 pub(super) fn unix_millis(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Delivery;
+
+    #[test]
+    fn an_operator_sees_no_token_of_a_callback_or_a_status_url() {
+        let payload = serde_json::json!({
+            "system": "pay", "method": "POST", "path": "payments", "access": "ab12",
+            "callback": "https://hooks.example/paid?token=s3cret",
+            "following": { "path": "operations/7", "query": "sig=s3cret", "accepted_at": 1, "until": 2 },
+        });
+        let shown = Delivery::shown(&payload).to_string();
+        assert!(!shown.contains("s3cret") && !shown.contains("ab12"), "{shown}");
+        assert!(shown.contains("hooks.example/paid") && shown.contains("operations/7"), "{shown}");
+    }
 }

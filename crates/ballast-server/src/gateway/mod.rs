@@ -70,10 +70,12 @@ struct GatewayState {
     waiters: Arc<waiters::Waiters>,
     /// Where a `Ballast-Callback` may point.
     callbacks: CallbackPolicy,
+    /// Cancelled when the gateway shuts down: waiting callers are answered.
+    stopping: tokio_util::sync::CancellationToken,
 }
 
 /// Callers of `GET /tasks/{handle}?wait=…` held at once unless configured.
-pub const DEFAULT_MAX_WAITERS: usize = 1024;
+pub const DEFAULT_MAX_WAITERS: usize = 512;
 
 impl Gateway {
     /// A gateway to `systems` that defers keyed writes to `queue`, buffers
@@ -89,6 +91,7 @@ impl Gateway {
             hosts: None,
             waiters: Arc::new(waiters::Waiters::new(queue.clone(), DEFAULT_MAX_WAITERS)),
             callbacks: CallbackPolicy::new(Vec::<String>::new(), Vec::new()),
+            stopping: tokio_util::sync::CancellationToken::new(),
             queue,
         }))
     }
@@ -103,8 +106,17 @@ impl Gateway {
         Self(Arc::new(inner))
     }
 
+    /// Answers every caller waiting on a task (`?wait=`) as the task is
+    /// when `stopping` is cancelled, so a shutdown's drain does not cut
+    /// them off.
+    pub fn stopping(self, stopping: tokio_util::sync::CancellationToken) -> Self {
+        let mut inner = Arc::unwrap_or_clone(self.0);
+        inner.stopping = stopping;
+        Self(Arc::new(inner))
+    }
+
     /// Holds at most `max` callers of `GET /tasks/{handle}?wait=…` at once
-    /// (default 1024); more are answered 503 `too_many_waiters`.
+    /// (default 512); more are answered 503 `too_many_waiters`.
     pub fn max_waiters(self, max: usize) -> Self {
         let mut inner = Arc::unwrap_or_clone(self.0);
         inner.waiters = Arc::new(waiters::Waiters::new(inner.queue.clone(), max));
@@ -153,6 +165,10 @@ impl Gateway {
 
     fn systems(&self) -> &Systems {
         &self.0.systems
+    }
+
+    fn stopping_token(&self) -> &tokio_util::sync::CancellationToken {
+        &self.0.stopping
     }
 
     fn callback_policy(&self) -> &CallbackPolicy {

@@ -40,33 +40,36 @@ pub(super) async fn task(
         }
     };
     let Some(task_id) = Delivery::handle_id(&handle) else { return not_found(&handle) };
-    let mut ticket = match wait.filter(|w| !w.is_zero()) {
-        None => None,
-        Some(_) => match gateway.waiters().wait(task_id) {
-            Some(ticket) => Some(ticket),
-            None => {
-                let detail =
-                    "this listener holds as many waiting callers as it takes ([gateway] max_waiters); \
-                              ask again later, or without wait=";
-                return Problem::new(Reason::TooManyWaiters, detail)
-                    .retry_after(Duration::from_secs(1))
-                    .into_response();
-            }
-        },
+    let Some(wait) = wait.filter(|w| !w.is_zero()) else {
+        return match read(&gateway, &handle, task_id).await {
+            Ok(task) => view(&gateway, &handle, &task),
+            Err(response) => response,
+        };
     };
-    let task = match read(&gateway, &handle, task_id).await {
-        Ok(task) => task,
-        Err(response) => return response,
-    };
-    let (Some(ticket), Some(wait)) = (ticket.as_mut(), wait) else { return view(&gateway, &handle, &task) };
-    if task.state.is_final() {
-        return view(&gateway, &handle, &task);
-    }
-    // Over or not, the task is read again: the answer is as of now.
-    let _ = tokio::time::timeout(wait, ticket.ended()).await;
-    match read(&gateway, &handle, task_id).await {
-        Ok(task) => view(&gateway, &handle, &task),
-        Err(response) => response,
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        // The place is taken before the read: an end in between still wakes it.
+        let Some(mut ticket) = gateway.waiters().wait(task_id) else {
+            let detail = "this listener holds as many waiting callers as it takes ([gateway] max_waiters); \
+                          ask again later, or without wait=";
+            return Problem::new(Reason::TooManyWaiters, detail)
+                .retry_after(Duration::from_secs(1))
+                .into_response();
+        };
+        let task = match read(&gateway, &handle, task_id).await {
+            Ok(task) => task,
+            Err(response) => return response,
+        };
+        let stopping = gateway.stopping_token();
+        if task.state.is_final() || tokio::time::Instant::now() >= until || stopping.is_cancelled() {
+            return view(&gateway, &handle, &task);
+        }
+        tokio::select! {
+            () = ticket.ended() => {}
+            () = tokio::time::sleep_until(until) => {}
+            // A gateway shutting down answers its waiting callers as the task is now.
+            () = stopping.cancelled() => {}
+        }
     }
 }
 

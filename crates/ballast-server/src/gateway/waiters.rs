@@ -39,13 +39,14 @@ struct Inner {
 /// when dropped.
 #[derive(Debug)]
 pub(super) struct Ticket {
+    id: i64,
     ended: oneshot::Receiver<()>,
     inner: Arc<Inner>,
 }
 
 impl Ticket {
-    /// Until the task ends (or the gateway stops watching: then at once,
-    /// and the caller reads the task again).
+    /// Until the task may have ended: it did, or ids were missed (then
+    /// every caller reads its task again).
     pub(super) async fn ended(&mut self) {
         let _ = (&mut self.ended).await;
     }
@@ -53,6 +54,17 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        // Its own place goes with it, not at the next sweep: a caller that
+        // hangs up leaves nothing behind.
+        self.ended.close();
+        let mut waiting = self.inner.lock();
+        if let Some(tells) = waiting.get_mut(&self.id) {
+            tells.retain(|t| !t.is_closed());
+            if tells.is_empty() {
+                waiting.remove(&self.id);
+            }
+        }
+        drop(waiting);
         self.inner.count.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -80,7 +92,7 @@ impl Waiters {
         });
         let (tell, ended) = oneshot::channel();
         self.inner.lock().entry(id).or_default().push(tell);
-        Some(Ticket { ended, inner: Arc::clone(&self.inner) })
+        Some(Ticket { id, ended, inner: Arc::clone(&self.inner) })
     }
 }
 
