@@ -435,15 +435,12 @@ fn serve_gateway_alerts_and_retention_keys_are_checked() {
 /// The gateway's callbacks and waiting callers: what makes them unsafe is refused.
 #[test]
 fn callbacks_and_waiting_callers_are_checked() {
-    let errors = |gateway: &str| -> Vec<String> {
-        let text = format!("[gateway]\n{gateway}\n[systems.pay]\nbase_url = \"http://127.0.0.1:8080/\"\n");
-        Config::parse("t.toml", &text)
-            .unwrap()
-            .lint()
-            .into_iter()
-            .filter(|f| f.is_error())
-            .map(|f| f.message)
-            .collect()
+    let errors_in = |text: &str| -> Vec<String> {
+        let findings = Config::parse("t.toml", text).unwrap().lint();
+        findings.into_iter().filter(|f| f.is_error()).map(|f| f.message).collect()
+    };
+    let errors = |gateway: &str| {
+        errors_in(&format!("[gateway]\n{gateway}\n[systems.pay]\nbase_url = \"http://127.0.0.1:8080/\"\n"))
     };
     assert!(errors("callback_hosts = [\"hooks.example\"]")[0].contains("without `callback_secret_env`"));
     assert!(errors("callback_hosts = [\"https://hooks.example/x\"]\ncallback_secret_env = \"S\"")[0]
@@ -453,17 +450,10 @@ fn callbacks_and_waiting_callers_are_checked() {
         "callback_hosts = [\"hooks.example:8443\"]\ncallback_secret_env = \"S\"\nmax_waiters = 10"
     )
     .is_empty());
-    let route = |value: &str| -> Vec<String> {
-        let text = format!(
+    let route = |value: &str| {
+        errors_in(&format!(
             "[systems.pay]\nbase_url = \"http://127.0.0.1:8080/\"\ndedupes_by_key = true\n[systems.pay.routes]\n\"POST /refunds\" = {value}\n"
-        );
-        Config::parse("t.toml", &text)
-            .unwrap()
-            .lint()
-            .into_iter()
-            .filter(|f| f.is_error())
-            .map(|f| f.message)
-            .collect()
+        ))
     };
     assert!(route("{ kind = \"write_once\", follow = {} }")[0].contains("not a keyed_write"));
     assert!(route("{ kind = \"keyed_write\", follow = { field = \"status\" } }")[0].contains("needs `done`"));

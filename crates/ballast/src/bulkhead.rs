@@ -250,34 +250,7 @@ impl BulkheadState {
     ) -> Result<Slot<'_>, Refused> {
         self.background.fetch_add(1, Ordering::SeqCst);
         let _leave = LeaveQueue(&self.background.0);
-        let deadline_passed = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        let cancelled = async {
-            match cancel {
-                Some(c) => c.cancelled().await,
-                None => std::future::pending().await,
-            }
-        };
-        let slot = async {
-            loop {
-                let freed = self.freed_background.notified();
-                tokio::pin!(freed);
-                freed.as_mut().enable();
-                if let Some(slot) = self.try_acquire_background() {
-                    return slot;
-                }
-                freed.await;
-            }
-        };
-        tokio::select! {
-            slot = slot => Ok(slot),
-            () = deadline_passed => Err(Refused::Deadline),
-            () = cancelled => Err(Refused::Cancelled),
-        }
+        self.wait_for(&self.freed_background, || self.try_acquire_background(), deadline, cancel).await
     }
 
     /// A slot after waiting in the queue, or why not. Call after
@@ -295,6 +268,18 @@ impl BulkheadState {
             return Err(Refused::Full);
         }
         let _leave = LeaveQueue(&self.waiting.0);
+        self.wait_for(&self.freed, || self.try_acquire(), deadline, cancel).await
+    }
+
+    /// `take` tried each time `freed` tells of a slot given back, until it
+    /// gives one or `deadline` passes or `cancel` fires.
+    async fn wait_for<'a>(
+        &'a self,
+        freed: &Notify,
+        take: impl Fn() -> Option<Slot<'a>>,
+        deadline: Option<Instant>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Slot<'a>, Refused> {
         let deadline_passed = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -309,15 +294,15 @@ impl BulkheadState {
         };
         let slot = async {
             loop {
-                let freed = self.freed.notified();
-                tokio::pin!(freed);
+                let notified = freed.notified();
+                tokio::pin!(notified);
                 // Registered before the retry, so a slot given back in between
                 // still wakes us.
-                freed.as_mut().enable();
-                if let Some(slot) = self.try_acquire() {
+                notified.as_mut().enable();
+                if let Some(slot) = take() {
                     return slot;
                 }
-                freed.await;
+                notified.await;
             }
         };
         tokio::select! {
