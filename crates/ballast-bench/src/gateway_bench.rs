@@ -17,9 +17,11 @@
 //!   trace exporter (to an OTLP receiver in this process), for the cost of
 //!   traces;
 //! - [`load`]: the closed-loop load generator and its latency histogram;
-//! - [`cpu`]: the CPU time each proxy spent per request.
+//! - [`cpu`]: the CPU time each proxy spent per request;
+//! - [`download`]: the gateway's memory while large answers stream through it.
 
 pub mod cpu;
+pub mod download;
 pub mod gateway;
 pub mod load;
 pub mod nginx;
@@ -103,7 +105,7 @@ pub struct GatewayBenchOptions {
     pub nginx: NginxUse,
     /// nginx's `worker_processes` (`auto` or a number).
     pub nginx_workers: String,
-    /// The gateway's worker threads (`None`: one per core, as `ballast serve`).
+    /// The gateway's event loops (`None`: one per core, as `ballast serve`).
     pub ballast_threads: Option<usize>,
     /// Trace settings to measure, each a gateway process of its own
     /// exporting to an OTLP receiver here (empty: none).
@@ -195,7 +197,7 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
     if let Some(nginx) = &nginx {
         hops.push((Hop::Nginx, nginx.addr(), &proxied_path, Some(cpu::Who::Process(nginx.pid()))));
     }
-    hops.push((Hop::Ballast, gateway.addr(), &gateway_path, Some(cpu::Who::Threads(gateway::THREAD_NAME))));
+    hops.push((Hop::Ballast, gateway.addr(), &gateway_path, Some(cpu::Who::Threads(gateway::THREAD_NAMES))));
     for (tracing, child) in &served {
         hops.push((Hop::Served(*tracing), child.addr(), &gateway_path, Some(cpu::Who::Process(child.pid()))));
     }
@@ -252,7 +254,7 @@ pub fn idle_memory(n: usize) -> anyhow::Result<u64> {
     use std::io::{Read, Write};
     let upstream = upstream::BenchUpstream::start()?;
     let gateway = gateway::BenchGateway::start(upstream.addr(), None)?;
-    let request = format!("GET /call/{}/orders/7 HTTP/1.1\r\nHost: gw\r\n\r\n", gateway::SYSTEM);
+    let request = format!("GET /call/{}/orders/7 HTTP/1.1\r\nHost: localhost\r\n\r\n", gateway::SYSTEM);
     let open = |count: usize| -> anyhow::Result<Vec<std::net::TcpStream>> {
         let mut sockets = Vec::with_capacity(count);
         for _ in 0..count {
@@ -260,7 +262,11 @@ pub fn idle_memory(n: usize) -> anyhow::Result<u64> {
             socket.write_all(request.as_bytes())?;
             let mut answer = [0u8; 4096];
             let read = socket.read(&mut answer)?;
-            anyhow::ensure!(answer[..read].starts_with(b"HTTP/1.1 200"), "the gateway did not answer 200");
+            anyhow::ensure!(
+                answer[..read].starts_with(b"HTTP/1.1 200"),
+                "the gateway did not answer 200: {}",
+                String::from_utf8_lossy(&answer[..read])
+            );
             sockets.push(socket);
         }
         Ok(sockets)

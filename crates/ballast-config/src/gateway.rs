@@ -59,7 +59,22 @@ pub struct GatewaySection {
     /// callbacks are signed with (HMAC-SHA256, at least 16 bytes); required
     /// with `callback_hosts`.
     pub callback_secret_env: Option<String>,
+    /// `workers`: event loops serving the gateway, each on a thread of its
+    /// own with its own socket (`SO_REUSEPORT`) and upstream pool (default:
+    /// one per core).
+    pub workers: Option<u64>,
+    /// `buffer_answer`: an upstream answer's body up to this size is read
+    /// within the attempt and judged as a whole (default `"64KiB"`); a
+    /// larger one is judged on its status and headers and streamed to the
+    /// caller with this much memory.
+    pub buffer_answer: Option<ConfigSize>,
 }
+
+/// The most event loops `[gateway] workers` may ask for.
+pub const MAX_WORKERS: u64 = 256;
+
+/// The largest `[gateway] buffer_answer`.
+pub const MAX_BUFFER_ANSWER: u64 = 64 << 20;
 
 pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("listen", Value),
@@ -73,6 +88,8 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("max_waiters", Value),
     ("callback_hosts", Value),
     ("callback_secret_env", Value),
+    ("workers", Value),
+    ("buffer_answer", Value),
 ];
 
 /// The `[gateway]` section's values.
@@ -133,6 +150,22 @@ pub(crate) fn rules(g: &GatewaySection) -> Vec<KeyFinding> {
             "keep it well under max_connections, e.g. half of it (the default)",
         ));
     }
+    if g.workers.is_some_and(|w| w == 0 || w > MAX_WORKERS) {
+        out.push(KeyFinding::error(
+            None,
+            vec!["gateway".to_owned(), "workers".to_owned()],
+            format!("`workers` is outside 1..={MAX_WORKERS}"),
+            "leave it out for one event loop per core, or set the number of cores the gateway may use",
+        ));
+    }
+    if g.buffer_answer.is_some_and(|b| b.bytes() == 0 || b.bytes() > MAX_BUFFER_ANSWER) {
+        out.push(KeyFinding::error(
+            None,
+            vec!["gateway".to_owned(), "buffer_answer".to_owned()],
+            "`buffer_answer` is outside 1 byte..=64MiB".into(),
+            "buffer what the gateway should judge whole, e.g. \"64KiB\" (the default); larger answers stream",
+        ));
+    }
     if g.max_body.is_some_and(|b| b.bytes() == 0 || b.bytes() > MAX_BODY_LIMIT) {
         out.push(KeyFinding::error(
             None,
@@ -172,11 +205,15 @@ pub struct GatewaySettings {
     pub callback_hosts: Vec<String>,
     /// The variable holding the callbacks' signing secret.
     pub callback_secret_env: Option<String>,
+    /// Event loops serving the gateway; `None`: one per core.
+    pub workers: Option<usize>,
+    /// An answer's body past this many bytes is streamed.
+    pub buffer_answer: usize,
 }
 
 impl Default for GatewaySettings {
     /// Loopback port 9465, 1 MiB bodies, no token, 1024 connections, 5 s for
-    /// headers.
+    /// headers, a loop per core, answers streamed past 64 KiB.
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 9465)),
@@ -190,6 +227,8 @@ impl Default for GatewaySettings {
             max_waiters: 512,
             callback_hosts: Vec::new(),
             callback_secret_env: None,
+            workers: None,
+            buffer_answer: 64 << 10,
         }
     }
 }
@@ -221,6 +260,10 @@ impl Config {
             }),
             callback_hosts: gateway.callback_hosts.clone().unwrap_or_default(),
             callback_secret_env: gateway.callback_secret_env.clone(),
+            workers: count(gateway.workers),
+            buffer_answer: gateway
+                .buffer_answer
+                .map_or(defaults.buffer_answer, |b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
         }))
     }
 }

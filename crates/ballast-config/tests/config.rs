@@ -467,6 +467,26 @@ fn callbacks_and_waiting_callers_are_checked() {
     assert_eq!(default.gateway().unwrap().unwrap().max_waiters, 512);
 }
 
+/// The gateway's event loops and its answer buffer.
+#[test]
+fn event_loops_and_the_answer_buffer_are_checked() {
+    let errors = |gateway: &str| -> Vec<String> {
+        let text = format!("[gateway]\n{gateway}\n[systems.pay]\nbase_url = \"http://127.0.0.1:8080/\"\n");
+        let findings = Config::parse("t.toml", text).unwrap().lint();
+        findings.into_iter().filter(|f| f.is_error()).map(|f| f.message).collect()
+    };
+    assert!(errors("workers = 0")[0].contains("`workers` is outside 1..=256"));
+    assert!(errors("workers = 1000")[0].contains("`workers`"));
+    assert!(errors("buffer_answer = \"0B\"")[0].contains("`buffer_answer` is outside"));
+    assert!(errors("buffer_answer = \"1GiB\"")[0].contains("`buffer_answer` is outside"));
+    assert!(errors("workers = 4\nbuffer_answer = \"256KiB\"").is_empty());
+    let set = Config::parse("t.toml", "[gateway]\nworkers = 4\nbuffer_answer = \"256KiB\"\n").unwrap();
+    let set = set.gateway().unwrap().unwrap();
+    assert_eq!((set.workers, set.buffer_answer), (Some(4), 256 << 10));
+    let default = Config::parse("t.toml", "[gateway]\n").unwrap().gateway().unwrap().unwrap();
+    assert_eq!((default.workers, default.buffer_answer), (None, 64 << 10), "a loop per core, 64 KiB");
+}
+
 /// A system that says nothing of a part gets the guide's; `"none"` leaves
 /// it out, and `explain` says which is which.
 #[test]

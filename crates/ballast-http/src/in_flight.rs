@@ -116,6 +116,7 @@ mod tests {
             body: bytes::Bytes::from_static(b"paid"),
             attempts: 1,
             verdict: None,
+            rest: None,
         };
         let joined = tokio::spawn(joined(waiting));
         lead.land(Some(&answer));

@@ -68,6 +68,7 @@ pub mod plan;
 mod rate_headers;
 mod request;
 mod response;
+pub mod stream;
 mod system;
 mod system_policy;
 mod systems;

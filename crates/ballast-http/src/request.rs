@@ -19,6 +19,8 @@ pub(crate) struct Head {
     pub(crate) raw_query: Option<String>,
     pub(crate) headers: HeaderMap,
     pub(crate) invalid: Option<String>,
+    /// Past this many bytes, the answer's body is streamed (see [`crate::stream`]).
+    pub(crate) stream_past: Option<usize>,
 }
 
 impl Head {
@@ -30,6 +32,7 @@ impl Head {
             raw_query: None,
             headers: HeaderMap::new(),
             invalid: None,
+            stream_past: None,
         }
     }
 
@@ -348,6 +351,25 @@ impl Request {
     /// ```
     pub fn sequence(mut self, name: impl Into<String>) -> Self {
         self.sequence = Some(name.into());
+        self
+    }
+
+    /// Streams the answer's body past `buffer` bytes instead of reading it
+    /// whole: the answer is judged on its status and headers, and
+    /// [`Response::into_stream`](crate::Response::into_stream) passes the
+    /// rest on as it comes, so a large download holds about `buffer` bytes
+    /// at a time. A body that breaks after the call returned is not retried
+    /// ([`crate::stream`]). A keyed write's answer is always read whole: it
+    /// is shared with the same request in flight, and kept when deferred.
+    ///
+    /// ```
+    /// use ballast_http::Request;
+    ///
+    /// let report = Request::get("reports/2026.csv").stream_answer_past(64 * 1024);
+    /// # let _ = report;
+    /// ```
+    pub fn stream_answer_past(mut self, buffer: usize) -> Self {
+        self.head.stream_past = Some(buffer);
         self
     }
 

@@ -7,6 +7,8 @@ use ballast::Classification;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
+use crate::stream::{AnswerStream, Rest};
+
 /// A complete response from an external system, with what the policy made
 /// of it beside it (as linkerd keeps a response's class beside the response).
 #[derive(Debug, Clone)]
@@ -18,6 +20,8 @@ pub struct Response {
     pub(crate) attempts: u32,
     /// `None` for a success; else the class of a failed answer (a 4xx, a 5xx).
     pub(crate) verdict: Option<Classification>,
+    /// The rest of a body streamed past its buffer ([`crate::stream`]).
+    pub(crate) rest: Option<Rest>,
 }
 
 impl Response {
@@ -31,12 +35,35 @@ impl Response {
         &self.headers
     }
 
-    /// The body.
+    /// The body — whole, unless the request asked for the answer to be
+    /// streamed past a buffer ([`Request::stream_answer_past`](crate::Request::stream_answer_past))
+    /// and it was larger: then only what was read within the attempt, and
+    /// [`into_stream`](Self::into_stream) has it all.
     pub fn body(&self) -> &Bytes {
         &self.body
     }
 
-    /// Takes the body.
+    /// Whether the body is still being streamed past its buffer
+    /// ([`Request::stream_answer_past`](crate::Request::stream_answer_past)).
+    pub fn is_streamed(&self) -> bool {
+        self.rest.is_some()
+    }
+
+    /// The whole body as a stream: what was read within the attempt, then,
+    /// for a streamed answer, the rest as it comes. The rest is read once:
+    /// of this response's clones, the first that asks gets it.
+    pub fn into_stream(self) -> AnswerStream {
+        AnswerStream::new(self.body, self.rest.as_ref())
+    }
+
+    /// Takes the status, the headers and the whole body as a stream apart,
+    /// to pass them on ([`into_stream`](Self::into_stream)).
+    pub fn into_streamed_parts(self) -> (StatusCode, HeaderMap, AnswerStream) {
+        let stream = AnswerStream::new(self.body, self.rest.as_ref());
+        (self.status, self.headers, stream)
+    }
+
+    /// Takes the body (see [`body`](Self::body)).
     pub fn into_body(self) -> Bytes {
         self.body
     }

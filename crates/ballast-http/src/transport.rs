@@ -21,13 +21,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body as _, Frame, SizeHint};
-use http_body_util::BodyExt;
+use http_body::{Frame, SizeHint};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::classify::TransportKind;
+use crate::stream::AnswerBody;
 
 /// A request body: the buffered bytes every attempt resends, or a stream
 /// only a [`write_once`](crate::HttpSystem::write_once) sends.
@@ -94,10 +94,60 @@ pub type AnswerFuture = Pin<Box<dyn Future<Output = Result<http::Response<Bytes>
 /// ballast's own transport: a pooled hyper client over rustls, whose connect
 /// timeout is the connector's and whose read timeout bounds the wait for the
 /// answer's head and for every part of its body.
+///
+/// Each thread sends through a pool of its own, as nginx's and Envoy's
+/// workers keep theirs: on an event loop per core (`ballast serve`'s
+/// gateway), a request is served from accept to upstream and back on one
+/// thread, never handed to a connection task on another.
 #[derive(Clone, Debug)]
 pub struct HyperTransport {
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, OutBody>,
+    pools: Pools,
     read_timeout: Duration,
+}
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+type PooledClient = Client<Connector, OutBody>;
+
+thread_local! {
+    /// This thread's pool of each transport, found by the transport's token.
+    static POOLS: std::cell::RefCell<Vec<(std::sync::Weak<()>, PooledClient)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A transport's pools, one per thread that sends through it, made on the
+/// thread's first request.
+#[derive(Clone)]
+struct Pools {
+    /// Names this transport's pools; a pool whose transport is gone (a
+    /// reload replaced it) is dropped when a new one is made.
+    token: std::sync::Arc<()>,
+    connector: Connector,
+}
+
+impl std::fmt::Debug for Pools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pools")
+    }
+}
+
+impl Pools {
+    fn client(&self) -> PooledClient {
+        POOLS.with_borrow_mut(|pools| {
+            let mine = pools.iter().find(|(token, _)| std::ptr::eq(token.as_ptr(), &raw const *self.token));
+            if let Some((_, client)) = mine {
+                return client.clone();
+            }
+            pools.retain(|(token, _)| token.strong_count() > 0);
+            // A request that finds its pooled connection closed under it
+            // fails as a reset: resending it is the policy's decision, never
+            // the client's.
+            let client = Client::builder(TokioExecutor::new())
+                .retry_canceled_requests(false)
+                .build(self.connector.clone());
+            pools.push((std::sync::Arc::downgrade(&self.token), client.clone()));
+            client
+        })
+    }
 }
 
 impl HyperTransport {
@@ -114,10 +164,8 @@ impl HyperTransport {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        // A request that finds its pooled connection closed under it fails as
-        // a reset: resending it is the policy's decision, never the client's.
-        let client = Client::builder(TokioExecutor::new()).retry_canceled_requests(false).build(https);
-        Ok(Self { client, read_timeout })
+        let pools = Pools { token: std::sync::Arc::new(()), connector: https };
+        Ok(Self { pools, read_timeout })
     }
 }
 
@@ -131,59 +179,36 @@ impl tower::Service<http::Request<OutBody>> for HyperTransport {
     }
 
     fn call(&mut self, request: http::Request<OutBody>) -> AnswerFuture {
-        let (client, read) = (self.client.clone(), self.read_timeout);
+        let this = self.clone();
         Box::pin(async move {
-            let response = match tokio::time::timeout(read, client.request(request)).await {
-                Ok(Ok(response)) => response,
-                Ok(Err(e)) => return Err(TransportError::new(kind_of(&e), e)),
-                Err(elapsed) => return Err(TransportError::new(TransportKind::ReadTimeout, elapsed)),
+            let (parts, body) = this.send(request, None).await?.into_parts();
+            let body = match body {
+                AnswerBody::Whole(bytes) => bytes,
+                AnswerBody::Streaming(..) => unreachable!("an answer is streamed only past a buffer"),
             };
-            let (parts, body) = response.into_parts();
-            let body = read_whole(body, read).await?;
             Ok(http::Response::from_parts(parts, body))
         })
     }
 }
 
-/// A response body read to its end, each part arriving within `read` of the
-/// one before: one timer for the whole body, and the one frame of a small
-/// body kept as it is, without a copy.
-async fn read_whole(mut body: hyper::body::Incoming, read: Duration) -> Result<Bytes, TransportError> {
-    let late =
-        || TransportError::new(TransportKind::ReadTimeout, format!("no part of the body within {read:?}"));
-    let timer = tokio::time::sleep(read);
-    tokio::pin!(timer);
-    let mut first: Option<Bytes> = None;
-    let mut rest = bytes::BytesMut::new();
-    loop {
-        let frame = tokio::select! {
-            biased;
-            frame = body.frame() => frame,
-            () = &mut timer => return Err(late()),
+impl HyperTransport {
+    /// Sends `request` on this thread's pool; its body read whole, or, past
+    /// `stream_past` bytes, its first part read and the rest left to stream.
+    async fn send(
+        &self,
+        request: http::Request<OutBody>,
+        stream_past: Option<usize>,
+    ) -> Result<http::Response<AnswerBody>, TransportError> {
+        let read = self.read_timeout;
+        let response = match tokio::time::timeout(read, self.pools.client().request(request)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(TransportError::new(kind_of(&e), e)),
+            Err(elapsed) => return Err(TransportError::new(TransportKind::ReadTimeout, elapsed)),
         };
-        match frame {
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    match first.take() {
-                        None if rest.is_empty() => first = Some(data),
-                        earlier => {
-                            rest.extend_from_slice(&earlier.unwrap_or_default());
-                            rest.extend_from_slice(&data);
-                        }
-                    }
-                }
-                if !body.is_end_stream() {
-                    timer.as_mut().reset(tokio::time::Instant::now() + read);
-                }
-            }
-            None => break,
-            Some(Err(e)) => return Err(TransportError::new(crate::classify::transport_kind(&e), e)),
-        }
+        let (parts, body) = response.into_parts();
+        let body = crate::stream::read_up_to(body, read, stream_past.unwrap_or(usize::MAX)).await?;
+        Ok(http::Response::from_parts(parts, body))
     }
-    Ok(match first {
-        Some(only) if rest.is_empty() => only,
-        _ => rest.freeze(),
-    })
 }
 
 /// The kind of a hyper client error: its connect flag, then its sources.
@@ -264,17 +289,19 @@ impl std::fmt::Debug for Transport {
 }
 
 impl Transport {
-    /// Sends `request` and reads its whole answer.
-    pub(crate) fn send(&self, request: http::Request<OutBody>) -> AnswerFuture {
-        use tower::Service as _;
+    /// Sends `request` and reads its answer: whole, or past `stream_past`
+    /// bytes streamed (ballast's own transport; the others read it whole).
+    pub(crate) async fn send(
+        &self,
+        request: http::Request<OutBody>,
+        stream_past: Option<usize>,
+    ) -> Result<http::Response<AnswerBody>, TransportError> {
+        use tower::ServiceExt as _;
+        let whole = |response: http::Response<Bytes>| response.map(AnswerBody::Whole);
         match self {
-            Transport::Hyper(t) => t.clone().call(request),
-            Transport::Reqwest(t) => t.clone().call(request),
-            Transport::Service(t) => {
-                use tower::ServiceExt as _;
-                let service = t.clone();
-                Box::pin(async move { service.oneshot(request).await })
-            }
+            Transport::Hyper(t) => t.send(request, stream_past).await,
+            Transport::Reqwest(t) => t.clone().oneshot(request).await.map(whole),
+            Transport::Service(t) => t.clone().oneshot(request).await.map(whole),
         }
     }
 }

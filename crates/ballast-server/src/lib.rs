@@ -36,6 +36,7 @@ pub mod admin;
 pub mod alerts;
 pub mod auth;
 pub mod build;
+pub mod event_loops;
 mod fleet;
 pub mod gateway;
 pub mod listener;
@@ -108,6 +109,9 @@ pub enum ServeError {
     /// The worker task panicked.
     #[error("the delivery worker panicked")]
     WorkerPanicked,
+    /// The gateway's event loops could not be started.
+    #[error("cannot start the gateway's event loops: {0}")]
+    EventLoop(#[source] std::io::Error),
     /// This replica could not join the fleet of its PostgreSQL queue.
     #[error("cannot join the fleet at {url}: {source}")]
     Fleet {
@@ -127,7 +131,7 @@ pub struct Server {
     hosts: origin::Hosts,
     listener: TcpListener,
     limits: Limits,
-    gateway: Option<(Gateway, TcpListener, Limits)>,
+    gateway: Option<(Gateway, event_loops::Sockets, Limits)>,
     systems: Systems,
     config: Config,
     queue: ballast_queue::Queue,
@@ -200,8 +204,9 @@ impl Server {
             None => None,
             Some(g) => {
                 let token = Token::for_listener("gateway", g.listen, g.token_env.as_deref())?;
-                let listener = TcpListener::bind(g.listen)
-                    .await
+                let workers =
+                    g.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+                let sockets = event_loops::Sockets::bind(g.listen, workers)
                     .map_err(|source| ServeError::Bind { addr: g.listen, source })?;
                 // Services call the gateway, not probes: no reserve.
                 let limits = Limits {
@@ -210,15 +215,15 @@ impl Server {
                     body_read_timeout: g.body_read_timeout,
                     probe_reserve: 0,
                 };
-                let hosts =
-                    origin::Hosts::gateway(listener.local_addr().unwrap_or(g.listen), &g.allowed_hosts);
+                let hosts = origin::Hosts::gateway(sockets.local_addr(), &g.allowed_hosts);
                 let gateway = Gateway::new(systems.clone(), deferrals.clone(), g.max_body, token)
+                    .buffer_answer(g.buffer_answer)
                     .hosts(hosts)
                     .trust_forwarded(g.trust_forwarded)
                     .keep_alive_hint(g.header_read_timeout)
                     .max_waiters(g.max_waiters)
                     .callbacks(callbacks);
-                Some((gateway, listener, limits))
+                Some((gateway, sockets, limits))
             }
         };
         let addr = listen.unwrap_or(settings.listen);
@@ -284,7 +289,7 @@ impl Server {
 
     /// The gateway's address, when `[gateway]` is configured.
     pub fn gateway_addr(&self) -> Option<SocketAddr> {
-        self.gateway.as_ref().and_then(|(_, listener, _)| listener.local_addr().ok())
+        self.gateway.as_ref().map(|(_, sockets, _)| sockets.local_addr())
     }
 
     /// The external systems, as they are now (a reload replaces them).
@@ -309,29 +314,38 @@ impl Server {
     /// the configuration file is read again ([`reload`]).
     pub async fn run(self, shutdown: CancellationToken) -> Result<RunSummary, ServeError> {
         let _stop_background = self.background.drop_guard();
+        let mut gateway = match self.gateway {
+            None => None,
+            Some((gateway, sockets, limits)) => {
+                let router = gateway.stopping(shutdown.clone()).router();
+                let loops = event_loops::Loops::start(sockets, &router, limits, &shutdown)
+                    .map_err(ServeError::EventLoop)?;
+                Some(loops)
+            }
+        };
         tokio::spawn(upkeep(self.prometheus, shutdown.clone()));
         let fleet = self.fleet.map(|fleet| fleet.run(fleet::members(&self.systems), shutdown.clone()));
         tokio::spawn(reload::on_sighup(self.config, self.systems, self.queue, shutdown.clone()));
         tokio::spawn(self.ui.clone().sample_rates(shutdown.clone()));
         let worker = tokio::spawn(self.worker.run(shutdown.clone()));
-        let gateway = self.gateway.map(|(gateway, listener, limits)| {
-            let router = gateway.stopping(shutdown.clone()).router();
-            tokio::spawn(listener::serve(listener, router, limits, shutdown.clone()))
-        });
         let router = self
             .admin
             .router()
             .merge(self.ui.router())
             .layer(axum::middleware::from_fn_with_state(self.hosts, origin::admit_host));
         listener::serve(self.listener, router, self.limits, shutdown).await;
-        if let Some(gateway) = gateway {
-            let _ = gateway.await;
+        if let Some(loops) = gateway.as_mut() {
+            loops.served().await;
         }
         // Marks this replica stopped: the others see it gone at once.
         if let Some(fleet) = fleet {
             let _ = fleet.await;
         }
-        worker.await.map_err(|_| ServeError::WorkerPanicked)
+        let summary = worker.await.map_err(|_| ServeError::WorkerPanicked);
+        if let Some(loops) = gateway {
+            tokio::task::spawn_blocking(move || loops.release()).await.ok();
+        }
+        summary
     }
 }
 

@@ -695,3 +695,115 @@ async fn a_system_s_default_callback_is_called_and_must_be_a_listed_host() {
     let event: Value = serde_json::from_slice(&call.body).unwrap();
     assert_eq!(event["task"]["result"]["status"], 201, "{event}");
 }
+
+/// An upstream on a raw socket that answers every request with `head` and
+/// `body`, and then closes the connection: a body shorter than its
+/// `content-length` breaks off there.
+async fn raw_upstream(
+    head: String,
+    body: Vec<u8>,
+) -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (head, body, counted) = (head.clone(), body.clone(), counted.clone());
+            tokio::spawn(async move {
+                let mut request = [0u8; 8192];
+                if socket.read(&mut request).await.unwrap_or(0) > 0 {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let _ = socket.write_all(head.as_bytes()).await;
+                    let _ = socket.write_all(&body).await;
+                }
+            });
+        }
+    });
+    (addr, requests)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_answer_streams_through_whole_and_one_that_breaks_off_cuts_the_callers_answer() {
+    let body: Vec<u8> = (0..6 << 20).map(|i: usize| (i % 251) as u8).collect();
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-report: q3\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let (whole, _) = raw_upstream(head, body.clone()).await;
+    let (cut, sent) = raw_upstream(
+        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 4 << 20),
+        body[..1 << 20].to_vec(),
+    )
+    .await;
+    let config = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nbuffer_answer = \"64KiB\"\n\n[systems.reports]\nbase_url = \"http://{whole}/\"\n\n\
+         [systems.cut]\nbase_url = \"http://{cut}/\"\n\n[systems.cut.retry]\nmax_attempts = 3\nfirst_delay = \"100ms\"\nmax_delay = \"200ms\"\n"
+    );
+    let served = support::serve_text(
+        "",
+        &format!(
+            "[queue]\nurl = \"sqlite://{{dir}}/queue.db\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n\n{config}"
+        ),
+    )
+    .await;
+
+    let response = client().get(format!("{}/call/reports/q3.csv", served.gateway)).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(response.headers()["x-report"], "q3");
+    assert_eq!(
+        response.headers()["content-length"],
+        body.len().to_string().as_str(),
+        "the length is passed on"
+    );
+    let got = response.bytes().await.unwrap();
+    assert!(got[..] == body[..], "6 MiB streamed through byte for byte");
+
+    let response = client().get(format!("{}/call/cut/q3.csv", served.gateway)).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200, "the head came and was passed on");
+    assert!(response.bytes().await.is_err(), "a body that broke off upstream is cut off for the caller too");
+    assert_eq!(
+        sent.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "once streaming began, the read is not sent again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_serves_on_a_loop_per_worker_and_a_taken_address_is_refused() {
+    let upstream = Upstream::start(|_, _| Reply::body(200, "ok")).await;
+    let config = "[gateway]\nlisten = \"127.0.0.1:0\"\nworkers = 3\n\n[systems.crm]\nbase_url = \"http://{upstream}/\"\n";
+    let served = serve(&upstream, config).await;
+    // Many connections at once: the kernel spreads them over the three loops.
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..24 {
+        let url = format!("{}/call/crm/x/{i}", served.gateway);
+        calls.spawn(async move { reqwest::Client::new().get(url).send().await.unwrap().status().as_u16() });
+    }
+    let statuses = calls.join_all().await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let port = served.gateway.rsplit(':').next().unwrap().to_owned();
+    let loops = std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|name| name.starts_with(&format!("gw:{port}/")))
+                .count()
+        })
+        .unwrap_or(3);
+    assert_eq!(loops, 3, "one thread per event loop");
+
+    // Another gateway on the same address fails as "in use" instead of
+    // quietly sharing its connections (SO_REUSEPORT would let it).
+    let taken = served.gateway.trim_start_matches("http://").to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[queue]\nurl = \"sqlite://{}\"\n[serve]\nlisten = \"127.0.0.1:0\"\n[gateway]\nlisten = \"{taken}\"\n[systems.crm]\nbase_url = \"http://{}/\"\n",
+        dir.path().join("q.db").display(),
+        upstream.addr
+    );
+    let config = ballast_config::Config::parse("t.toml", text).unwrap();
+    let err = ballast_server::Server::bind(&config, support::prometheus(), None).await.unwrap_err();
+    assert!(matches!(err, ballast_server::ServeError::Bind { .. }), "{err}");
+}

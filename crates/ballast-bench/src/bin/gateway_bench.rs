@@ -37,7 +37,7 @@ struct Args {
     /// nginx's worker_processes.
     #[arg(long, default_value = "auto")]
     nginx_workers: String,
-    /// The gateway's worker threads (default: one per core, as `ballast serve`).
+    /// The gateway's event loops, `[gateway] workers` (default: one per core, as `ballast serve`).
     #[arg(long)]
     ballast_threads: Option<usize>,
     /// The nginx executable (default: `nginx` on PATH or /usr/sbin/nginx).
@@ -57,6 +57,13 @@ struct Args {
     /// Trace settings to measure besides: `off` and sample ratios.
     #[arg(long, value_delimiter = ',')]
     traces: Vec<String>,
+    /// Instead of the hops, the gateway's memory while callers download
+    /// answers of this many MB through it at once (`--callers`).
+    #[arg(long, value_name = "MB")]
+    download: Option<u64>,
+    /// Concurrent downloads for `--download`.
+    #[arg(long, default_value_t = 3)]
+    callers: usize,
     /// (internal) Serve a gateway for this upstream and print its address.
     #[arg(long, hide = true, value_name = "UPSTREAM")]
     serve_child: Option<std::net::SocketAddr>,
@@ -81,6 +88,14 @@ fn main() -> anyhow::Result<()> {
     if let Some(n) = args.idle {
         let per = ballast_bench::gateway_bench::idle_memory(n)?;
         println!("{n} idle kept-alive connections: {:.1} KiB of resident memory each", per as f64 / 1024.0);
+        return Ok(());
+    }
+    if let Some(mb) = args.download {
+        let before = loadavg();
+        let exe = std::env::current_exe()?;
+        let downloaded = ballast_bench::gateway_bench::download::run(&exe, mb * 1_000_000, args.callers)?;
+        println!("{}", downloaded.report());
+        println!("load average before: {before}; after: {}", loadavg());
         return Ok(());
     }
     let seconds = |s: f64| Duration::try_from_secs_f64(s).map_err(|e| anyhow::anyhow!("{s} s: {e}"));

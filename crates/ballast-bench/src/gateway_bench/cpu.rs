@@ -12,8 +12,8 @@ const TICKS_PER_SECOND: u64 = 100;
 /// Whose CPU time to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Who {
-    /// The threads of this process with this name.
-    Threads(&'static str),
+    /// The threads of this process whose names start with one of these.
+    Threads(&'static [&'static str]),
     /// A process and its children (nginx's master and workers).
     Process(u32),
     /// Every process of this name (a database server's backends).
@@ -23,11 +23,11 @@ pub enum Who {
 /// User and system time used so far; `None` where `/proc` cannot tell.
 pub fn used(who: Who) -> Option<Duration> {
     let ticks = match who {
-        Who::Threads(name) => {
+        Who::Threads(names) => {
             let mut ticks = 0;
             for task in std::fs::read_dir("/proc/self/task").ok()? {
                 let stat = Stat::read(&task.ok()?.path())?;
-                if stat.comm == name {
+                if names.iter().any(|name| stat.comm.starts_with(name)) {
                     ticks += stat.ticks;
                 }
             }
@@ -94,12 +94,12 @@ mod tests {
             })
             .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while used(Who::Threads("cpu-test-spin")).unwrap_or_default() == Duration::ZERO {
+        while used(Who::Threads(&["cpu-test-spin"])).unwrap_or_default() == Duration::ZERO {
             assert!(std::time::Instant::now() < deadline, "no CPU time seen for a spinning thread");
             std::thread::sleep(Duration::from_millis(20));
         }
         drop(done);
         spin.join().unwrap();
-        assert_eq!(used(Who::Threads("no-such-thread")), Some(Duration::ZERO));
+        assert_eq!(used(Who::Threads(&["no-such-thread"])), Some(Duration::ZERO));
     }
 }

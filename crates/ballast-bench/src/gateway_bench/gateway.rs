@@ -1,6 +1,7 @@
 //! ballast's gateway, in-process: `ballast_server::Server` on a runtime of
-//! its own (one worker thread per core, as `ballast serve` builds it, unless
-//! told otherwise) and one system pointing at the upstream.
+//! its own, as `ballast serve` builds it — the gateway on an event loop per
+//! core (`[gateway] workers`, unless told otherwise), the admin listener and
+//! the worker on the main runtime — and one system pointing at the upstream.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -12,8 +13,12 @@ use ballast_server::Server;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
-/// The name of the gateway runtime's threads, by which its CPU time is found.
-pub const THREAD_NAME: &str = "ballast";
+/// The names of the gateway's threads (its event loops', `gw:PORT/N`, and
+/// the main runtime's), by which its CPU time is found.
+pub const THREAD_NAMES: &[&str] = &["gw:", "ballast"];
+
+/// The main runtime's threads.
+const THREAD_NAME: &str = "ballast";
 
 /// The system's name, as it appears in `/call/{system}/…`.
 pub const SYSTEM: &str = "up";
@@ -35,20 +40,18 @@ pub struct BenchGateway {
 impl BenchGateway {
     /// Starts `ballast serve` with a SQLite queue in a temp dir, its admin
     /// listener and gateway on free loopback ports, and the one system, on
-    /// `threads` worker threads (`None`: one per core).
-    pub fn start(upstream: SocketAddr, threads: Option<usize>) -> anyhow::Result<BenchGateway> {
+    /// `workers` event loops (`None`: one per core).
+    pub fn start(upstream: SocketAddr, workers: Option<usize>) -> anyhow::Result<BenchGateway> {
         let dir = tempfile::tempdir().context("a temp dir for the gateway's queue")?;
+        let workers = workers.map(|n| format!("workers = {n}\n")).unwrap_or_default();
         let text = format!(
-            "[queue]\nurl = \"sqlite://{}\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n\n[gateway]\nlisten = \"127.0.0.1:0\"\n{}",
+            "[queue]\nurl = \"sqlite://{}\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n\n[gateway]\nlisten = \"127.0.0.1:0\"\n{workers}{}",
             dir.path().join("queue.db").display(),
             SYSTEM_CONFIG.replace("{upstream}", &upstream.to_string())
         );
         let config = Config::parse("gateway-bench.toml", text)?;
-        let mut runtime = tokio::runtime::Builder::new_multi_thread();
-        if let Some(threads) = threads {
-            runtime.worker_threads(threads);
-        }
-        let runtime = runtime.enable_all().thread_name(THREAD_NAME).build()?;
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().enable_all().thread_name(THREAD_NAME).build()?;
         let server = runtime.block_on(Server::bind(&config, prometheus(), None))?;
         let addr = server.gateway_addr().context("the configuration has a [gateway]")?;
         let stop = CancellationToken::new();

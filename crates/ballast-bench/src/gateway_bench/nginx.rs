@@ -149,7 +149,9 @@ fn free_port() -> anyhow::Result<SocketAddr> {
 }
 
 /// A reverse proxy as one would set it up in front of a keep-alive service:
-/// HTTP/1.1 and a pool of idle connections upstream (as reqwest keeps), no
+/// HTTP/1.1 and a pool of idle connections upstream larger than any run's
+/// connection count (so no run closes and reopens upstream connections), a
+/// socket per worker (`reuseport`, as the gateway's event loops have), no
 /// access log (the gateway writes none either), and no limit on requests per
 /// connection that would make either side reconnect during a run.
 fn config(dir: &Path, listen: SocketAddr, upstream: SocketAddr, workers: &str) -> String {
@@ -160,7 +162,7 @@ pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
 
 events {{
-    worker_connections 1024;
+    worker_connections 4096;
 }}
 
 http {{
@@ -174,12 +176,12 @@ http {{
 
     upstream up {{
         server {upstream};
-        keepalive 64;
+        keepalive 1024;
         keepalive_requests 1000000;
     }}
 
     server {{
-        listen {listen};
+        listen {listen} reuseport;
         location {PREFIX} {{
             proxy_pass http://up/;
             proxy_http_version 1.1;

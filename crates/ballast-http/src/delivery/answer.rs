@@ -223,6 +223,7 @@ mod tests {
             body: bytes::Bytes::from_static(body),
             attempts: 1,
             verdict: None,
+            rest: None,
         }
     }
 

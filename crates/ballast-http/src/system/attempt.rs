@@ -14,6 +14,7 @@ use crate::in_flight::{joined, Turn};
 use crate::plan::Plan;
 use crate::request::{Head, Request, StreamingRequest};
 use crate::routes::Route;
+use crate::stream::AnswerBody;
 use crate::transport::{OutBody, TransportError};
 use crate::verdict::{failed, verdict, AllAnswersGood};
 use crate::{Fingerprint, HttpError, Response};
@@ -34,7 +35,12 @@ impl HttpSystem {
             let (uri, headers) = (uri.clone(), headers.clone());
             async move {
                 let body = body.ok_or_else(|| HttpError::invalid("a streaming body is sent once"))?;
-                let which = Which { keyed_write: false, attempt: ctx.attempt(), route_timeout };
+                let which = Which {
+                    keyed_write: false,
+                    attempt: ctx.attempt(),
+                    route_timeout,
+                    stream_past: head.stream_past,
+                };
                 let attempt = self.attempt(&head.method, uri, headers, body, which);
                 unknown_if_panicked(attempt).await.and_then(failed)
             }
@@ -85,10 +91,12 @@ impl HttpSystem {
         let head = &request.head;
         let Prepared { uri, headers, route_timeout } = self.prepare(head, &plan).map_err(Failure::unsent)?;
         let keyed_write = plan.is_deduplicated_write();
+        // A keyed write's answer is shared with its joiners: always whole.
+        let stream_past = head.stream_past.filter(|_| plan.operation().key().is_none());
         let body = &request.body;
         let attempt = |ctx: ballast::AttemptContext| {
             let (uri, headers, body) = (uri.clone(), headers.clone(), OutBody::Full(body.clone()));
-            let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout };
+            let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout, stream_past };
             unknown_if_panicked(self.attempt(&head.method, uri, headers, body, which))
         };
         let policy = &self.inner.system_policy;
@@ -176,7 +184,7 @@ impl HttpSystem {
         body: OutBody,
         which: Which,
     ) -> Result<Response, HttpError> {
-        let Which { keyed_write, attempt, route_timeout } = which;
+        let Which { keyed_write, attempt, route_timeout, .. } = which;
         let retry_on = self.retry_on();
         let secret_url = self.inner.secret_url;
         let mut request = http::Request::new(body);
@@ -208,7 +216,7 @@ impl HttpSystem {
         if let Some(trace) = span.as_ref().and_then(crate::otel::trace_headers) {
             request.headers_mut().extend(trace);
         }
-        let sent = self.inner.transport.send(request);
+        let sent = self.inner.transport.send(request, which.stream_past);
         // A route's own attempt timeout, inside the system's: the answer's
         // head and body within it, or the attempt failed as a read timeout.
         let sent = async move {
@@ -227,6 +235,10 @@ impl HttpSystem {
         let result = match result {
             Ok(answer) => {
                 let (parts, body) = answer.into_parts();
+                let (body, rest) = match body {
+                    AnswerBody::Whole(body) => (body, None),
+                    AnswerBody::Streaming(head, rest) => (head, Some(rest)),
+                };
                 self.learn_rate(&parts.headers);
                 if parts.status == http::StatusCode::TOO_MANY_REQUESTS {
                     self.inner.system_policy.throttled();
@@ -238,6 +250,7 @@ impl HttpSystem {
                     body,
                     attempts: attempt,
                     verdict,
+                    rest,
                 })
             }
             Err(e) => {
@@ -327,4 +340,6 @@ struct Which {
     attempt: u32,
     /// The route's own attempt timeout, if any.
     route_timeout: Option<Duration>,
+    /// Past this many bytes the answer's body is streamed.
+    stream_past: Option<usize>,
 }

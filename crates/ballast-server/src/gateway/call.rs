@@ -105,6 +105,9 @@ async fn handle(
     if let Some(sequence) = sequence {
         request = request.sequence(sequence);
     }
+    if !may_defer {
+        request = request.stream_answer_past(gateway.buffer_answer_size());
+    }
     if may_defer {
         // Detached: a caller that hangs up must not take the deferral
         // with it — the write goes on, to the queue if need be.
@@ -342,14 +345,22 @@ fn answer(outcome: Result<ballast_http::Response, Failure<HttpError>>, system: &
 }
 
 /// The upstream's answer as it came, without hop-by-hop headers, with
-/// `Ballast-Attempts`; its parts move, nothing is copied.
+/// `Ballast-Attempts`; its parts move, nothing is copied. A body larger
+/// than the gateway's buffer streams on as it comes; its length, when the
+/// upstream said it, is passed on.
 fn upstream(response: ballast_http::Response) -> Response {
     let attempts = response.attempts();
-    let (status, headers, body) = response.into_parts();
+    let (status, headers, body) = if response.is_streamed() {
+        let (status, headers, stream) = response.into_streamed_parts();
+        (status, headers, Body::new(stream))
+    } else {
+        let (status, headers, body) = response.into_parts();
+        (status, headers, Body::from(body))
+    };
     let mut headers = super::headers::end_to_end(headers);
     headers.remove(header::CONTENT_LENGTH);
     headers.insert(ATTEMPTS, HeaderValue::from(attempts));
-    let mut out = Response::new(Body::from(body));
+    let mut out = Response::new(body);
     *out.status_mut() = status;
     *out.headers_mut() = headers;
     out

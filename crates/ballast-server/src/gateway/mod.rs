@@ -57,6 +57,8 @@ struct GatewayState {
     systems: Systems,
     queue: Queue,
     max_body: usize,
+    /// An answer's body past this many bytes is streamed.
+    buffer_answer: usize,
     token: Option<Token>,
     /// `Keep-Alive: timeout=…` on every response, so clients drop an idle
     /// connection before the listener closes it under them.
@@ -74,6 +76,9 @@ struct GatewayState {
     stopping: tokio_util::sync::CancellationToken,
 }
 
+/// The answer bodies read whole unless configured: larger ones stream.
+pub const DEFAULT_BUFFER_ANSWER: usize = 64 << 10;
+
 /// Callers of `GET /tasks/{handle}?wait=…` held at once unless configured.
 pub const DEFAULT_MAX_WAITERS: usize = 512;
 
@@ -85,6 +90,7 @@ impl Gateway {
         Self(Arc::new(GatewayState {
             systems,
             max_body,
+            buffer_answer: DEFAULT_BUFFER_ANSWER,
             token,
             keep_alive: None,
             trust_forwarded: false,
@@ -120,6 +126,17 @@ impl Gateway {
     pub fn max_waiters(self, max: usize) -> Self {
         let mut inner = Arc::unwrap_or_clone(self.0);
         inner.waiters = Arc::new(waiters::Waiters::new(inner.queue.clone(), max));
+        Self(Arc::new(inner))
+    }
+
+    /// Reads an answer's body whole up to `bytes` (default 64 KiB) and
+    /// streams a larger one to the caller, judged on its status and
+    /// headers ([`ballast_http::stream`]): a large download holds about
+    /// this much memory, not its size. A keyed write's answer, and a
+    /// deferred one's, is always read whole.
+    pub fn buffer_answer(self, bytes: usize) -> Self {
+        let mut inner = Arc::unwrap_or_clone(self.0);
+        inner.buffer_answer = bytes;
         Self(Arc::new(inner))
     }
 
@@ -185,6 +202,10 @@ impl Gateway {
 
     fn max_body(&self) -> usize {
         self.0.max_body
+    }
+
+    fn buffer_answer_size(&self) -> usize {
+        self.0.buffer_answer
     }
 
     fn has_token(&self) -> bool {

@@ -1,0 +1,206 @@
+//! An answer streamed past a buffer, as nginx streams through its
+//! `proxy_buffers`: a body that fits in the buffer is read inside the
+//! attempt (a body that stalls or breaks there is an attempt failure the
+//! policy classifies); a larger one is judged on its head — status and
+//! headers are all a verdict reads — and the rest is passed on as it comes,
+//! so a 400 MB download holds no more than the buffer and a read's worth of
+//! bytes at a time.
+//!
+//! Once streaming began the attempt is over: a body that breaks later ends
+//! the caller's response and is not retried (nginx's `proxy_next_upstream`
+//! does not retry once a byte was sent either). Only a call that asks for it
+//! streams ([`Request::stream_answer_past`](crate::Request::stream_answer_past)):
+//! every other answer is whole, as [`Response::body`](crate::Response::body)
+//! promises.
+
+use std::future::Future as _;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body as _, Frame, SizeHint};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use tokio::time::Sleep;
+
+use crate::classify::TransportKind;
+use crate::transport::TransportError;
+
+/// An answer's body as a transport hands it over: whole, or its first part
+/// with the rest still on the wire.
+#[derive(Debug)]
+pub(crate) enum AnswerBody {
+    Whole(Bytes),
+    Streaming(Bytes, Rest),
+}
+
+/// What is left of a streamed body: read once, by whichever copy of its
+/// response takes it first ([`Response`](crate::Response) is `Clone`).
+#[derive(Debug, Clone)]
+pub(crate) struct Rest(Arc<Mutex<Option<(Incoming, Duration)>>>);
+
+impl Rest {
+    fn take(&self) -> Option<(Incoming, Duration)> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+/// Reads `body` until it ends or more than `buffer` bytes came, each part
+/// within `read` of the one before: whole when it ended, else what came and
+/// the rest.
+pub(crate) async fn read_up_to(
+    mut body: Incoming,
+    read: Duration,
+    buffer: usize,
+) -> Result<AnswerBody, TransportError> {
+    let late =
+        || TransportError::new(TransportKind::ReadTimeout, format!("no part of the body within {read:?}"));
+    let timer = tokio::time::sleep(read);
+    tokio::pin!(timer);
+    // The one frame of a small body is kept as it is, without a copy.
+    let mut first: Option<Bytes> = None;
+    let mut rest = BytesMut::new();
+    let mut seen = 0usize;
+    while !body.is_end_stream() {
+        let frame = tokio::select! {
+            biased;
+            frame = body.frame() => frame,
+            () = &mut timer => return Err(late()),
+        };
+        match frame {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    seen += data.len();
+                    match first.take() {
+                        None if rest.is_empty() => first = Some(data),
+                        earlier => {
+                            rest.extend_from_slice(&earlier.unwrap_or_default());
+                            rest.extend_from_slice(&data);
+                        }
+                    }
+                }
+                if seen > buffer && !body.is_end_stream() {
+                    let head = first.unwrap_or_else(|| rest.freeze());
+                    return Ok(AnswerBody::Streaming(head, Rest(Arc::new(Mutex::new(Some((body, read)))))));
+                }
+                timer.as_mut().reset(tokio::time::Instant::now() + read);
+            }
+            None => break,
+            Some(Err(e)) => return Err(TransportError::new(crate::classify::transport_kind(&e), e)),
+        }
+    }
+    Ok(AnswerBody::Whole(match first {
+        Some(only) if rest.is_empty() => only,
+        _ => rest.freeze(),
+    }))
+}
+
+/// A response's body for passing on: the bytes read within the attempt,
+/// then, for a streamed answer, the rest as it comes — each part within the
+/// transport's read timeout of the one before, or the stream ends with an
+/// error (a proxy then ends its own response early, so its caller sees the
+/// answer cut off, never a complete-looking short one).
+///
+/// ```
+/// # async fn run(system: ballast_http::HttpSystem) -> Result<(), Box<dyn std::error::Error>> {
+/// use http_body_util::BodyExt;
+///
+/// let report = ballast_http::Request::get("reports/2026.csv").stream_answer_past(64 * 1024);
+/// let answer = system.read(report).await?;
+/// let mut body = answer.into_stream();
+/// while let Some(frame) = body.frame().await {
+///     let part = frame?.into_data().unwrap_or_default();
+///     // write `part` out; at most the buffer and one read are held at a time
+/// #   let _ = part;
+/// }
+/// # Ok(()) }
+/// ```
+pub struct AnswerStream {
+    head: Option<Bytes>,
+    rest: Option<(Incoming, Duration)>,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl std::fmt::Debug for AnswerStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnswerStream").field("streaming", &self.rest.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl AnswerStream {
+    pub(crate) fn new(head: Bytes, rest: Option<&Rest>) -> Self {
+        let head = (!head.is_empty()).then_some(head);
+        Self { head, rest: rest.and_then(Rest::take), timer: None }
+    }
+}
+
+/// A streamed body that stalled or broke after the caller's answer began.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// No part of the body came within the read timeout.
+    #[error("the answer's body stalled: no part within {0:?}")]
+    Stalled(Duration),
+    /// The connection broke.
+    #[error("the answer's body broke off: {0}")]
+    Broken(#[source] hyper::Error),
+}
+
+impl http_body::Body for AnswerStream {
+    type Data = Bytes;
+    type Error = StreamError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Some(head) = this.head.take() {
+            return Poll::Ready(Some(Ok(Frame::data(head))));
+        }
+        let Some((rest, read)) = this.rest.as_mut() else { return Poll::Ready(None) };
+        match Pin::new(rest).poll_frame(cx) {
+            Poll::Ready(None) => {
+                this.rest = None;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(timer) = this.timer.as_mut() {
+                    timer.as_mut().reset(tokio::time::Instant::now() + *read);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.rest = None;
+                Poll::Ready(Some(Err(StreamError::Broken(e))))
+            }
+            Poll::Pending => {
+                let read = *read;
+                let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(read)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        this.rest = None;
+                        Poll::Ready(Some(Err(StreamError::Stalled(read))))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.head.is_none() && self.rest.as_ref().is_none_or(|(rest, _)| rest.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let head = self.head.as_ref().map_or(0, |h| h.len() as u64);
+        let rest = self.rest.as_ref().map_or_else(|| SizeHint::with_exact(0), |(rest, _)| rest.size_hint());
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + head);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + head);
+        }
+        hint
+    }
+}

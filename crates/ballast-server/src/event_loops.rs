@@ -1,0 +1,157 @@
+//! The gateway on an event loop per core, as nginx, Envoy and Pingora run
+//! theirs: each loop is a single-threaded tokio runtime on a thread of its
+//! own, accepting on a socket of its own (`SO_REUSEPORT`: the kernel spreads
+//! new connections across the loops) and sending through an upstream pool of
+//! its own (`HyperTransport` keeps one per thread), so a request is served
+//! from accept to upstream and back on one thread — no wake-up of another
+//! thread per request, which was a third of the gateway's time when the
+//! server's connection task and the client's ran on different threads of
+//! one shared runtime.
+//!
+//! What a system's calls share — breaker, bulkhead, budget, rate limit,
+//! the waiting callers — stays shared across the loops. Each loop serves a
+//! share of `max_connections` ([`listener::serve`]'s limits hold per loop).
+//! The admin listener, the queue's worker and the trace export keep the
+//! process's main runtime.
+
+use std::io;
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+
+use crate::listener::{self, Limits};
+
+/// The gateway's sockets, bound: one per loop, on one address.
+#[derive(Debug)]
+pub struct Sockets {
+    sockets: Vec<std::net::TcpListener>,
+    addr: SocketAddr,
+}
+
+impl Sockets {
+    /// Binds `workers` sockets to `addr` (at least one). The address is
+    /// first bound alone, so an address another process holds — even one
+    /// with `SO_REUSEPORT` of its own — fails as "address in use" instead
+    /// of silently sharing its connections; port 0 becomes that port.
+    pub fn bind(addr: SocketAddr, workers: usize) -> io::Result<Self> {
+        let alone = std::net::TcpListener::bind(addr)?;
+        let addr = alone.local_addr()?;
+        drop(alone);
+        let sockets = shared(addr, workers.max(1))?;
+        Ok(Self { sockets, addr })
+    }
+
+    /// The address every loop accepts on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// How many loops these sockets serve.
+    pub fn loops(&self) -> usize {
+        self.sockets.len()
+    }
+}
+
+/// `workers` listening sockets on `addr`, each with `SO_REUSEPORT`.
+#[cfg(target_os = "linux")]
+fn shared(addr: SocketAddr, workers: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    use socket2::{Domain, Socket, Type};
+    (0..workers)
+        .map(|_| {
+            let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+            socket.set_reuse_address(true)?;
+            socket.set_reuse_port(true)?;
+            socket.set_nonblocking(true)?;
+            socket.bind(&addr.into())?;
+            socket.listen(1024)?;
+            Ok(socket.into())
+        })
+        .collect()
+}
+
+/// Elsewhere `SO_REUSEPORT` does not spread connections: one socket, which
+/// every loop accepts on.
+#[cfg(not(target_os = "linux"))]
+fn shared(addr: SocketAddr, workers: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    let socket = std::net::TcpListener::bind(addr)?;
+    socket.set_nonblocking(true)?;
+    let mut sockets = (1..workers).map(|_| socket.try_clone()).collect::<io::Result<Vec<_>>>()?;
+    sockets.push(socket);
+    Ok(sockets)
+}
+
+/// The loops, running.
+#[derive(Debug)]
+pub struct Loops {
+    threads: Vec<JoinHandle<()>>,
+    served: Vec<tokio::sync::oneshot::Receiver<()>>,
+    released: CancellationToken,
+}
+
+impl Loops {
+    /// Serves `router` on every socket, each loop within its share of
+    /// `limits.max_connections`, until `shutdown` is cancelled.
+    pub fn start(
+        sockets: Sockets,
+        router: &Router,
+        limits: Limits,
+        shutdown: &CancellationToken,
+    ) -> io::Result<Self> {
+        let count = sockets.sockets.len();
+        let share = Limits { max_connections: limits.max_connections.div_ceil(count).max(1), ..limits };
+        let released = CancellationToken::new();
+        let (mut threads, mut served) = (Vec::with_capacity(count), Vec::with_capacity(count));
+        let addr = sockets.addr;
+        for (i, socket) in sockets.sockets.into_iter().enumerate() {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let (router, shutdown, released) = (router.clone(), shutdown.clone(), released.clone());
+            let (done, finished) = tokio::sync::oneshot::channel();
+            // `gw:9465/0`: which listener's loop a thread is, in `top -H`
+            // (a thread's name holds 15 bytes).
+            let name = format!("gw:{}/{i}", addr.port());
+            let thread = std::thread::Builder::new().name(name).spawn(move || {
+                runtime.block_on(async move {
+                    match tokio::net::TcpListener::from_std(socket) {
+                        Ok(socket) => listener::serve(socket, router, share, shutdown).await,
+                        Err(e) => tracing::error!(error = %e, "a gateway event loop cannot take its socket"),
+                    }
+                    let _ = done.send(());
+                    // Kept running until the process is done with it: calls
+                    // it detached (deferrable writes whose caller hung up)
+                    // finish here, and database connections opened on this
+                    // loop stay served for the worker's last writes.
+                    released.cancelled().await;
+                });
+            })?;
+            threads.push(thread);
+            served.push(finished);
+        }
+        Ok(Self { threads, served, released })
+    }
+
+    /// Waits until every loop has stopped serving (after `shutdown`).
+    pub async fn served(&mut self) {
+        for finished in self.served.drain(..) {
+            let _ = finished.await;
+        }
+    }
+
+    /// Stops the loops for good, once nothing else of the process needs
+    /// them, and waits for their threads.
+    pub fn release(mut self) {
+        self.released.cancel();
+        for thread in std::mem::take(&mut self.threads) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Loops {
+    /// Loops no one releases (their server was dropped) stop once they have
+    /// served.
+    fn drop(&mut self) {
+        self.released.cancel();
+    }
+}
