@@ -1,14 +1,12 @@
-// What the packages' suites and the example's end-to-end test share: a real
-// `ballast serve` (the binary BALLAST_BIN names) on a test's fixture config,
-// a local upstream that fails on cue, and patient waits.
+// What the packages' suites share: a real `ballast serve` (the binary
+// BALLAST_BIN names) on a test's fixture config, a local upstream that fails
+// on cue, and patient waits. (The example's end-to-end test starts its
+// `ballast serve` with the launcher the packages ship, as a user's would.)
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createInterface } from 'node:readline';
+
+import { startBallastServe } from '@ballast/client/testing';
 
 /** How long anything in here may take before the test says what it waited for. */
 export const PATIENCE_MS = 20_000;
@@ -77,75 +75,25 @@ export async function startUpstream() {
 /**
  * `ballast serve` from BALLAST_BIN on the config in `file` (a path or file
  * URL: the test's fixture), in which `{dir}` stands for a fresh temp dir (the
- * SQLite queue goes there) and any other `{name}` for `values[name]`. The
- * fixture's `[gateway] token_env` is to be `BALLAST_TEST_GATEWAY_TOKEN`, which
- * is given {@link TOKEN}. Resolves once both listeners' addresses are printed.
- * The process is killed by `stop()` or, at the latest, when this process
- * exits; then the temp dir is removed, and its stderr printed if a test
- * failed.
+ * SQLite queue goes there) and any other `{name}` for `values[name]`: the
+ * packages' own launcher (`startBallastServe` of `@ballast/client/testing`),
+ * with the fixture's `[gateway] token_env`, `BALLAST_TEST_GATEWAY_TOKEN`,
+ * given {@link TOKEN}. Resolves once both listeners' addresses are printed;
+ * killed by `stop()` or, at the latest, when this process exits, and its
+ * stderr printed if a test failed.
  */
 export async function startBallast(file, values = {}) {
-  const bin = process.env.BALLAST_BIN;
-  if (!bin) {
+  if (!process.env.BALLAST_BIN) {
     throw new Error(
       'BALLAST_BIN is not set: point it at the ballast binary (cargo build -p ballast-cli: target/debug/ballast)',
     );
   }
-  const dir = mkdtempSync(join(tmpdir(), 'ballast-ts-'));
-  const config = join(dir, 'ballast.toml');
-  writeFileSync(config, fillIn(readFileSync(file, 'utf8'), { ...values, dir }, file));
-  const child = spawn(bin, ['serve', '--config', config], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, BALLAST_TEST_GATEWAY_TOKEN: TOKEN },
+  const served = await startBallastServe(file, {
+    values,
+    env: { BALLAST_TEST_GATEWAY_TOKEN: TOKEN },
+    startupTimeoutMs: PATIENCE_MS,
   });
-  let stderr = '';
-  child.stderr.setEncoding('utf8').on('data', (text) => {
-    stderr = (stderr + text).slice(-64 * 1024);
-  });
-  process.once('exit', (code) => {
-    child.kill('SIGKILL');
-    rmSync(dir, { recursive: true, force: true });
-    if (code) process.stderr.write(`--- ballast serve's stderr:\n${stderr}\n`);
-  });
-
-  const { admin, gateway } = await new Promise((resolve, reject) => {
-    const found = {};
-    const fail = (why) => {
-      clearTimeout(timer);
-      reject(new Error(`ballast serve did not start: ${why}\n--- its stderr:\n${stderr}`));
-    };
-    const timer = setTimeout(() => fail(`no addresses within ${PATIENCE_MS} ms`), PATIENCE_MS);
-    child.once('error', (e) => fail(`${bin}: ${e.message}`));
-    child.once('exit', (code, signal) => fail(`it exited (${signal ?? code})`));
-    createInterface({ input: child.stdout }).on('line', (line) => {
-      found.admin ??= /^ballast serve: listening on (http:\/\/\S+)/.exec(line)?.[1];
-      found.gateway ??= /^ballast serve: gateway on (http:\/\/\S+)/.exec(line)?.[1];
-      if (found.admin && found.gateway) {
-        clearTimeout(timer);
-        resolve(found);
-      }
-    });
-  });
-
-  return {
-    admin,
-    gateway,
-    stop: async () => {
-      if (child.exitCode === null && child.signalCode === null) {
-        const exited = new Promise((resolve) => child.once('exit', resolve));
-        child.kill('SIGKILL');
-        await exited;
-      }
-    },
-  };
-}
-
-/** `text` with each `{name}` in it replaced by `values[name]`; `file` is named if one has no value. */
-function fillIn(text, values, file) {
-  return text.replace(/\{(\w+)\}/g, (_, name) => {
-    if (!Object.hasOwn(values, name)) throw new Error(`${file}: no value for {${name}}`);
-    return String(values[name]);
-  });
+  return { admin: served.admin, gateway: served.gateway, stop: served.stop };
 }
 
 /**

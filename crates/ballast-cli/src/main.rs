@@ -1,12 +1,14 @@
 //! `ballast` — the command line of ballast: check (`lint`) and explain
 //! (`explain`) resilience configurations, run the end-to-end `demo`,
 //! administer the durable queue (`queue`), run the worker that delivers its
-//! deferred writes (`serve`) and list the replicas of a fleet (`fleet`).
+//! deferred writes (`serve`), list the replicas of a fleet (`fleet`) and
+//! type a TypeScript app's system names (`codegen ts`).
 //!
 //! The binary parses arguments, calls the libraries (`ballast-config`,
 //! `ballast-queue`, `ballast-server`) and prints; everything a library user
 //! would also want lives there. One module per subcommand.
 
+mod codegen;
 mod demo;
 mod explain;
 mod fleet;
@@ -50,6 +52,9 @@ enum Command {
     /// PostgreSQL queue: live or gone, version, configuration digest (drift
     /// flagged), clock.
     Fleet(fleet::FleetArgs),
+    /// Generate code from the configuration: `ts` prints the systems as a
+    /// TypeScript declaration that types `@ballast/client`'s system names.
+    Codegen(codegen::CodegenArgs),
     /// Run the durable worker that delivers deferred writes to the configured
     /// systems, serving /metrics, /health/live and /health/ready; exit 1 if
     /// the configuration has errors, 0 after SIGTERM or Ctrl-C.
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
         Command::Openapi(args) => openapi::run(&args),
         Command::Fleet(args) => fleet::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Codegen(args) => codegen::run(&args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {}", message(&e));

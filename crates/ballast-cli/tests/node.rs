@@ -1,16 +1,26 @@
 //! The TypeScript clients of the gateway (`clients/typescript/`) against this
 //! build's `ballast serve`, the way a user gets them:
 //!
+//! 0. the examples' `src/ballast-systems.d.ts` are what `ballast codegen ts`
+//!    prints for their `ballast.toml` (this step needs no `node`);
 //! 1. `npm ci` of the workspace, from its committed lockfile;
-//! 2. `npm run build`: `@ballast/client` and `@ballast/nestjs` compiled by `tsc`;
-//! 3. `npm test`: the packages' `node --test` suites (and the client's
-//!    compile-time refusals), with `BALLAST_BIN` pointing at the binary;
+//! 2. `npm run build`: `@ballast/client` and `@ballast/nestjs` compiled by `tsc`
+//!    (one CommonJS implementation, an ES module entry re-exporting it);
+//! 3. `npm test`: the packages' `node --test` suites (the client's
+//!    compile-time refusals, misspelt system names among them; the exception
+//!    filter's mapping of every reason; the `import`/`require` identity; the
+//!    testing module), with `BALLAST_BIN` pointing at the binary;
 //! 4. `npm pack` of both packages, `npm ci` of the example
 //!    (`examples/sber-adapter`, its own lockfile) and the tarballs installed
 //!    into it with `npm install --no-save`;
 //! 5. `tsc --noEmit` over the example;
-//! 6. the example's end-to-end test: the Nest app against `ballast serve` and
-//!    a flaky Sber; its figures are printed.
+//! 6. the example's tests: the adapter on the fake gateway of
+//!    `@ballast/nestjs/testing`, and end to end, the Nest app against
+//!    `ballast serve` and a flaky Sber; its figures are printed;
+//! 7. a Nest starter project as `nest new` makes it (`examples/nest-starter`,
+//!    its own lockfile, with the READMEs' tsconfig changes for TypeScript 7):
+//!    `npm ci`, the two tarballs installed beside each other as the READMEs
+//!    say, and the quick start compiled by `tsc`.
 //!
 //! Runs when `node` (20.19 or newer) and `npm` are on the PATH. Without them
 //! the test says it was skipped and passes, unless `BALLAST_TEST_NODE` is set
@@ -39,6 +49,13 @@ const RUN_DEADLINE: Duration = Duration::from_secs(240);
 
 #[test]
 fn the_typescript_clients_and_the_example_pass_against_ballast_serve() {
+    let workspace = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/typescript"));
+    let example = workspace.join("examples/sber-adapter");
+    let starter = workspace.join("examples/nest-starter");
+    for dir in [&example, &starter] {
+        declarations_are_current(dir);
+    }
+
     let required = std::env::var_os(NODE_ENV).is_some_and(|v| !v.is_empty());
     let skip = |why: String| {
         assert!(!required, "{NODE_ENV} is set but {why}");
@@ -58,8 +75,6 @@ fn the_typescript_clients_and_the_example_pass_against_ballast_serve() {
         return skip(format!("npm cannot be run: {e}"));
     }
 
-    let workspace = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/typescript"));
-    let example = workspace.join("examples/sber-adapter");
     let packs = tempfile::tempdir().unwrap();
     let steps = Steps { node, logs: tempfile::tempdir().unwrap(), refusing: Refusing::new() };
 
@@ -90,7 +105,15 @@ fn the_typescript_clients_and_the_example_pass_against_ballast_serve() {
     steps.run("install the tarballs into the example", &example, &install, INSTALL_DEADLINE);
     steps.run("tsc --noEmit (example)", &example, &["run", "typecheck"], RUN_DEADLINE);
     steps.run("build the example", &example, &["run", "build"], RUN_DEADLINE);
-    let e2e = steps.run("the example's end-to-end test", &example, &["test"], RUN_DEADLINE);
+    let e2e = steps.run("the example's tests", &example, &["test"], RUN_DEADLINE);
+    steps.run(
+        "npm ci (Nest starter)",
+        &starter,
+        &["ci", "--no-audit", "--no-fund", "--prefer-offline"],
+        INSTALL_DEADLINE,
+    );
+    steps.run("install the tarballs into the Nest starter", &starter, &install, INSTALL_DEADLINE);
+    steps.run("compile the Nest starter's quick start", &starter, &["run", "compile"], RUN_DEADLINE);
 
     let figures = e2e.lines().find_map(|line| line.split_once("e2e: ")).map(|(_, figures)| figures);
     let figures = figures.unwrap_or_else(|| panic!("the end-to-end test printed no figures:\n{e2e}"));
@@ -157,6 +180,31 @@ fn tarballs(dir: &Path) -> Vec<PathBuf> {
     found.sort();
     assert_eq!(found.len(), 2, "npm pack left {found:?}: one tarball per package expected");
     found
+}
+
+/// Fails unless `dir`'s `src/ballast-systems.d.ts` is what `ballast codegen
+/// ts` prints for `dir`'s `ballast.toml`: the system names the compiler
+/// allows are the configuration's.
+fn declarations_are_current(dir: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ballast"))
+        .args(["codegen", "ts", "--config", "ballast.toml"])
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("ballast codegen ts in {}: {e}", dir.display()));
+    assert!(
+        out.status.success(),
+        "ballast codegen ts in {} failed ({}): {}",
+        dir.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let committed = read(&dir.join("src/ballast-systems.d.ts"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        committed,
+        "{}: src/ballast-systems.d.ts is not what `ballast codegen ts` prints: regenerate it",
+        dir.display()
+    );
 }
 
 /// The major and minor version `program --version` prints (`v20.19.0`, `11.4.2`).

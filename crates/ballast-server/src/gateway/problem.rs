@@ -231,7 +231,15 @@ impl Problem {
             Failure::Operation { error, attempts: 0, .. } => match error {
                 HttpError::BadPath { .. } => Problem::new(Reason::BadPath, said),
                 // The system's route requires a key (R-RES-RE-1): refused unsent.
-                HttpError::KeyRequired { route } => Problem::new(Reason::KeyRequired, said).route(route),
+                // Said in the caller's terms: the header, not the library's call.
+                HttpError::KeyRequired { route } => {
+                    let detail = format!(
+                        "{route} is declared keyed_write: a write to it must carry an Idempotency-Key header, and this \
+                         request has none; nothing was sent (R-RES-RE-1). Send the key made once per user action and \
+                         stored with it, the same key on every retry of that action"
+                    );
+                    Problem::new(Reason::KeyRequired, detail).route(route)
+                }
                 HttpError::KeyReused { .. } => Problem::new(Reason::KeyReused, said),
                 HttpError::SequencePending { .. } => Problem::new(Reason::SequencePending, said),
                 HttpError::Unrouted { .. } => Problem::new(Reason::Unrouted, said),

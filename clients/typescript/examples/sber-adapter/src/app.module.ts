@@ -1,7 +1,8 @@
 import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
+import { APP_FILTER } from '@nestjs/core';
 import { TerminusModule } from '@nestjs/terminus';
-import { BallastModule } from '@ballast/nestjs';
+import { BallastExceptionFilter, BallastModule } from '@ballast/nestjs';
 
 import { CheckoutController } from './checkout/checkout.controller.js';
 import { HealthController } from './health.controller.js';
@@ -12,13 +13,15 @@ import { SberModule } from './sber/sber.module.js';
  * (`BALLAST_GATEWAY_URL`, `BALLAST_GATEWAY_TOKEN`, `BALLAST_ADMIN_URL`), the
  * gateway's callbacks received at `POST /ballast/callbacks` and checked with
  * `BALLAST_CALLBACK_SECRET` (the variable `[gateway] callback_secret_env`
- * names), the Sber payments, and readiness.
+ * names), the Sber payments, readiness, and the gateway's errors that reach
+ * a controller answered as what they mean (503 + `Retry-After` for Sber
+ * unavailable) by `BallastExceptionFilter`.
  */
 @Module({
   imports: [
     ConfigModule.forRoot({ ignoreEnvFile: true }),
     BallastModule.forRootAsync({
-      global: true,
+      isGlobal: true, // SberModule's BallastModule.forFeature binds this client to Sber
       imports: [ConfigModule],
       inject: [ConfigService],
       useFactory: (config: ConfigService) => ({
@@ -33,5 +36,6 @@ import { SberModule } from './sber/sber.module.js';
     SberModule,
   ],
   controllers: [CheckoutController, HealthController],
+  providers: [{ provide: APP_FILTER, useClass: BallastExceptionFilter }],
 })
 export class AppModule {}

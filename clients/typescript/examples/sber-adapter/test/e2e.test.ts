@@ -5,6 +5,7 @@
 // connections, answers 503 and goes down for a while. Two hundred orders are
 // paid and confirmed through it. The app never asks how a deferred write went
 // and never sends a write again to find out: the gateway's callbacks say.
+// `ballast serve` is started by the launcher @ballast/nestjs/testing ships.
 //
 //   npm run build && BALLAST_BIN=…/target/debug/ballast npm test
 
@@ -25,8 +26,14 @@ import type { PaymentRecord } from '../src/checkout/order.store.js';
 import { PaymentPortError } from '../src/payment/payment-port.error.js';
 import { OrderId, PAYMENT_PORT, type PaymentPort } from '../src/payment/payment.port.js';
 import type { SberRegisterResponse } from '../src/sber/sber.mappers.js';
-import { PATIENCE_MS, TOKEN, eventually, startBallast, type Served } from 'ballast-ts-test-support';
+import { startBallastServe, type BallastServe } from '@ballast/nestjs/testing';
 import { SberUpstream, type Fault, type Kind } from './sber-upstream.js';
+
+/** How long anything may take before the test says what it waited for. */
+const PATIENCE_MS = 20_000;
+
+/** The gateway's token: the variable `[gateway] token_env` names (16 bytes or more). */
+const TOKEN = 'sber-adapter-e2e-gateway-token-0123456789';
 
 /** Orders paid while Sber merely misbehaves, and orders paid while it is down. */
 const PAID_WHILE_FLAKY = 160;
@@ -73,7 +80,7 @@ interface GatewayCall {
 
 describe('the Sber adapter through ballast serve, its deferred writes finished by callbacks', { timeout: 6 * PATIENCE_MS }, () => {
   let upstream: SberUpstream;
-  let served: Served;
+  let served: BallastServe;
   let app: NestExpressApplication;
   let appUrl: string;
   let checkout: CheckoutService;
@@ -86,7 +93,11 @@ describe('the Sber adapter through ballast serve, its deferred writes finished b
   before(async () => {
     upstream = await SberUpstream.start();
     process.env['BALLAST_CALLBACK_SECRET'] = SECRET;
-    served = await startBallast(CONFIG, { upstream: upstream.port });
+    served = await startBallastServe(CONFIG, {
+      values: { upstream: upstream.port },
+      env: { BALLAST_TEST_GATEWAY_TOKEN: TOKEN, BALLAST_CALLBACK_SECRET: SECRET },
+      startupTimeoutMs: PATIENCE_MS,
+    });
 
     // The app's requests to the gateway, counted on their way: the client takes the global fetch when it is made.
     globalThis.fetch = ((input: string | URL | Request, init?: RequestInit) => {
@@ -392,6 +403,17 @@ function answerOf(task: Task): SberRegisterResponse | undefined {
     return typeof answer.paymentId === 'string' ? (answer as SberRegisterResponse) : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/** What `check` returns once it is truthy, asked every 50 ms for up to {@link PATIENCE_MS}. */
+async function eventually<T>(what: string, check: () => T | false | undefined | Promise<T | false | undefined>): Promise<T> {
+  const deadline = Date.now() + PATIENCE_MS;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) assert.fail(`timed out waiting until ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
 

@@ -1,7 +1,10 @@
 import { CALLBACK_HEADER } from './callback.js';
 import { BallastError, TaskWaitTimeoutError, problemError, type ErrorContext, type Problem } from './error.js';
 import type { IdempotencyKey } from './key.js';
+import { SystemClient } from './system-client.js';
+import type { SystemName } from './systems.js';
 import { traceHeaders } from './trace.js';
+import { GatewayUnreachableError, isNetworkFailure, type UnreachableContext } from './unreachable.js';
 
 /** Where `ballast serve`'s gateway listens unless `[gateway] listen` says otherwise. */
 export const DEFAULT_GATEWAY_URL = 'http://127.0.0.1:9465';
@@ -159,7 +162,7 @@ export interface Answer {
 /** A deferred write's state, as `GET /tasks/{handle}` (and a callback) shows it: ballast-http's `TaskView`. */
 export interface Task {
   task_id: string;
-  system: string | null;
+  system: SystemName | null;
   /** The write's method (`POST`); optional: absent from servers before it was shown. */
   method?: string | null;
   /** The write's path, relative to the system's base URL: which write a callback is about. */
@@ -205,7 +208,7 @@ export type SystemStatus = 'up' | 'degraded' | 'unavailable';
 
 /** One external system as `/health/ready` and `/health/systems` report it. */
 export interface SystemHealth {
-  system: string;
+  system: SystemName;
   /** Whether `/health/systems` answers 503 while it is `unavailable`. */
   critical: boolean;
   /** How usable it is now. */
@@ -244,21 +247,25 @@ export interface SystemsReport {
   systems: SystemHealth[];
 }
 
-/** Where the gateway is and how to talk to it. */
+/**
+ * Where the gateway is and how to talk to it. Each option may be
+ * `undefined` — `token: process.env.BALLAST_GATEWAY_TOKEN` — and then has
+ * its default.
+ */
 export interface ClientOptions {
   /** The gateway, as `ballast serve` prints it (default {@link DEFAULT_GATEWAY_URL}). */
-  baseUrl?: string;
+  baseUrl?: string | undefined;
   /**
    * Sent as `Authorization: Bearer <token>` when the gateway asks for one
    * (`[gateway] token_env`, at least 16 bytes).
    */
-  token?: string;
+  token?: string | undefined;
   /** The admin listener, for {@link BallastClient.readiness} and {@link BallastClient.systems} (default {@link DEFAULT_ADMIN_URL}). */
-  adminUrl?: string;
+  adminUrl?: string | undefined;
   /** The admin token, when `[serve] protect_metrics` asks for it on `/health/*`. */
-  adminToken?: string;
+  adminToken?: string | undefined;
   /** The `fetch` to use (default the global one). */
-  fetch?: typeof fetch;
+  fetch?: typeof fetch | undefined;
 }
 
 const READS: ReadonlySet<string> = new Set<ReadMethod>(['GET', 'HEAD', 'OPTIONS']);
@@ -302,13 +309,20 @@ const WAIT_GRACE_MS = 1_000;
  * Answers: the upstream's own answer comes back as the `Response` it was, a
  * 4xx or a 5xx included — branch on `response.status`. When the gateway
  * answers itself, the call throws a {@link BallastError}. When the gateway
- * cannot be reached, `fetch`'s own `TypeError` is thrown: for a write the
- * outcome is then unknown — repeat a keyed write later with the same key.
+ * cannot be reached, it throws a {@link GatewayUnreachableError}: `sent`
+ * says whether the request may have arrived, and for a write
+ * `outcomeUnknown` that it may have been applied — repeat a keyed write
+ * later with the same key.
+ *
+ * System names are checked by the compiler once `ballast codegen ts` has
+ * written the gateway's systems into a declaration file
+ * ({@link BallastSystems}); {@link system} binds a client to one of them.
  *
  * @example
  * const ballast = new BallastClient({ baseUrl: 'http://127.0.0.1:9465' });
  * const order = await (await ballast.read('sber', 'orders/42')).json();
- * const paid = await ballast.write('sber', 'payments/register', { key: order.paymentKey, json: { amount: 100 } });
+ * const key = IdempotencyKey.from(order.paymentKey); // made once, when the user pressed "pay", and stored
+ * const paid = await ballast.write('sber', 'payments/register', { key, json: { amount: 100 } });
  */
 export class BallastClient {
   readonly #base: string;
@@ -328,6 +342,21 @@ export class BallastClient {
   }
 
   /**
+   * This client bound to one system: the same calls without the system's
+   * name, for an adapter that talks to one system only (`@ballast/nestjs`
+   * injects one with `@InjectBallast('sber')`).
+   *
+   * @param name the system's name in `ballast.toml`
+   * @example
+   * const sber = ballast.system('sber');
+   * const order = await (await sber.read('orders/42')).json();
+   */
+  system<const S extends SystemName>(name: S): SystemClient<S> {
+    if (typeof name !== 'string' || name === '') throw new TypeError('name the system to call');
+    return new SystemClient(this, name);
+  }
+
+  /**
    * A read (GET by default, HEAD or OPTIONS), retried by the gateway on
    * transient failures.
    *
@@ -335,7 +364,7 @@ export class BallastClient {
    * @param path relative to the system's `base_url`, with its query if any
    * @returns the upstream's answer, whatever its status
    */
-  async read(system: string, path: string, init: ReadInit = {}): Promise<Response> {
+  async read(system: SystemName, path: string, init: ReadInit = {}): Promise<Response> {
     const method = (init.method ?? 'GET').toUpperCase();
     if (!READS.has(method)) {
       throw new TypeError(`${method} is not a read: use write() with a key, or writeOnce()`);
@@ -352,7 +381,7 @@ export class BallastClient {
    *
    * @returns the upstream's answer, whatever its status
    */
-  async write(system: string, path: string, init: WriteInit): Promise<Response> {
+  async write(system: SystemName, path: string, init: WriteInit): Promise<Response> {
     const key = checkedKey('write', init);
     return this.#call(system, path, writeMethod('write', init), init, { 'idempotency-key': key });
   }
@@ -377,7 +406,7 @@ export class BallastClient {
    * });
    * if (out.deferred) await orders.markDeferred(42, out.taskId, out.deferredBecause, out.nextAttemptAt);
    */
-  async writeOrDefer(system: string, path: string, init: WriteOrDeferInit): Promise<Handover> {
+  async writeOrDefer(system: SystemName, path: string, init: WriteOrDeferInit): Promise<Handover> {
     const key = checkedKey('writeOrDefer', init);
     const own: Record<string, string> = { 'idempotency-key': key, prefer: 'respond-async' };
     if (init.callback !== undefined) own[CALLBACK_HEADER] = checkedCallback(init.callback);
@@ -408,7 +437,7 @@ export class BallastClient {
    *
    * @returns the upstream's answer, whatever its status
    */
-  async writeOnce(system: string, path: string, init: WriteOnceInit = {}): Promise<Response> {
+  async writeOnce(system: SystemName, path: string, init: WriteOnceInit = {}): Promise<Response> {
     if ((init as { key?: unknown }).key !== undefined) {
       throw new TypeError('writeOnce() sends no key: use write() for a keyed write');
     }
@@ -528,7 +557,11 @@ export class BallastClient {
     const headers = new Headers({ accept: 'application/json' });
     if (this.#adminToken !== undefined) headers.set('authorization', `Bearer ${this.#adminToken}`);
     const url = `${this.#admin}${path}`;
-    const response = await this.#fetch(url, { headers, redirect: 'manual', ...(signal ? { signal } : {}) });
+    const response = await this.#fetchOrUnreachable(
+      url,
+      { headers, redirect: 'manual', ...(signal ? { signal } : {}) },
+      { method: 'GET', url, write: false },
+    );
     if (response.status !== 200 && response.status !== 503) {
       throw new Error(`GET ${url} answered ${response.status}: ${(await response.text()).trim()}`);
     }
@@ -579,7 +612,26 @@ export class BallastClient {
     const request: RequestInit = { method, headers, redirect: 'manual' };
     if (body !== undefined) request.body = body;
     if (init.signal) request.signal = init.signal;
-    return passOrThrow(await this.#fetch(url, request), context);
+    const unreachable = {
+      method,
+      // A task's handle is its secret: it stays out of error messages and logs.
+      url: context.taskId === undefined ? url.split('?', 1)[0]! : `${this.#base}/tasks/…`,
+      write: !READS.has(method),
+      keyed: headers.has('idempotency-key'),
+      system: context.system,
+      taskId: context.taskId,
+    };
+    return passOrThrow(await this.#fetchOrUnreachable(url, request, unreachable), context);
+  }
+
+  /** `fetch`, its network failures thrown as {@link GatewayUnreachableError}. */
+  async #fetchOrUnreachable(url: string, request: RequestInit, context: UnreachableContext): Promise<Response> {
+    try {
+      return await this.#fetch(url, request);
+    } catch (error) {
+      if (isNetworkFailure(error)) throw new GatewayUnreachableError(context, error);
+      throw error;
+    }
   }
 }
 

@@ -1,3 +1,4 @@
+import { brand, hasKind, isInstance } from './brand.js';
 import type { Task } from './client.js';
 
 /**
@@ -28,35 +29,39 @@ import type { Task } from './client.js';
  * | `too_many_waiters` | 503 + `Retry-After` | `GET /tasks/{handle}?wait=` while the listener holds as many waiting requests as it may ({@link BallastClient.waitForTask} waits `Retry-After` and asks again) |
  * | `internal` | 500 | the gateway failed midway through a deferral: whether the write arrived is unknown |
  */
-export type Reason =
-  | 'breaker_open'
-  | 'bulkhead_full'
-  | 'budget_exhausted'
-  | 'rate_limited'
-  | 'timeout'
-  | 'transport'
-  | 'unknown_system'
-  | 'bad_key'
-  | 'key_required'
-  | 'key_reused'
-  | 'sequence_pending'
-  | 'unrouted'
-  | 'method_not_allowed'
-  | 'bad_path'
-  | 'loop_detected'
-  | 'body_timeout'
-  | 'bad_callback'
-  | 'cross_site'
-  | 'seal_key_missing'
-  | 'too_large'
-  | 'bad_request'
-  | 'unknown_host'
-  | 'unauthorized'
-  | 'token_throttled'
-  | 'not_found'
-  | 'queue_unavailable'
-  | 'too_many_waiters'
-  | 'internal';
+export type Reason = (typeof REASONS)[number];
+
+/** Every {@link Reason}, in the order of the table above. */
+export const REASONS = [
+  'breaker_open',
+  'bulkhead_full',
+  'budget_exhausted',
+  'rate_limited',
+  'timeout',
+  'transport',
+  'unknown_system',
+  'bad_key',
+  'key_required',
+  'key_reused',
+  'sequence_pending',
+  'unrouted',
+  'method_not_allowed',
+  'bad_path',
+  'loop_detected',
+  'body_timeout',
+  'bad_callback',
+  'cross_site',
+  'seal_key_missing',
+  'too_large',
+  'bad_request',
+  'unknown_host',
+  'unauthorized',
+  'token_throttled',
+  'not_found',
+  'queue_unavailable',
+  'too_many_waiters',
+  'internal',
+] as const;
 
 /** The reasons that mean "the system is unavailable now; ask again after `retryAfter`". */
 export type UnavailableReason = Extract<
@@ -84,6 +89,8 @@ export interface Problem {
     rule?: string;
     /** For `transport`: whether the request may have reached the system. */
     sent?: boolean;
+    /** The route of `ballast.toml` the request matched, `POST /payments`, when it matched one. */
+    route?: string;
   };
 }
 
@@ -99,6 +106,10 @@ export interface ErrorContext {
  * The gateway answered itself: there is no upstream answer to pass on.
  * Branch on {@link reason}; a breaker open, a bulkhead full or a spent retry
  * budget is the subclass {@link SystemUnavailableError}.
+ *
+ * `instanceof BallastError` and {@link isBallastError} hold for an error of
+ * any copy of this package loaded in the process (see the README's
+ * "One class, two module systems").
  */
 export class BallastError extends Error {
   override name = 'BallastError';
@@ -136,6 +147,11 @@ export class BallastError extends Error {
     this.taskId = context.taskId;
     this.problem = problem;
   }
+
+  /** Made by this class in any copy of the package. */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return isInstance(this, value);
+  }
 }
 
 /**
@@ -148,18 +164,6 @@ export class BallastError extends Error {
 export class SystemUnavailableError extends BallastError {
   override name = 'SystemUnavailableError';
   declare readonly reason: UnavailableReason;
-}
-
-/** The error for a gateway's problem: a {@link SystemUnavailableError} when it says so. */
-export function problemError(
-  status: number,
-  problem: Problem,
-  retryAfter: number | undefined,
-  context: ErrorContext,
-): BallastError {
-  return UNAVAILABLE.has(problem.ballast.reason)
-    ? new SystemUnavailableError(status, problem, retryAfter, context)
-    : new BallastError(status, problem, retryAfter, context);
 }
 
 /**
@@ -184,4 +188,55 @@ export class TaskWaitTimeoutError extends Error {
     this.timeoutMs = timeoutMs;
     this.lastSeen = lastSeen;
   }
+
+  /** Made by this class in any copy of the package. */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return isInstance(this, value);
+  }
+}
+
+brand(BallastError, ['BallastError']);
+brand(SystemUnavailableError, ['BallastError', 'SystemUnavailableError']);
+brand(TaskWaitTimeoutError, ['TaskWaitTimeoutError']);
+
+/**
+ * Whether `error` is the gateway's own answer ({@link BallastError}, a
+ * {@link SystemUnavailableError} included), by its brand: true for an error
+ * of any copy of `@ballast/client` — the ES module and the CommonJS entry, a
+ * second version nested under a library — where an `instanceof` of a class
+ * from another copy would be false.
+ *
+ * @example
+ * catch (e) {
+ *   if (isBallastError(e) && e.reason === 'key_reused') throw new ConflictException(e.message);
+ *   throw e;
+ * }
+ */
+export function isBallastError(error: unknown): error is BallastError {
+  return hasKind(error, 'BallastError');
+}
+
+/**
+ * Whether `error` says the system is unavailable now — breaker open,
+ * bulkhead full, retry budget spent, rate limit — so nothing more was sent
+ * and asking again after its `retryAfter` may help: the guide's "system
+ * unavailable". By brand, as {@link isBallastError}.
+ *
+ * @example
+ * if (isSystemUnavailable(e)) throw PaymentPortError.systemUnavailable('sber', e);
+ */
+export function isSystemUnavailable(error: unknown): error is SystemUnavailableError {
+  return hasKind(error, 'SystemUnavailableError');
+}
+
+/** The error for a gateway's problem: a {@link SystemUnavailableError} when it says so. */
+export function problemError(
+  status: number,
+  problem: Problem,
+  retryAfter: number | undefined,
+  context: ErrorContext,
+): BallastError {
+  return UNAVAILABLE.has(problem.ballast.reason)
+    ? new SystemUnavailableError(status, problem, retryAfter, context)
+    : new BallastError(status, problem, retryAfter, context);
 }

@@ -7,7 +7,13 @@
  * waited for ({@link BallastClient.waitForTask}) or reported to a callback
  * URL, whose signature {@link verifyCallback} checks. This client adds no
  * retry of its own (R-RES-RE-X4), and its types refuse a write without a key
- * where a retried one is asked for (R-RES-RE-1).
+ * where a retried one is asked for, or with a key made on the spot
+ * (R-RES-RE-1). System names come from `ballast.toml` through `ballast
+ * codegen ts` ({@link BallastSystems}).
+ *
+ * `import` and `require` of this package load one implementation: its
+ * classes are the same objects either way, and its errors are recognised
+ * across copies of the package ({@link isBallastError}).
  *
  * @packageDocumentation
  */
@@ -56,11 +62,17 @@ export {
 } from './callback.js';
 export {
   BallastError,
+  REASONS,
   SystemUnavailableError,
   TaskWaitTimeoutError,
+  isBallastError,
+  isSystemUnavailable,
   type ErrorContext,
   type Problem,
   type Reason,
   type UnavailableReason,
 } from './error.js';
-export { IdempotencyKey, KEY_NAMESPACE, MAX_KEY_LENGTH, keyFor, newKey } from './key.js';
+export { IdempotencyKey, KEY_NAMESPACE, MAX_KEY_LENGTH, keyFor, newKey, type FreshKey } from './key.js';
+export { SystemClient } from './system-client.js';
+export type { BallastSystems, SystemName } from './systems.js';
+export { GatewayUnreachableError, isGatewayUnreachable } from './unreachable.js';

@@ -1,5 +1,5 @@
 // The CommonJS build, as `require('@ballast/client')` loads it: the same
-// API, and classes that are the CommonJS build's own.
+// API — the implementation the ES module entry re-exports (identity.test.mjs).
 
 const assert = require('node:assert/strict');
 const { test } = require('node:test');
@@ -22,6 +22,12 @@ test('require() gets the CommonJS build with the whole API', async () => {
     'signCallback',
     'CallbackSignatureError',
     'TaskWaitTimeoutError',
+    'GatewayUnreachableError',
+    'SystemClient',
+    'REASONS',
+    'isBallastError',
+    'isSystemUnavailable',
+    'isGatewayUnreachable',
   ]) {
     assert.ok(client[name], name);
   }

@@ -69,6 +69,37 @@ describe('declaring a call', () => {
     assert.equal(deferrable.init.headers.get('content-type'), null, 'a raw body keeps its own type');
   });
 
+  test('a system client sends what the client sends, to its system only', async () => {
+    const sent = [];
+    const recording = createBallastClient({
+      baseUrl: 'http://gateway.test',
+      fetch: async (url, init) => {
+        sent.push({ url, init });
+        return new Response('{}', { status: 200 });
+      },
+    });
+    const sber = recording.system('sber');
+
+    await sber.read('orders/42', { headers: { 'x-request-id': 'r' } });
+    await sber.write('payments', { key: 'k-1', json: {} });
+    await sber.writeOrDefer('payments', { key: 'k-2', json: {}, callback: 'https://shop.example/cb' });
+    await sber.writeOnce('receipts');
+
+    assert.equal(sber.name, 'sber');
+    assert.deepEqual(
+      sent.map(({ url, init }) => [init.method, url, init.headers.get('idempotency-key')]),
+      [
+        ['GET', 'http://gateway.test/call/sber/orders/42', null],
+        ['POST', 'http://gateway.test/call/sber/payments', 'k-1'],
+        ['POST', 'http://gateway.test/call/sber/payments', 'k-2'],
+        ['POST', 'http://gateway.test/call/sber/receipts', null],
+      ],
+    );
+    assert.equal(sent[2].init.headers.get('ballast-callback'), 'https://shop.example/cb');
+    await assert.rejects(sber.read('../sms/messages'), /dot segment/, 'bound to its system: no way out');
+    assert.throws(() => recording.system(''), /name the system/);
+  });
+
   test("an upstream's own 202 is its answer, not a hand-over", async () => {
     const upstream202 = createBallastClient({ fetch: async () => new Response('{"queued":true}', { status: 202 }) });
 

@@ -173,6 +173,23 @@ describe('through a real ballast serve', { timeout: 3 * PATIENCE_MS }, () => {
     assert.equal(upstream.seen('/api/payments/bad').length, 0, 'a bad key sends nothing');
   });
 
+  test('a keyed_write route refuses a write without a key, in the caller\'s words, citing R-RES-RE-1', async () => {
+    upstream.on('/routed/payments', () => reply(201, '{}'));
+
+    const error = await rejection(ballast.writeOnce('routed', 'payments', { json: { amount: 100 } }));
+
+    assert.ok(error instanceof BallastError, String(error));
+    assert.equal(error.reason, 'key_required');
+    assert.equal(error.status, 400);
+    assert.equal(error.rule, 'R-RES-RE-1', 'the rule that allows a retry only with a key');
+    assert.equal(error.attempts, 0);
+    // The detail is for whoever reads the log: it names the header a caller sends, not an API of another language.
+    assert.match(error.problem.detail, /Idempotency-Key/);
+    assert.doesNotMatch(error.problem.detail, /write\(&key|write_once\(/);
+    assert.doesNotMatch(error.problem.detail, /R-RES-RE-X2/, 'a missing key is R-RES-RE-1, not a contract error');
+    assert.equal(upstream.seen('/routed/payments').length, 0, 'refused unsent');
+  });
+
   test('without the token the gateway answers 401 and sends nothing', async () => {
     upstream.on('/api/orders/8', () => reply(200, '{}'));
     const anonymous = new BallastClient({ baseUrl: served.gateway });
@@ -216,7 +233,7 @@ describe('through a real ballast serve', { timeout: 3 * PATIENCE_MS }, () => {
     });
 
     assert.equal(readiness.queue.reachable, true);
-    assert.deepEqual(readiness.systems.map((s) => s.system).sort(), ['fragile', 'gone', 'pay']);
+    assert.deepEqual(readiness.systems.map((s) => s.system).sort(), ['fragile', 'gone', 'pay', 'routed']);
     assert.equal(readiness.systems.find((s) => s.system === 'pay').critical, true);
   });
 

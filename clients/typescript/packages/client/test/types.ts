@@ -1,22 +1,31 @@
 // What the compiler refuses: `tsc -p test` must pass, so every
 // `@ts-expect-error` below must meet an error (R-RES-RE-1 at compile time, as
-// ballast's Rust types refuse a write without a key). Never run.
+// ballast's Rust types refuse a write without a key). Never run. Without the
+// `ballast codegen ts` augmentation, a system name is any string;
+// systems/systems.ts checks them with it.
 
 import {
   BallastClient,
   BallastError,
   CallbackSignatureError,
+  GatewayUnreachableError,
   IdempotencyKey,
+  SystemClient,
   SystemUnavailableError,
   TaskWaitTimeoutError,
   answerJson,
+  isBallastError,
+  isGatewayUnreachable,
+  isSystemUnavailable,
   keyFor,
   newKey,
   verifyCallback,
   type CallbackEvent,
   type DeferReason,
+  type FreshKey,
   type Handover,
   type Reason,
+  type SystemName,
   type SystemStatus,
   type Task,
 } from '@ballast/client';
@@ -39,6 +48,26 @@ export async function refused(): Promise<void> {
   await ballast.write('sber', 'payments', { key: stored });
   // @ts-expect-error -- made up on the spot
   await ballast.writeOrDefer('sber', 'payments', { key: `${Date.now()}` });
+
+  // A fresh key is not a key until it is stored: made inside the call, it would be new on every attempt.
+  // @ts-expect-error -- newKey() in the call: the guide's double charge
+  await ballast.write('sber', 'payments', { key: newKey(), json: {} });
+  const fresh: FreshKey = newKey();
+  // @ts-expect-error -- nor kept in a variable and sent without storing it
+  await ballast.writeOrDefer('sber', 'payments', { key: fresh, json: {} });
+  // @ts-expect-error -- nor passed off as one read back from storage
+  IdempotencyKey.from(newKey());
+  // @ts-expect-error -- store() takes a fresh key, not any string
+  IdempotencyKey.store(stored, () => {});
+  // @ts-expect-error -- a scheme of your own names its namespace
+  keyFor('order-42:pay', { ns: 'f35c9ecb-294e-5662-a13f-9edcadcaad03' });
+
+  // A system client is bound to its system: no name to pass, none to get wrong.
+  const sber = ballast.system('sber');
+  // @ts-expect-error -- the path comes first: the system is bound already
+  await sber.read('sber', 'orders/42');
+  // @ts-expect-error -- its writes need a key too
+  await sber.write('payments', { json: {} });
 
   // A read is a read: no body, no key, no write method.
   // @ts-expect-error -- POST is not a read
@@ -90,7 +119,35 @@ export async function accepted(error: unknown): Promise<Task | undefined> {
   await ballast.read('sber', 'orders/42');
   await ballast.read('sber', 'orders/42', { method: 'HEAD', headers: { 'x-request-id': 'r' } });
   await ballast.write('sber', 'payments', { key, json: { amount: 100 } });
-  await ballast.write('sber', 'payments/1', { key: newKey(), method: 'PUT', body: new URLSearchParams({ a: '1' }) });
+  const created = await IdempotencyKey.store(newKey(), async (made) => {
+    await Promise.resolve(made); // the INSERT of the payment with its key
+  });
+  const kept: IdempotencyKey = IdempotencyKey.store(newKey(), (made) => void made);
+  await ballast.write('sber', 'payments/1', { key: created, method: 'PUT', body: new URLSearchParams({ a: '1' }) });
+  await ballast.write('sber', 'payments/2', { key: kept, json: {} });
+  await ballast.write('sber', 'payments/3', { key: keyFor('order-42:pay', { namespace: 'f35c9ecb-294e-5662-a13f-9edcadcaad03' }) });
+  // Without the codegen augmentation, any string names a system.
+  const name: SystemName = 'anything';
+  const sber: SystemClient<'sber'> = ballast.system('sber');
+  const systemOf: 'sber' = sber.name;
+  await sber.read('orders/42');
+  await sber.write('payments', { key, json: {} });
+  const deferredHere = await sber.writeOrDefer('payments', { key, json: {}, callback: 'https://shop.example/cb' });
+  await sber.writeOnce('receipts', { json: {} });
+  void name, systemOf, deferredHere;
+  if (isBallastError(error)) {
+    const reason: Reason = error.reason;
+    void reason;
+  }
+  if (isSystemUnavailable(error)) {
+    const reason: 'breaker_open' | 'bulkhead_full' | 'budget_exhausted' | 'rate_limited' = error.reason;
+    void reason;
+  }
+  if (isGatewayUnreachable(error) || error instanceof GatewayUnreachableError) {
+    const unknown: boolean = error.outcomeUnknown;
+    const sent: boolean = error.sent;
+    void unknown, sent;
+  }
   await ballast.writeOnce('sms', 'messages', { json: { text: 'paid' } });
   await ballast.writeOnce('sms', 'messages');
   if (error instanceof SystemUnavailableError) {

@@ -20,6 +20,7 @@ import {
   SIGNATURE_HEADER,
   verifyCallback,
   type CallbackEvent,
+  type SystemName,
 } from '@ballast/client';
 
 /** How a deferred write ended: what a callback's `type` says after `task.`. */
@@ -68,9 +69,22 @@ export const BALLAST_CALLBACK_OPTIONS: InjectionToken<BallastCallbackOptions> = 
 const ON_BALLAST_TASK = 'ballast:on-task';
 const OUTCOMES: readonly TaskOutcome[] = ['completed', 'failed', 'cancelled'];
 
+/** Which callbacks an {@link OnBallastTask} handler takes besides their outcome. */
+export interface OnBallastTaskOptions {
+  /** Only the deferred writes to this system (a task's `system`). */
+  system: SystemName;
+}
+
+/** What one {@link OnBallastTask} says: these outcomes, of this system's writes or of any. */
+interface Subscription {
+  outcomes: readonly TaskOutcome[];
+  system: string | undefined;
+}
+
 /**
  * Makes a provider's (or controller's) method a handler of the gateway's
- * callbacks for the outcomes named — every outcome when none is. It gets a
+ * callbacks for the outcomes named — every outcome when none is — and, with
+ * `{ system }` last, of that system's deferred writes only. It gets a
  * {@link BallastTaskEvent}; the callback is answered once every handler of
  * it has finished, 500 if one threw, and then the gateway sends it again.
  *
@@ -85,7 +99,7 @@ const OUTCOMES: readonly TaskOutcome[] = ['completed', 'failed', 'cancelled'];
  * @example
  * \@Injectable()
  * export class ConfirmationReconciler {
- *   \@OnBallastTask('completed')
+ *   \@OnBallastTask('completed', { system: 'sber' })
  *   async confirmed({ task }: BallastTaskEvent) {
  *     await this.orders.markConfirmed(task.task_id, answerJson<SberConfirmation>(task));
  *   }
@@ -96,24 +110,36 @@ const OUTCOMES: readonly TaskOutcome[] = ['completed', 'failed', 'cancelled'];
  *   }
  * }
  */
-export function OnBallastTask(...outcomes: TaskOutcome[]): MethodDecorator {
+export function OnBallastTask(...outcomes: TaskOutcome[]): MethodDecorator;
+export function OnBallastTask(...args: [...outcomes: TaskOutcome[], options: OnBallastTaskOptions]): MethodDecorator;
+export function OnBallastTask(...args: Array<TaskOutcome | OnBallastTaskOptions>): MethodDecorator {
+  const last = args.at(-1);
+  const options = typeof last === 'object' && last !== null ? last : undefined;
+  const outcomes = (options ? args.slice(0, -1) : args) as unknown[];
   for (const outcome of outcomes) {
-    if (!OUTCOMES.includes(outcome)) {
+    if (!OUTCOMES.includes(outcome as TaskOutcome)) {
       throw new TypeError(`@OnBallastTask(${JSON.stringify(outcome)}): an outcome is one of ${OUTCOMES.join(', ')}`);
     }
   }
+  if (options && (typeof options.system !== 'string' || options.system === '')) {
+    throw new TypeError("@OnBallastTask(…, { system }): name a system of ballast.toml, e.g. { system: 'sber' }");
+  }
+  const subscription: Subscription = {
+    outcomes: outcomes.length ? (outcomes as TaskOutcome[]) : OUTCOMES,
+    system: options?.system,
+  };
   return (_target, _name, descriptor) => {
     const method = descriptor.value as object;
-    const previous = (Reflect.getMetadata(ON_BALLAST_TASK, method) as TaskOutcome[] | undefined) ?? [];
-    Reflect.defineMetadata(ON_BALLAST_TASK, [...previous, ...(outcomes.length ? outcomes : OUTCOMES)], method);
+    const previous = (Reflect.getMetadata(ON_BALLAST_TASK, method) as Subscription[] | undefined) ?? [];
+    Reflect.defineMetadata(ON_BALLAST_TASK, [...previous, subscription], method);
     return descriptor;
   };
 }
 
-/** One handler found: a method of an instance, and the outcomes it takes. */
+/** One handler found: a method of an instance, and what it takes. */
 interface Handler {
   name: string;
-  outcomes: ReadonlySet<TaskOutcome>;
+  subscriptions: readonly Subscription[];
   call: (event: BallastTaskEvent) => unknown;
 }
 
@@ -235,7 +261,7 @@ export class BallastTaskEvents implements OnApplicationBootstrap {
   async #dispatch(event: BallastTaskEvent): Promise<void> {
     this.#handlers ??= this.#discover();
     const calls = [
-      ...this.#handlers.filter((h) => h.outcomes.has(event.outcome)).map((h) => ({ name: h.name, call: h.call })),
+      ...this.#handlers.filter((h) => takes(h, event)).map((h) => ({ name: h.name, call: h.call })),
       ...[...this.#listeners].map((listener, i) => ({ name: `listener ${i + 1}`, call: listener })),
     ];
     if (calls.length === 0 && !this.#unheard.has(event.outcome)) {
@@ -275,19 +301,26 @@ export class BallastTaskEvents implements OnApplicationBootstrap {
       seen.add(singleton ? (instance as object) : target);
       for (const name of this.scanner.getAllMethodNames(target)) {
         const method = (target as Record<string, unknown>)[name];
-        const outcomes = Reflect.getMetadata(ON_BALLAST_TASK, method as object) as TaskOutcome[] | undefined;
-        if (!outcomes) continue;
+        const subscriptions = Reflect.getMetadata(ON_BALLAST_TASK, method as object) as Subscription[] | undefined;
+        if (!subscriptions) continue;
         const where = `${(target as object).constructor.name}.${name}`;
         if (!singleton) {
           this.#logger.warn(`${where} is not called: @OnBallastTask handlers are on singleton providers`);
           continue;
         }
         const call = (event: BallastTaskEvent) => (method as (e: BallastTaskEvent) => unknown).call(instance, event);
-        handlers.push({ name: where, outcomes: new Set(outcomes), call });
+        handlers.push({ name: where, subscriptions, call });
       }
     }
     return handlers;
   }
+}
+
+/** Whether `handler` takes `event`: one of its decorators names its outcome, and its system if it names one. */
+function takes(handler: Handler, event: BallastTaskEvent): boolean {
+  return handler.subscriptions.some(
+    (s) => s.outcomes.includes(event.outcome) && (s.system === undefined || s.system === event.task.system),
+  );
 }
 
 /** The secret the options name, or why there is none. */

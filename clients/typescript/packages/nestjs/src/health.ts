@@ -1,5 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { BallastClient, type SystemHealth } from '@ballast/client';
+import { BallastClient, type SystemHealth, type SystemName } from '@ballast/client';
 
 /**
  * A health indicator's result as `@nestjs/terminus` reads it (its
@@ -110,7 +110,7 @@ export class BallastHealthIndicator {
    */
   async systemsHealthy<const Key extends string>(
     key: Key,
-    options: { require?: readonly string[]; timeout?: number } = {},
+    options: { require?: readonly SystemName[]; timeout?: number } = {},
   ): Promise<BallastSystemsResult<Key>> {
     let detail: BallastSystemsResult<Key>[Key];
     try {

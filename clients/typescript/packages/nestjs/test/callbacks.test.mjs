@@ -318,8 +318,50 @@ describe('BallastModule with callbacks, as a module', () => {
     await assert.rejects(compile({ secret: 'a', secretEnv: 'B' }), /not both/);
   });
 
-  test('OnBallastTask refuses an outcome there is not', () => {
+  test('OnBallastTask refuses an outcome there is not, and a system without a name', () => {
     assert.throws(() => OnBallastTask('done'), /an outcome is one of completed, failed, cancelled/);
+    assert.throws(() => OnBallastTask('completed', { system: '' }), /name a system/);
+  });
+
+  test('OnBallastTask({ system }) takes the deferred writes of that system only', async () => {
+    class PerSystem {
+      calls = [];
+      sber(event) {
+        this.calls.push(['sber', event.outcome, event.task.system]);
+      }
+      crmFailures(event) {
+        this.calls.push(['crm', event.outcome, event.task.system]);
+      }
+      any(event) {
+        this.calls.push(['any', event.outcome, event.task.system]);
+      }
+    }
+    onTask(PerSystem, 'sber', { system: 'sber' });
+    onTask(PerSystem, 'crmFailures', 'failed', { system: 'crm' });
+    onTask(PerSystem, 'any', 'completed');
+    Injectable()(PerSystem);
+    const app = await Test.createTestingModule({
+      imports: [BallastModule.forRoot({ callbacks: { secret: SECRET, path: false } })],
+      providers: [PerSystem],
+    }).compile();
+    await app.init();
+    const events = app.get(BallastTaskEvents);
+    const send = (type, system, delivery) => {
+      const body = JSON.stringify({ type, task: { ...taskOf(type.slice(5)), system } });
+      return events.receive({ signature: signCallback(SECRET, body), delivery, body });
+    };
+
+    await send('task.completed', 'sber', 'd1');
+    await send('task.failed', 'crm', 'd2');
+    await send('task.completed', 'crm', 'd3');
+
+    assert.deepEqual(app.get(PerSystem).calls.sort(), [
+      ['any', 'completed', 'crm'],
+      ['any', 'completed', 'sber'],
+      ['crm', 'failed', 'crm'],
+      ['sber', 'completed', 'sber'],
+    ]);
+    await app.close();
   });
 });
 

@@ -9,7 +9,7 @@ const client = require('@ballast/client');
 
 test('require() gets the CommonJS build: the module and the client of the CommonJS client', () => {
   assert.match(require.resolve('@ballast/nestjs'), /dist[\\/]cjs[\\/]index\.js$/);
-  const dynamic = nest.BallastModule.forRoot({ baseUrl: 'http://127.0.0.1:9465', global: true });
+  const dynamic = nest.BallastModule.forRoot({ baseUrl: 'http://127.0.0.1:9465', isGlobal: true });
   assert.equal(dynamic.module, nest.BallastModule);
   assert.equal(dynamic.global, true);
   assert.ok(dynamic.exports.includes(client.BallastClient), "the token is the CommonJS client's class");

@@ -1,5 +1,7 @@
 // BallastModule in a Nest application: forRoot, forRootAsync from a
-// ConfigService, global or not, and the one client it provides.
+// factory, a class or an existing provider (Nest's ConfigurableModuleBuilder
+// options), isGlobal or not, the one client it provides, and forFeature's
+// clients bound to one system, injected with @InjectBallast.
 
 import 'reflect-metadata';
 
@@ -17,7 +19,9 @@ import {
   BallastClient,
   BallastHealthIndicator,
   BallastModule,
+  InjectBallast,
   SystemUnavailableError,
+  getBallastToken,
   keyFor,
 } from '@ballast/nestjs';
 
@@ -107,13 +111,91 @@ describe('BallastModule', () => {
     await app.close();
   });
 
-  test('global: feature modules inject the client without importing the module', async () => {
+  test('isGlobal: feature modules inject the client without importing the module', async () => {
     const app = await Test.createTestingModule({
-      imports: [BallastModule.forRoot({ baseUrl: gateway.url, global: true }), PaymentsModule],
+      imports: [BallastModule.forRoot({ baseUrl: gateway.url, isGlobal: true }), PaymentsModule],
     }).compile();
     assert.equal(app.get(Payments).ballast, app.get(BallastClient));
-    assert.equal(app.get(BALLAST_OPTIONS).global, undefined, 'global is for the module, not the client');
+    assert.deepEqual(app.get(BALLAST_OPTIONS), { baseUrl: gateway.url }, 'isGlobal is for the module, not the client');
     await app.close();
+  });
+
+  test('forRootAsync takes its options from a class of yours (useClass) or a provider there is (useExisting)', async () => {
+    class BallastConfig {
+      createBallastOptions() {
+        return { baseUrl: gateway.url, token: TOKEN };
+      }
+    }
+    Injectable()(BallastConfig);
+    class ConfigHolder {}
+    Module({ providers: [BallastConfig], exports: [BallastConfig] })(ConfigHolder);
+
+    for (const async of [
+      { useClass: BallastConfig },
+      { imports: [ConfigHolder], useExisting: BallastConfig },
+    ]) {
+      const app = await Test.createTestingModule({
+        imports: [BallastModule.forRootAsync({ isGlobal: true, ...async }), PaymentsModule],
+      }).compile();
+      await app.get(Payments).ballast.read('crm', 'customers/8');
+      const [sent] = gateway.seen.slice(-1);
+      assert.equal(sent.url, '/call/crm/customers/8');
+      assert.equal(sent.headers.authorization, `Bearer ${TOKEN}`);
+      assert.deepEqual(app.get(BALLAST_OPTIONS), { baseUrl: gateway.url, token: TOKEN });
+      await app.close();
+    }
+    assert.throws(() => BallastModule.forRootAsync({ isGlobal: true }), /useFactory, useClass or useExisting/);
+  });
+
+  test('forFeature: a client bound to one system, injected with @InjectBallast', async () => {
+    class SberAdapter {
+      constructor(sber, crm, root) {
+        Object.assign(this, { sber, crm, root });
+      }
+    }
+    InjectBallast('sber')(SberAdapter, undefined, 0);
+    InjectBallast('crm')(SberAdapter, undefined, 1);
+    InjectBallast()(SberAdapter, undefined, 2);
+    Injectable()(SberAdapter);
+    class SberModule {}
+    Module({
+      imports: [BallastModule.forFeature({ system: 'sber' }), BallastModule.forFeature({ system: 'crm' })],
+      providers: [SberAdapter],
+    })(SberModule);
+
+    const app = await Test.createTestingModule({
+      imports: [BallastModule.forRoot({ baseUrl: gateway.url, token: TOKEN, isGlobal: true }), SberModule],
+    }).compile();
+    const adapter = app.get(SberAdapter);
+
+    assert.ok(adapter.sber instanceof client.SystemClient);
+    assert.equal(adapter.sber.name, 'sber');
+    assert.equal(adapter.crm.name, 'crm');
+    assert.equal(adapter.root, app.get(BallastClient), '@InjectBallast() is the root client');
+    assert.equal(app.get(getBallastToken('sber')), adapter.sber, 'one per system');
+    await adapter.sber.write('payments/register', { key: keyFor('order-9', 'pay'), json: {} });
+    const [sent] = gateway.seen.slice(-1);
+    assert.equal(sent.url, '/call/sber/payments/register');
+    assert.equal(sent.headers.authorization, `Bearer ${TOKEN}`, "the root client's options");
+    await app.close();
+  });
+
+  test('forFeature without a global root client says what it cannot resolve', async () => {
+    class Adapter {
+      constructor(sber) {
+        this.sber = sber;
+      }
+    }
+    InjectBallast('sber')(Adapter, undefined, 0);
+    Injectable()(Adapter);
+    class Feature {}
+    Module({ imports: [BallastModule.forFeature({ system: 'sber' })], providers: [Adapter] })(Feature);
+
+    await assert.rejects(
+      Test.createTestingModule({ imports: [BallastModule.forRoot({ baseUrl: gateway.url }), Feature] }).compile(),
+      /BallastClient/,
+    );
+    assert.throws(() => BallastModule.forFeature({}), /name a system/);
   });
 
   test('not global: a feature module that does not import it cannot resolve the client', async () => {

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { newKey, type IdempotencyKey } from '@ballast/nestjs';
+import { IdempotencyKey, newKey } from '@ballast/nestjs';
 
 import type { OrderId } from '../payment/payment.port.js';
 
@@ -64,8 +64,9 @@ export class OrderStore {
   record(orderId: OrderId): PaymentRecord {
     let record = this.#records.get(orderId.value);
     if (!record) {
-      record = { paymentKey: newKey() };
-      this.#records.set(orderId.value, record);
+      // Stored with the record before anything writes with it: every later press, attempt and delivery finds it.
+      IdempotencyKey.store(newKey(), (paymentKey) => this.#records.set(orderId.value, { paymentKey }));
+      record = this.#records.get(orderId.value)!;
     }
     return record;
   }

@@ -1,4 +1,4 @@
-import { BallastError, type SystemUnavailableError } from '@ballast/nestjs';
+import { isBallastError, isGatewayUnreachable, type SystemUnavailableError } from '@ballast/nestjs';
 
 /** What went wrong, in the domain's words. */
 export type PaymentPortErrorKind =
@@ -7,7 +7,9 @@ export type PaymentPortErrorKind =
   /** The system refused the request (a 4xx): asking again will not help. */
   | 'rejected'
   /** No useful answer after the gateway's attempts: a write's outcome may be unknown; repeat it with its key. */
-  | 'failed';
+  | 'failed'
+  /** The gateway did not answer at all: a write may have arrived; repeat it later with the same key. */
+  | 'outcome_unknown';
 
 /** The domain error of every {@link PaymentPort} call (the guide's `PaymentPortError`). */
 export class PaymentPortError extends Error {
@@ -42,11 +44,18 @@ export class PaymentPortError extends Error {
     return new PaymentPortError(kind, system, `${system} answered ${status}`);
   }
 
-  /** Anything else: the gateway's other answers, or the gateway unreachable. */
+  /**
+   * Anything else: the gateway's other answers, or the gateway unreachable —
+   * `outcome_unknown` when a write may have arrived, `failed` otherwise.
+   */
   static from(error: unknown): PaymentPortError {
     if (error instanceof PaymentPortError) return error;
     const message = error instanceof Error ? error.message : String(error);
-    const system = error instanceof BallastError ? error.system : undefined;
+    if (isGatewayUnreachable(error)) {
+      const kind = error.outcomeUnknown ? 'outcome_unknown' : 'failed';
+      return new PaymentPortError(kind, error.system, message, undefined, { cause: error });
+    }
+    const system = isBallastError(error) ? error.system : undefined;
     return new PaymentPortError('failed', system, message, undefined, { cause: error });
   }
 }

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { ConfigService } from '@nestjs/config';
-import { BallastClient, SystemUnavailableError, keyFor, type Handover } from '@ballast/nestjs';
+import { InjectBallast, SystemUnavailableError, keyFor, type Handover, type SystemClient } from '@ballast/nestjs';
 
 import { PaymentPortError } from '../payment/payment-port.error.js';
 import type {
@@ -24,9 +24,12 @@ import {
  * The guide's `SberAdapter`, its policy moved out: retry → breaker →
  * bulkhead → timeout for Sber is `[systems.sber]` in `ballast.toml`, applied
  * by the gateway to every attempt, and `ballast lint` checks it. The adapter
- * keeps its port, its mappers and its error mapping. A write the gateway
- * defers names the app's callback URL (`BALLAST_CALLBACK_URL`): how it ends
- * comes back to {@link SberCallbacks}, and nothing here asks.
+ * keeps its port, its mappers and its error mapping, and a client bound to
+ * Sber (`@InjectBallast('sber')`): it cannot call another system, and
+ * `'sbr'` would not compile (`src/ballast-systems.d.ts`, from `ballast
+ * codegen ts`). A write the gateway defers names the app's callback URL
+ * (`BALLAST_CALLBACK_URL`): how it ends comes back to {@link SberCallbacks},
+ * and nothing here asks.
  */
 @Injectable()
 export class SberAdapter implements PaymentPort {
@@ -34,7 +37,7 @@ export class SberAdapter implements PaymentPort {
   readonly #callback: string;
 
   constructor(
-    private readonly ballast: BallastClient,
+    @InjectBallast('sber') private readonly sber: SystemClient<'sber'>,
     config: ConfigService,
   ) {
     this.#callback = config.getOrThrow<string>('BALLAST_CALLBACK_URL');
@@ -42,7 +45,7 @@ export class SberAdapter implements PaymentPort {
 
   async findOrder(orderId: OrderId): Promise<Order> {                // read → the gateway retries it (R-RES-RE-1)
     try {
-      const resp = await this.ballast.read('sber', `orders/${orderId.value}`);
+      const resp = await this.sber.read(`orders/${orderId.value}`);
       if (!resp.ok) throw PaymentPortError.fromStatus('sber', resp.status);  // Sber's own answer, after the retries
       return toOrderDomain((await resp.json()) as SberOrderDto);       // mapper DTO → domain (R-RES-OAS-4)
     } catch (e) {
@@ -53,7 +56,7 @@ export class SberAdapter implements PaymentPort {
 
   async registerPayment(cmd: RegisterPaymentCommand): Promise<Registration> {  // write + key → retried, then queued
     try {
-      const out = await this.ballast.writeOrDefer('sber', 'payments/register', {
+      const out = await this.sber.writeOrDefer('payments/register', {
         key: cmd.idempotencyKey,                                     // ← required by the type (AUTH-19)
         json: toApiRequest(cmd),
         callback: this.#callback,                                    // the payment's id comes back here if deferred
@@ -69,7 +72,7 @@ export class SberAdapter implements PaymentPort {
 
   async confirmPayment(orderId: OrderId): Promise<Confirmation> {  // write + key → retried, then queued (R-RES-RE-5)
     try {
-      const out = await this.ballast.writeOrDefer('sber', `orders/${orderId.value}/confirm`, {
+      const out = await this.sber.writeOrDefer(`orders/${orderId.value}/confirm`, {
         // Derived, not random: every attempt, every instance and the queue send the same key.
         key: keyFor(orderId.value, 'confirm-payment'),
         json: {},
@@ -86,7 +89,7 @@ export class SberAdapter implements PaymentPort {
 
   async sendReceipt(orderId: OrderId): Promise<void> {             // write, no key: sent exactly once (R-RES-RE-X1)
     try {
-      const resp = await this.ballast.writeOnce('sber', 'receipts', { json: { orderNumber: orderId.value } });
+      const resp = await this.sber.writeOnce('receipts', { json: { orderNumber: orderId.value } });
       if (!resp.ok) throw PaymentPortError.fromStatus('sber', resp.status);
     } catch (e) {
       if (e instanceof SystemUnavailableError) throw PaymentPortError.systemUnavailable('sber', e);

@@ -23,17 +23,15 @@ export class SberCallbacks {
 
   constructor(@Inject(PAYMENT_EVENTS) private readonly events: PaymentEvents) {}
 
-  @OnBallastTask('completed')
+  @OnBallastTask('completed', { system: 'sber' })                   // another adapter's writes go to its own handlers
   async completed({ task }: BallastTaskEvent): Promise<void> {
-    if (task.system !== 'sber') return;                              // another adapter's write
     const done = toCompletion(answerJson<SberRegisterResponse | SberConfirmResponse>(task)); // Sber's 201/200, kept by the gateway
     if (done.kind === 'registered') await this.events.paymentRegistered(done.payment);
     else await this.events.paymentConfirmed(done.orderId);
   }
 
-  @OnBallastTask('failed', 'cancelled')
+  @OnBallastTask('failed', 'cancelled', { system: 'sber' })
   async notDone({ task, outcome }: BallastTaskEvent): Promise<void> {
-    if (task.system !== 'sber') return;
     // A 4xx (Sber refused it: its answer is in task.result) or the queue's last attempt; the gateway alerted too.
     const why = task.result ? `Sber answered ${task.result.status}` : (task.last_error ?? 'no answer');
     this.#logger.warn(`deferred write ${task.task_id} ${outcome} after ${task.attempts} attempts: ${why}`);

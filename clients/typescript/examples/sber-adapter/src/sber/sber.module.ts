@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import { ConfigModule } from '@nestjs/config';
+import { BallastModule } from '@ballast/nestjs';
 
 import { CheckoutService } from '../checkout/checkout.service.js';
 import { OrderStore } from '../checkout/order.store.js';
@@ -10,11 +11,12 @@ import { SberCallbacks } from './sber.callbacks.js';
 /**
  * Payments through Sber: the adapter as the domain's `PaymentPort`, its
  * callback handlers telling the checkout how deferred writes ended, and the
- * checkout. `BallastClient` comes from a global `BallastModule` (see
- * `AppModule`), the callback URL from `BALLAST_CALLBACK_URL`.
+ * checkout. The adapter's client is bound to Sber
+ * (`BallastModule.forFeature`, over the global `BallastModule` of
+ * `AppModule`); the callback URL comes from `BALLAST_CALLBACK_URL`.
  */
 @Module({
-  imports: [ConfigModule],
+  imports: [ConfigModule, BallastModule.forFeature({ system: 'sber' })],
   providers: [
     { provide: PAYMENT_PORT, useClass: SberAdapter },
     OrderStore,
