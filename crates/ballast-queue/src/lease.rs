@@ -1,7 +1,8 @@
 //! Leases: the claim a worker holds on a running task, the heartbeat that
-//! keeps it while a long handler runs, and the watchdog that tells a handler
-//! to stop once its lease may have run out. What this guarantees is
-//! documented on [`Worker`](crate::Worker).
+//! keeps it while a long handler runs, the watchdog that tells a handler
+//! to stop once its lease may have run out, and how often a worker sweeps
+//! for tasks whose lease ran out. What this guarantees is documented on
+//! [`Worker`](crate::Worker).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -175,6 +176,17 @@ impl Held {
         inner.watching = next;
         next
     }
+}
+
+/// How often a worker with leases of `lease` sweeps for expired ones (with
+/// the next round trip it makes then, [`ClaimRequest::sweep`]): a quarter of
+/// the lease, between 100 ms and 5 s. A task whose worker vanished is
+/// pending again within `lease` plus this (plus the poll interval, for a
+/// worker with nothing to do).
+///
+/// [`ClaimRequest::sweep`]: crate::store::ClaimRequest::sweep
+pub(crate) fn sweep_interval(lease: Duration) -> Duration {
+    (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5))
 }
 
 /// Renews every held lease every third of the lease duration, until `stop`

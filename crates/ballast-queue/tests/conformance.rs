@@ -537,6 +537,47 @@ async fn lost_lease_cannot_overwrite_the_newer_attempt(h: &Harness) {
     assert_eq!((after.state, after.attempt, after.updated_at), (TaskState::Completed, 2, task.updated_at));
 }
 
+/// A worker that claimed a task and vanished (killed, its host gone) never
+/// renews the lease: the claim takes pending tasks only, so the sweep every
+/// worker sends now and then is what returns it to pending — once the lease
+/// has run out, never before, and then within a sweep interval (a quarter of
+/// the lease) and a poll.
+async fn a_vanished_worker_s_task_runs_again_once_its_lease_ran_out(h: &Harness) {
+    let handler = Scripted::default();
+    let id = enqueue(&h.queue, "ok").await;
+    let lease = ballast_queue::MIN_LEASE;
+    let vanished = std::time::Instant::now();
+    // Claimed as a worker's claim leaves it, by a worker that is gone.
+    let claim = if h.is_pg() {
+        format!(
+            "UPDATE ballast_tasks SET state = 'running', attempt = attempt + 1, lease_owner = 'vanished',
+                 lease_token = gen_random_uuid(), lease_expires_at = now() + interval '{} milliseconds'
+             WHERE id = {id}",
+            lease.as_millis()
+        )
+    } else {
+        let expires = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap() + lease;
+        format!(
+            "UPDATE ballast_tasks SET state = 'running', attempt = attempt + 1, lease_owner = 'vanished',
+                 lease_token = randomblob(16), lease_expires_at = {} WHERE id = {id}",
+            expires.as_micros()
+        )
+    };
+    h.exec(&claim).await;
+    let w = start(worker(&h.queue, handler.clone()).lease(lease));
+    let task = wait_for(&h.queue, id, SOON, |t| t.state == TaskState::Completed).await;
+    let took = vanished.elapsed();
+    w.stop().await;
+    assert!(took >= lease, "taken over after {took:?}, before its lease of {lease:?} ran out");
+    // A sweep every quarter of the lease, a poll of 50 ms; the rest is slack
+    // for a machine whose cores are busy.
+    let bound = lease + lease / 4 + Duration::from_secs(3);
+    assert!(took <= bound, "taken over after {took:?}: the sweep should find it within {bound:?}");
+    let attempts: Vec<u32> = handler.calls().iter().map(|c| c.attempt).collect();
+    assert_eq!(attempts, [2], "the vanished attempt counts; the handler ran once, as attempt 2");
+    assert_eq!(task.attempt, 2);
+}
+
 async fn heartbeat_keeps_a_long_handler_s_lease(h: &Harness) {
     let (a, b) = (Scripted::default(), Scripted::default());
     // Heartbeats every third of the lease; the handler outlives two leases.
@@ -998,6 +1039,7 @@ conformance!(
     a_panic_is_an_unknown_outcome_tried_again_and_the_worker_goes_on,
     bad_payload_fails_with_a_clear_error,
     lost_lease_cannot_overwrite_the_newer_attempt,
+    a_vanished_worker_s_task_runs_again_once_its_lease_ran_out,
     heartbeat_keeps_a_long_handler_s_lease,
     cancelled_task_is_fenced_too,
     handler_is_told_to_stop_when_its_lease_cannot_be_renewed,

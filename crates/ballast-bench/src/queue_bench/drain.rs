@@ -94,18 +94,21 @@ pub(super) async fn process(
     Ok((rate, latencies))
 }
 
-/// Returns once no task is pending or running. The check walks the live
-/// index (never the table: a scan would cost the database more and more as
-/// completed rows pile up, and slow the queue being measured).
+/// Returns once no task is pending or running. The check walks the pending
+/// and running indexes (never the table: a scan would cost the database more
+/// and more as completed rows pile up, and slow the queue being measured).
 pub(super) async fn wait_drained(db: &Db) -> anyhow::Result<()> {
     let sql = match db {
         Db::Sqlite { .. } => {
-            "SELECT EXISTS (SELECT 1 FROM ballast_tasks INDEXED BY ballast_tasks_live
-                            WHERE finalized_at IS NULL)"
+            "SELECT EXISTS (SELECT 1 FROM ballast_tasks INDEXED BY ballast_tasks_pending WHERE state = 'pending')
+                 OR EXISTS (SELECT 1 FROM ballast_tasks INDEXED BY ballast_tasks_running
+                            WHERE state = 'running' AND lease_expires_at IS NOT NULL)"
         }
-        // The pool of `Db` has enable_seqscan off, so this uses the live index.
+        // The pool of `Db` has enable_seqscan off, so these use the indexes.
         Db::Pg { .. } => {
-            "SELECT CASE WHEN EXISTS (SELECT 1 FROM ballast_tasks WHERE finalized_at IS NULL)
+            "SELECT CASE WHEN EXISTS (SELECT 1 FROM ballast_tasks WHERE state = 'pending')
+                           OR EXISTS (SELECT 1 FROM ballast_tasks
+                                      WHERE state = 'running' AND lease_expires_at IS NOT NULL)
                     THEN 1::bigint ELSE 0::bigint END"
         }
     };

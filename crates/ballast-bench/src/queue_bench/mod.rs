@@ -15,7 +15,7 @@
 //!   with `defaults`, `Worker::builder` as it comes), in
 //!   `processes` OS processes, from the first claim until the database holds
 //!   no pending or running task (checked every 2 ms on a connection of its
-//!   own, once every handler has started: a check walks the live index, and
+//!   own, once every handler has started: a check walks the pending and running indexes, and
 //!   checking all along would take the database's time from the workers).
 //! - **claim → complete latency**, p50 and p99: from the moment the handler
 //!   starts (right after the claim returned; wall clock) to the task's

@@ -27,6 +27,7 @@ async fn claim(queue: &Queue, owner: &str) -> Lease {
         owner: owner.into(),
         limit: 1,
         lease: Duration::from_secs(30),
+        sweep: false,
     };
     let claimed = queue.store.settle_and_claim(&[], &claim).await.unwrap().claimed;
     assert_eq!(claimed.len(), 1, "{owner} claims the task");
@@ -38,14 +39,28 @@ fn failed(lease: Lease, alert_key: &str) -> Outcome {
     Outcome::Failed { lease, error: "declined".into(), follow_ups: vec![alert.validate(3).unwrap()] }
 }
 
-/// One task claimed twice (its first lease expired in between), then both
-/// attempts' outcomes settled in one batch, in both orders; `expire` makes
-/// every running lease look expired.
+/// A round trip that only sweeps expired leases back to pending.
+async fn sweep(queue: &Queue) {
+    let sweep = ClaimRequest {
+        kinds: vec!["job".to_owned()].into(),
+        owner: "sweeper".into(),
+        limit: 0,
+        lease: Duration::from_secs(30),
+        sweep: true,
+    };
+    queue.store.settle_and_claim(&[], &sweep).await.unwrap();
+}
+
+/// One task claimed twice (its first lease expired in between, and the
+/// sweep returned it to pending), then both attempts' outcomes settled in
+/// one batch, in both orders; `expire` makes every running lease look
+/// expired.
 async fn two_attempts_in_one_batch(queue: &Queue, expire: impl AsyncFn()) {
     for (n, stale_fails, current_fails) in [(1, true, false), (2, false, true), (3, true, true)] {
         let id = queue.enqueue(NewTask::new("job", &n)).await.unwrap().id;
         let stale = claim(queue, "a").await;
         expire().await;
+        sweep(queue).await;
         let current = claim(queue, "b").await;
         assert_eq!((stale.id, current.id), (id, id));
         let outcome = |lease: Lease, fails: bool, key: &str| {
@@ -64,6 +79,7 @@ async fn two_attempts_in_one_batch(queue: &Queue, expire: impl AsyncFn()) {
             owner: "b".into(),
             limit: 0,
             lease: Duration::from_secs(30),
+            sweep: false,
         };
         let exchange = queue.store.settle_and_claim(&batch, &nothing).await.unwrap();
         assert_eq!(exchange.refused, [stale], "case {n}: only the stale outcome is refused");
@@ -103,6 +119,7 @@ async fn two_attempts_in_one_batch(queue: &Queue, expire: impl AsyncFn()) {
                 owner: "c".into(),
                 limit: 0,
                 lease: Duration::from_secs(30),
+                sweep: false,
             },
         )
         .await

@@ -69,6 +69,12 @@ pub(crate) struct ClaimRequest {
     pub owner: Arc<str>,
     pub limit: usize,
     pub lease: Duration,
+    /// Also return running tasks whose lease expired to pending, their lease
+    /// tokens dropped (so the workers that lost them write no outcome): a
+    /// claim takes pending tasks only, so this sweep, sent every so often
+    /// ([`crate::lease::sweep_interval`]), is how an abandoned task runs
+    /// again. Rows settled in the same round trip are not swept.
+    pub sweep: bool,
 }
 
 /// The result of settling outcomes and claiming in one go.

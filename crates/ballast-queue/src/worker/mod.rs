@@ -41,7 +41,10 @@ const MAX_PIPELINE: usize = 4;
 ///
 /// Several workers, in one process or many, can share a queue: each claims
 /// with its own lease, and a task whose lease expires (its worker died) is
-/// claimed again by any of them.
+/// returned to pending by the sweep any of them sends with a round trip
+/// every quarter lease (between 100 ms and 5 s), then claimed again: a task
+/// whose worker vanished runs again within its lease and a sweep interval (a
+/// claim itself walks pending tasks only).
 ///
 /// # What a lease guarantees
 ///

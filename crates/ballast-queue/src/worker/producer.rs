@@ -1,7 +1,8 @@
 //! The producer: decides how many tasks to claim, holds the leases of those
 //! claimed — the heartbeat that renews them, the watchdog that tells a
 //! handler to stop once its lease may have run out, the check that starts
-//! nothing from a claim answered too late — and listens for new tasks.
+//! nothing from a claim answered too late, when a round trip also sweeps
+//! for expired leases — and listens for new tasks.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,6 +40,13 @@ pub(super) struct Producer {
     stop: CancellationToken,
     heartbeat: JoinHandle<()>,
     watchdog: JoinHandle<()>,
+    /// How often a round trip also sweeps for expired leases.
+    sweep_every: std::time::Duration,
+    /// When the last sweep was asked for.
+    swept_at: Option<Instant>,
+    /// A sweep went with a round trip whose answer is not in yet: what it
+    /// returned to pending is claimable from the next one.
+    swept: bool,
     listener: Option<JoinHandle<()>>,
 }
 
@@ -62,6 +70,7 @@ impl Producer {
         let heartbeat =
             tokio::spawn(lease::heartbeat(store.clone(), held.clone(), claim.lease, stop.clone()));
         let watchdog = tokio::spawn(lease::watchdog(held.clone(), stop.clone()));
+        let sweep_every = lease::sweep_interval(claim.lease);
         Self {
             claim,
             concurrency,
@@ -73,6 +82,9 @@ impl Producer {
             stop,
             heartbeat,
             watchdog,
+            sweep_every,
+            swept_at: None,
+            swept: false,
             listener,
         }
     }
@@ -96,9 +108,17 @@ impl Producer {
         want >= self.batch
     }
 
-    /// The claim to send for `limit` tasks.
-    pub fn request(&self, limit: usize) -> ClaimRequest {
-        ClaimRequest { limit, ..self.claim.clone() }
+    /// The claim to send for `limit` tasks, with a sweep for expired leases
+    /// when one is due ([`lease::sweep_interval`]): a claim takes pending
+    /// tasks only, so the sweep is how a task whose worker vanished runs again.
+    pub fn request(&mut self, limit: usize) -> ClaimRequest {
+        let now = Instant::now();
+        let sweep = self.swept_at.is_none_or(|at| now >= at + self.sweep_every);
+        if sweep {
+            self.swept_at = Some(now);
+            self.swept = true;
+        }
+        ClaimRequest { limit, sweep, ..self.claim.clone() }
     }
 
     /// Due tasks may be waiting: a poll tick, a local enqueue or a notification.
@@ -123,7 +143,7 @@ impl Producer {
     /// was paused): their leases lapse and any worker may claim them.
     pub fn claimed(&mut self, want: usize, asked: Instant, claimed: Vec<ClaimedTask>) -> Vec<Cleared> {
         if want > 0 {
-            self.more = claimed.len() == want;
+            self.more = claimed.len() == want || std::mem::take(&mut self.swept);
         }
         let deadline = lease::deadline(asked, self.claim.lease);
         if !claimed.is_empty() && Instant::now() >= deadline {

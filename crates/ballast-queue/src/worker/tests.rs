@@ -167,3 +167,40 @@ async fn heartbeat_racing_the_task_s_own_outcome_reports_no_lost_lease() {
     let logs = logs.text();
     assert!(!logs.contains("lease lost"), "a lease given up by this worker reported lost:\n{logs}");
 }
+
+/// A worker sweeps for expired leases with its first round trip, then with
+/// the first one a sweep interval (a quarter of the lease) after the last —
+/// never more often, however many round trips it makes.
+#[tokio::test]
+async fn a_sweep_for_expired_leases_goes_with_a_round_trip_every_quarter_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Queue::connect(&format!("sqlite://{}", dir.path().join("queue.db").display())).await.unwrap();
+    queue.migrate().await.unwrap();
+    let worker = Worker::builder(queue)
+        .handler("flaky", Failing(Classification::transient()))
+        .lease(Duration::from_secs(8))
+        .build()
+        .unwrap();
+    let store = worker.queue.store.clone();
+    let mut producer = Producer::start(
+        &store,
+        worker.claim.clone(),
+        worker.concurrency,
+        worker.batch,
+        worker.attempts.held.clone(),
+        worker.counters.clone(),
+    )
+    .await;
+    // Paused once the database is open: its pool keeps time of its own.
+    tokio::time::pause();
+    assert!(producer.request(10).sweep, "the first round trip sweeps");
+    let mut swept = Vec::new();
+    for ms in (100..=4_100).step_by(100) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if producer.request(1).sweep {
+            swept.push(ms);
+        }
+    }
+    assert_eq!(swept, [2_000, 4_000], "a lease of 8 s: a sweep every 2 s");
+    producer.stop().await;
+}

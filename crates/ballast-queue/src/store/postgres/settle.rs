@@ -112,7 +112,7 @@ impl PgStore {
     /// outcome has some (a failure's alert tasks exist only if the failure
     /// was stored, by its own fenced write).
     async fn settle_and_claim_once(&self, outcomes: &[Outcome], claim: &ClaimRequest) -> Result<Exchange> {
-        let sql = self.statements.settle_and_claim(claim.limit);
+        let sql = self.statements.settle_and_claim(claim.limit, claim.sweep);
         if outcomes.iter().all(|o| o.follow_ups().is_empty()) {
             let mut conn = self.pool.acquire().await?;
             return settle_and_claim(&mut conn, &sql, outcomes, claim).await;

@@ -10,6 +10,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("../../../migrations/postgres/0003_task_result.sql")),
     (4, include_str!("../../../migrations/postgres/0004_probe.sql")),
     (5, include_str!("../../../migrations/postgres/0005_sequence.sql")),
+    (6, include_str!("../../../migrations/postgres/0006_pending_claim.sql")),
 ];
 
 /// Serializes concurrent `migrate()` calls across processes.
@@ -97,12 +98,18 @@ pub(super) const LEAVE_SEQUENCE: &str = "UPDATE ballast_tasks t SET sequence = N
 /// other in a circle: a claim that took a row another settle needs does not
 /// wait for anything before it commits.
 ///
-/// One walk of the live index, in `run_at` order, finds both due pending
-/// tasks and running ones whose lease expired (a running task's `run_at` is
-/// in the past, so an expired one comes early); rows settled here are never
-/// re-claimed. The claim changes no indexed column, so its row versions can
-/// be HOT. A completed task's sequence comes back with its lease: the task
-/// held behind it is released next ([`RELEASE_HELD`]).
+/// The claim walks the index of pending tasks alone, in `run_at` order: it
+/// never steps over a running task. Running tasks whose lease expired are
+/// returned to pending by the sweep ([`SWEEP`], every so often), along the index
+/// of running tasks by lease expiry, their tokens dropped so the workers that
+/// lost them can neither write an outcome nor take the row for one they
+/// settled ([`WRITTEN`]); the attempt stays counted (its worker may have
+/// reached the system). Rows settled or swept here are not seen as pending by
+/// the claim (the statement's snapshot is taken before they change), so a
+/// swept task is claimed from the next round trip, and a settled one is
+/// never re-claimed in its own. A completed task's sequence comes back
+/// with its lease: the task held behind it is released next
+/// ([`RELEASE_HELD`]).
 ///
 /// The claim's `LIMIT` is written into the text (`{limit}`, see
 /// [`Statements`]) and the claimed rows are found by `id = ANY(ARRAY(…))`,
@@ -138,10 +145,9 @@ settled AS (
     WHERE t.id = i.id AND t.lease_token = i.token AND t.state = 'running'
     RETURNING t.id, i.token, CASE WHEN i.outcome = 'c' THEN t.sequence END AS sequence
 ),
-picked AS (
+{sweep}picked AS (
     SELECT id FROM ballast_tasks
-    WHERE finalized_at IS NULL AND run_at <= now() AND kind = ANY($8)
-      AND (state = 'pending' OR (lease_expires_at <= now() AND id <> ALL($1)))
+    WHERE state = 'pending' AND run_at <= now() AND kind = ANY($8)
       AND (SELECT count(*) FROM settled) >= 0
     ORDER BY run_at
     LIMIT {limit}
@@ -161,6 +167,23 @@ SELECT true AS claimed, id, kind, payload, idempotency_key, attempt, max_attempt
 FROM claimed
 UNION ALL
 SELECT false, id, NULL, NULL, NULL, NULL, NULL, token, sequence FROM settled";
+
+/// The sweep's part of [`SETTLE_AND_CLAIM`], in the text only of the
+/// statement a sweeping round trip sends: a parameter that switched it off
+/// would make PostgreSQL plan the common statement anew for every batch (a
+/// custom plan without the sweep always looks cheaper than the generic one).
+const SWEEP: &str = "rescued AS (
+    UPDATE ballast_tasks t
+    SET state = 'pending', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+    WHERE t.id = ANY(ARRAY(
+            SELECT id FROM ballast_tasks
+            WHERE state = 'running' AND lease_expires_at <= now() AND id <> ALL($1)
+            ORDER BY lease_expires_at
+            LIMIT 1000
+            FOR UPDATE SKIP LOCKED))
+    RETURNING t.id
+),
+";
 
 /// Of the leases given, those whose own outcome is already written: the
 /// task is no longer running and still carries the attempt's token.
@@ -204,18 +227,22 @@ SELECT input.id, ins.id IS NOT NULL AS created
 FROM input LEFT JOIN ins ON ins.id = input.id
 ORDER BY input.ord";
 
-/// [`SETTLE_AND_CLAIM`]'s text for each claim limit asked for so far: one
-/// prepared statement per limit and connection (sqlx keeps them), at most
-/// as many as a worker's batch size.
+/// [`SETTLE_AND_CLAIM`]'s text for each claim limit asked for so far, with
+/// and without the sweep: one prepared statement per limit and connection
+/// (sqlx keeps them), at most twice as many as a worker's batch size.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Statements(Arc<Mutex<HashMap<usize, Arc<str>>>>);
+pub(super) struct Statements(Arc<Mutex<HashMap<Variant, Arc<str>>>>);
+
+/// A claim limit, and whether the round trip sweeps.
+type Variant = (usize, bool);
 
 impl Statements {
-    pub(super) fn settle_and_claim(&self, limit: usize) -> Arc<str> {
+    pub(super) fn settle_and_claim(&self, limit: usize, sweep: bool) -> Arc<str> {
         let mut texts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let text = texts
-            .entry(limit)
-            .or_insert_with(|| SETTLE_AND_CLAIM.replace("{limit}", &limit.to_string()).into());
+        let text = texts.entry((limit, sweep)).or_insert_with(|| {
+            let text = SETTLE_AND_CLAIM.replace("{limit}", &limit.to_string());
+            text.replace("{sweep}", if sweep { SWEEP } else { "" }).into()
+        });
         Arc::clone(text)
     }
 }

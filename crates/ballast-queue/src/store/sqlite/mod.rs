@@ -34,6 +34,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("../../../migrations/sqlite/0003_task_result.sql")),
     (4, include_str!("../../../migrations/sqlite/0004_probe.sql")),
     (5, include_str!("../../../migrations/sqlite/0005_sequence.sql")),
+    (6, include_str!("../../../migrations/sqlite/0006_pending_claim.sql")),
 ];
 
 const COLUMNS: &str = "id, kind, payload, idempotency_key, state, attempt, max_attempts, run_at, \
@@ -103,7 +104,7 @@ const RELEASE_HELD: &str = concat!(
          FROM (SELECT value FROM json_each(?2) WHERE ?2 IS NOT NULL
                UNION
                SELECT sequence FROM ballast_tasks
-               WHERE ?2 IS NULL AND finalized_at IS NULL AND run_at >= ",
+               WHERE ?2 IS NULL AND state = 'pending' AND run_at >= ",
     held!(),
     " AND sequence IS NOT NULL) AS s)"
 );
