@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::duration::{display, ConfigDuration};
 use crate::error::ConfigError;
 use crate::finding::{Finding, KeyFinding};
-use crate::model::Schema::{self, Value};
+use crate::model::Schema::{self, Named, Value};
 
 /// `[queue]`: the durable task queue (R-RES-RE-5).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -59,6 +59,8 @@ pub struct QueueSection {
     pub retain_completed: Option<ConfigDuration>,
     /// `retain_failed`: how long it keeps failed tasks (default 30 days).
     pub retain_failed: Option<ConfigDuration>,
+    /// `[queue.periodic.NAME]`: calls to a system once per period.
+    pub periodic: Option<crate::periodic::Sections>,
 }
 
 /// The largest answer body a task may keep.
@@ -76,6 +78,7 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("seal_answers", Value),
     ("retain_completed", Value),
     ("retain_failed", Value),
+    ("periodic", Named(crate::periodic::KEYS)),
 ];
 
 impl QueueSection {
@@ -224,6 +227,8 @@ pub struct QueueSettings {
     pub retain_completed: Duration,
     /// How long failed tasks are kept before pruning.
     pub retain_failed: Duration,
+    /// The periodic calls (`[queue.periodic.NAME]`).
+    pub periodic: Vec<crate::periodic::PeriodicSettings>,
 }
 
 impl Config {
@@ -231,8 +236,10 @@ impl Config {
     pub fn queue(&self) -> Result<QueueSettings, ConfigError> {
         let file = self.source.name().to_owned();
         let queue = self.file.queue.as_ref().ok_or_else(|| ConfigError::NoQueue { file: file.clone() })?;
+        let (periodic_findings, periodic) = crate::periodic::check(&self.file, &queue.schedule());
         let errors: Vec<Finding> = crate::queue::rules(queue)
             .into_iter()
+            .chain(periodic_findings)
             .filter(|p| p.severity == Severity::Error)
             .map(|p| p.locate(&self.source, &self.index))
             .collect();
@@ -247,6 +254,7 @@ impl Config {
                 .retain_completed
                 .map_or(ballast_vocab::queue::RETAIN_COMPLETED, |d| d.get()),
             retain_failed: queue.retain_failed.map_or(ballast_vocab::queue::RETAIN_FAILED, |d| d.get()),
+            periodic,
         })
     }
 }

@@ -775,3 +775,46 @@ fn a_fleet_scope_needs_postgres_and_a_replica_scope_on_postgres_is_noted() {
         "{quorum_alone:?}"
     );
 }
+
+/// `[queue.periodic.NAME]`: one schedule, a configured system, and retries
+/// that end before the next period.
+#[test]
+fn periodic_calls_are_checked() {
+    let errors = |periodic: &str| -> Vec<String> {
+        let text = format!(
+            "[queue]\nurl = \"sqlite://q.db\"\n[queue.periodic.reconcile]\n{periodic}\n[systems.pay]\nbase_url = \"http://127.0.0.1:8080/\"\n"
+        );
+        let findings = Config::parse("t.toml", text).unwrap().lint();
+        findings.into_iter().filter(|f| f.is_error()).map(|f| f.message).collect()
+    };
+    let good = "system = \"pay\"\npath = \"reconcile\"\nevery = \"1h\"\nmax_attempts = 3";
+    assert!(errors(good).is_empty(), "{:?}", errors(good));
+    assert!(errors("system = \"pay\"\npath = \"r\"\nevery = \"1m\"\ncron = \"* * * * *\"\nmax_attempts = 1")
+        [0]
+    .contains("both `every` and `cron`"));
+    assert!(
+        errors("system = \"pay\"\npath = \"r\"\nmax_attempts = 1")[0].contains("neither `every` nor `cron`")
+    );
+    assert!(errors("system = \"sbr\"\npath = \"r\"\nevery = \"1h\"\nmax_attempts = 1")[0]
+        .contains("\"sbr\", which is not configured"));
+    assert!(errors("system = \"pay\"\npath = \"r\"\ncron = \"61 * * * *\"\nmax_attempts = 1")[0]
+        .contains("does not parse"));
+    assert!(errors("system = \"pay\"\npath = \"r\"\nevery = \"1h\"\nmax_attempts = 1\ncatch_up = \"some\"")
+        [0]
+    .contains("none of latest, all, none"));
+    // The queue's ten attempts back off for far longer than a minute.
+    let overlap = errors("system = \"pay\"\npath = \"r\"\nevery = \"1m\"");
+    assert!(overlap[0].contains("two periods would run at once"), "{overlap:?}");
+    let config = Config::parse(
+        "t.toml",
+        format!("[queue]\nurl = \"sqlite://q.db\"\n[queue.periodic.reconcile]\n{good}\ncatch_up = \"all\"\n[systems.pay]\nbase_url = \"http://127.0.0.1:8080/\"\n"),
+    )
+    .unwrap();
+    let periodic = &config.queue().unwrap().periodic;
+    assert_eq!(periodic.len(), 1);
+    assert_eq!(
+        (periodic[0].name.as_str(), periodic[0].method.as_str(), periodic[0].max_attempts),
+        ("reconcile", "GET", Some(3))
+    );
+    assert_eq!(periodic[0].catch_up, ballast_vocab::queue::CatchUp::All);
+}

@@ -15,6 +15,9 @@
 //!   running ones to stop ([`Worker`] says exactly what is guaranteed).
 //! - **Deduplication**: a task enqueued with an [`IdempotencyKey`](ballast::IdempotencyKey)
 //!   exists once per `(kind, key)`, and the handler receives the key.
+//! - **Periodic tasks**: [`Queue::periodic`] makes a task of a kind once per
+//!   period ([`Schedule::every`], [`Schedule::cron`]) across every worker and
+//!   replica on the database, the period's start in its key ([`Periodic`]).
 //! - **Outcomes**: success completes the task; a transient error reschedules
 //!   it after `2^n s` with jitter ([`DurableBackoff`]); a permanent error, a panic, a
 //!   payload of the wrong type or the last failed attempt marks it failed and
@@ -77,11 +80,16 @@ mod lease;
 pub mod metrics;
 mod monitor;
 mod outcome;
+mod periodic;
+#[cfg(test)]
+mod periodic_fleet;
 mod queue;
 mod quiet;
 mod retention;
 mod store;
 mod task;
+#[cfg(all(test, feature = "postgres"))]
+mod test_schema;
 mod types;
 mod worker;
 
@@ -98,6 +106,7 @@ pub use error::{Error, Result};
 pub use handler::{Handler, TaskContext, TaskEnd};
 pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
 pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
+pub use periodic::{CatchUp, Periodic, Schedule, ScheduleError, MAX_CATCH_UP, MIN_PERIOD};
 pub use queue::{Queue, TxConnection};
 pub use retention::Retention;
 pub use task::{check_kind, check_sequence, NewTask, MAX_SEQUENCE_LEN};

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use ballast::{Classification, Classify, IdempotencyKey};
 use ballast_queue::{
     Alert, DurableBackoff, EnqueueOutcome, FailReason, FailedTask, Handler, Handover, HandoverError,
-    ListFilter, NewTask, Queue, RunSummary, TaskContext, TaskInfo, TaskState, TxConnection, Worker,
+    ListFilter, NewTask, Queue, RunSummary, Schedule, TaskContext, TaskInfo, TaskState, TxConnection, Worker,
     WorkerBuilder, WriteOrDefer,
 };
 use serde::{Deserialize, Serialize};
@@ -881,6 +881,47 @@ async fn worker_configuration_is_checked(h: &Harness) {
         worker(&h.queue, Scripted::default()).handler("job", Scripted::default()).build().unwrap_err();
     assert!(twice.to_string().contains("two handlers"), "{twice}");
     assert!(worker(&h.queue, Scripted::default()).concurrency(0).build().is_err());
+
+    let minutely = || h.queue.periodic("job", Schedule::every(Duration::from_secs(60)).unwrap());
+    let unhandled = worker(&h.queue, Scripted::default())
+        .periodic(h.queue.periodic("report", Schedule::every(Duration::from_secs(60)).unwrap()))
+        .build()
+        .unwrap_err();
+    assert!(unhandled.to_string().contains("no handler on this worker runs kind \"report\""), "{unhandled}");
+    // Ten attempts back off for far longer than a minute: periods would overlap.
+    let overlap = worker(&h.queue, Scripted::default()).periodic(minutely()).build().unwrap_err();
+    assert!(overlap.to_string().contains("two periods would run at once"), "{overlap}");
+    assert!(worker(&h.queue, Scripted::default()).periodic(minutely().max_attempts(3)).build().is_ok());
+    let twice = worker(&h.queue, Scripted::default())
+        .periodic(minutely().max_attempts(3))
+        .periodic(minutely().max_attempts(3))
+        .build()
+        .unwrap_err();
+    assert!(twice.to_string().contains("same name"), "{twice}");
+}
+
+/// A periodic task registered with two workers (two processes' pools) runs
+/// once a period: each period's key names its start.
+async fn a_periodic_task_runs_once_a_period_on_two_workers(h: &Harness) {
+    let handler = Scripted::default();
+    let every = h
+        .queue
+        .periodic("job", Schedule::every(Duration::from_secs(1)).unwrap())
+        .payload(&job("ok"))
+        .max_attempts(1);
+    let a = start(worker(&h.queue, handler.clone()).owner("a").periodic(every.clone()));
+    let b = start(worker(&h.other_queue().await, handler.clone()).owner("b").periodic(every));
+    poll_until("three periods ran", Duration::from_secs(20), || handler.calls().len() >= 3).await;
+    let (a, b) = (a.stop().await, b.stop().await);
+    let mut keys: Vec<String> =
+        handler.calls().iter().filter_map(|c| c.key.as_ref().map(|k| k.as_str().to_owned())).collect();
+    let ran = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), ran, "a period ran twice: {keys:?} ({a:?}, {b:?})");
+    assert!(keys.iter().all(|k| k.starts_with("periodic:job:")), "{keys:?}");
+    let starts: Vec<u64> = keys.iter().map(|k| k.rsplit(':').next().unwrap().parse().unwrap()).collect();
+    assert!(starts.windows(2).all(|w| w[1] > w[0]), "{starts:?}");
 }
 
 fn policy() -> ballast::Policy {
@@ -1051,6 +1092,7 @@ conformance!(
     many_workers_never_share_a_task,
     new_task_wakes_an_idle_worker,
     worker_configuration_is_checked,
+    a_periodic_task_runs_once_a_period_on_two_workers,
     write_or_defer_hands_over_with_the_same_key,
     a_sequence_runs_in_order_and_a_failure_holds_it,
 );

@@ -23,7 +23,7 @@
 //! assert!(sber.is_critical() && sber.dedupes_by_key());
 //! ```
 
-use ballast_config::{Config, ConfigError, GatewaySettings, HttpSettings, QueueSettings};
+use ballast_config::{Config, ConfigError, GatewaySettings, HttpSettings, PeriodicSettings, QueueSettings};
 use ballast_http::delivery::CallbackPolicy;
 use ballast_http::metrics::SystemMetrics;
 use ballast_http::{HttpSystem, SealError, SealKey, SystemBuildError};
@@ -197,8 +197,41 @@ pub async fn queue(settings: &QueueSettings) -> ballast_queue::Result<Queue> {
 
 /// A worker builder for `queue` (from [`queue()`]) with `settings`' lease;
 /// add handlers and build.
-pub fn worker(settings: &QueueSettings, queue: Queue) -> WorkerBuilder {
-    Worker::builder(queue).lease(settings.lease)
+///
+/// With the periodic calls of `[queue.periodic.*]`; one whose request cannot
+/// be made (its path, say) is refused here, naming it.
+pub fn worker(settings: &QueueSettings, queue: Queue) -> Result<WorkerBuilder, crate::ServeError> {
+    let mut worker = Worker::builder(queue.clone()).lease(settings.lease);
+    for periodic in &settings.periodic {
+        worker = worker.periodic(periodic_delivery(periodic, &queue)?);
+    }
+    Ok(worker)
+}
+
+/// A `[queue.periodic.NAME]` call as a periodic delivery: each period's task
+/// sends the request with the period's key, through the system's policy,
+/// retried and alerted like any deferred write.
+fn periodic_delivery(
+    settings: &PeriodicSettings,
+    queue: &Queue,
+) -> Result<ballast_queue::Periodic, crate::ServeError> {
+    let mut request = ballast_http::Request::new(settings.method.clone(), &settings.path);
+    if let Some(body) = &settings.body {
+        request = request.body(body.clone());
+    }
+    // A configured request holds no caller's credentials: nothing to seal.
+    let delivery = ballast_http::Delivery::from_request(settings.system.clone(), &request)
+        .map_err(|e| crate::ServeError::Periodic { name: settings.name.clone(), reason: e.to_string() })?;
+    let mut periodic = queue
+        .periodic(ballast_http::DELIVERY_KIND, settings.schedule.clone())
+        .name(&settings.name)
+        .payload(&delivery)
+        .catch_up(settings.catch_up)
+        .jitter(settings.jitter);
+    if let Some(attempts) = settings.max_attempts {
+        periodic = periodic.max_attempts(attempts);
+    }
+    Ok(periodic)
 }
 
 /// The pruning of final tasks with `settings`' retentions; spawn it beside the worker.

@@ -109,6 +109,14 @@ pub enum ServeError {
     /// The worker task panicked.
     #[error("the delivery worker panicked")]
     WorkerPanicked,
+    /// A `[queue.periodic.NAME]` call's request cannot be made.
+    #[error("[queue.periodic.{name}]: {reason}")]
+    Periodic {
+        /// Its name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
     /// The gateway's event loops could not be started.
     #[error("cannot start the gateway's event loops: {0}")]
     EventLoop(#[source] std::io::Error),
@@ -186,7 +194,7 @@ impl Server {
         let callbacks = build::callbacks(gateway_settings.as_ref())?;
         build::check_callbacks(&systems.all(), &callbacks)?;
         let deferrals = queue.clone();
-        let worker = build::worker(&queue_settings, queue.clone())
+        let worker = build::worker(&queue_settings, queue.clone())?
             .handler(
                 DELIVERY_KIND,
                 DeliveryHandler::shared(systems.clone()).max_age(queue_settings.schedule.max_age),

@@ -807,3 +807,25 @@ async fn the_gateway_serves_on_a_loop_per_worker_and_a_taken_address_is_refused(
     let err = ballast_server::Server::bind(&config, support::prometheus(), None).await.unwrap_err();
     assert!(matches!(err, ballast_server::ServeError::Bind { .. }), "{err}");
 }
+
+/// `[queue.periodic.NAME]`: a call to a system once a period, as a delivery
+/// whose key names the period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_call_reaches_its_system_once_a_period_with_the_period_s_key() {
+    let upstream = Upstream::start(|_, _| Reply::body(200, "reconciled")).await;
+    let periodic =
+        "[queue.periodic.reconcile]\nsystem = \"pay\"\nmethod = \"POST\"\npath = \"payments/reconcile\"\n\
+                    body = \"{}\"\nevery = \"1s\"\nmax_attempts = 1\n\n";
+    let config = format!("{periodic}{SYSTEMS}");
+    let served = support::serve_with(&upstream, "", &config).await;
+    eventually("three periods reached the system", || async { upstream.count() >= 3 }).await;
+    drop(served);
+    let seen = upstream.requests();
+    let mut keys: Vec<&str> = seen.iter().filter_map(|s| s.header("x-idem-key")).collect();
+    assert_eq!(keys.len(), seen.len(), "every call carries its key");
+    assert!(seen.iter().all(|s| s.method == "POST" && s.target == "/v1/payments/reconcile"), "{seen:?}");
+    assert!(keys.iter().all(|k| k.starts_with("periodic:reconcile:")), "{keys:?}");
+    let calls = keys.len();
+    keys.dedup();
+    assert_eq!(keys.len(), calls, "one call per period: {keys:?}");
+}

@@ -146,18 +146,8 @@ async fn sqlite_settles_each_outcome_by_its_own_lease() {
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_settles_each_outcome_by_its_own_lease() {
-    let Ok(url) = std::env::var("BALLAST_TEST_PG") else {
-        eprintln!("skipped: BALLAST_TEST_PG not set");
-        return;
-    };
-    let schema = format!("t_{}", Uuid::now_v7().simple());
-    let admin = sqlx::PgPool::connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("BALLAST_TEST_PG={url} is set but PostgreSQL is unreachable: {e}"));
-    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
-    let options = <sqlx::postgres::PgConnectOptions as std::str::FromStr>::from_str(&url)
-        .unwrap()
-        .options([("search_path", schema.as_str())]);
+    let Some(schema) = crate::test_schema::TestSchema::create().await else { return };
+    let options = schema.options.clone();
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(4).connect_with(options).await.unwrap();
     let queue = Queue::from_postgres(pool.clone());
     queue.migrate().await.unwrap();
@@ -170,5 +160,5 @@ async fn postgres_settles_each_outcome_by_its_own_lease() {
         .unwrap();
     })
     .await;
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await.unwrap();
+    schema.drop_it().await;
 }

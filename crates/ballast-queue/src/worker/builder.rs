@@ -44,6 +44,14 @@ pub enum WorkerBuildError {
         /// The kind of the alert's tasks.
         kind: String,
     },
+    /// A periodic task cannot run here as registered.
+    #[error("periodic task {name:?}: {why}")]
+    Periodic {
+        /// Its name.
+        name: String,
+        /// Why.
+        why: String,
+    },
     /// `concurrency` or `batch` is zero.
     #[error("concurrency and batch must be at least 1")]
     Zero,
@@ -97,6 +105,7 @@ pub struct WorkerBuilder {
     /// Seeds the backoff jitter, for reproducible tests.
     #[setters(generate, strip_option)]
     seed: Option<u64>,
+    periodic: Vec<crate::Periodic>,
 }
 
 impl fmt::Debug for WorkerBuilder {
@@ -126,7 +135,17 @@ impl WorkerBuilder {
             alert: Arc::new(LogAlert),
             owner: None,
             seed: None,
+            periodic: Vec::new(),
         }
+    }
+
+    /// Enqueues `periodic`'s task every period while this worker runs (see
+    /// [`Periodic`](crate::Periodic)): every worker of a fleet may register
+    /// it, each period still runs once. Its kind needs a handler here.
+    #[must_use]
+    pub fn periodic(mut self, periodic: crate::Periodic) -> Self {
+        self.periodic.push(periodic);
+        self
     }
 
     /// Runs tasks of `kind` with `handler`.
@@ -170,6 +189,7 @@ impl WorkerBuilder {
         if self.concurrency == 0 || self.batch == 0 {
             return Err(WorkerBuildError::Zero);
         }
+        self.check_periodic()?;
         if self.lease < MIN_LEASE || self.poll_interval.is_zero() {
             return Err(WorkerBuildError::Timing);
         }
@@ -207,6 +227,44 @@ impl WorkerBuilder {
             pipeline: (self.concurrency / self.batch.min(self.concurrency)).clamp(1, MAX_PIPELINE),
             poll_interval: self.poll_interval,
             grace: self.grace,
+            periodic: self.periodic,
         })
+    }
+
+    /// Each periodic task runnable here, named once, and done — retries
+    /// included — before its next period starts.
+    fn check_periodic(&self) -> Result<(), WorkerBuildError> {
+        let mut names = std::collections::HashSet::new();
+        for periodic in &self.periodic {
+            let refuse = |why: String| WorkerBuildError::Periodic { name: periodic.name.clone(), why };
+            periodic.check().map_err(refuse)?;
+            if !names.insert(periodic.name.as_str()) {
+                return Err(refuse(
+                    "another periodic task has the same name: name each with .name(..)".into(),
+                ));
+            }
+            if !self.handlers.contains_key(&periodic.kind) {
+                return Err(refuse(format!(
+                    "no handler on this worker runs kind {:?}: its tasks would wait forever; register one with \
+                     .handler({:?}, ..)",
+                    periodic.kind, periodic.kind
+                )));
+            }
+            let schedule = crate::DurableSchedule {
+                max_attempts: periodic.max_attempts.unwrap_or(self.queue.schedule.max_attempts),
+                poll_interval: self.poll_interval,
+                backoff: self.backoff,
+                ..self.queue.schedule
+            };
+            let (window, period) = (schedule.waits_total(), periodic.schedule.shortest_period());
+            if window >= period {
+                return Err(refuse(format!(
+                    "a period's task may still be retrying {window:?} after it started, past the next period \
+                     {period:?} later: two periods would run at once; give it fewer attempts with \
+                     .max_attempts(..) or a longer period"
+                )));
+            }
+        }
+        Ok(())
     }
 }

@@ -90,6 +90,8 @@ pub struct Worker {
     attempts: Attempts,
     /// Per kind, registered once.
     counters: HashMap<String, Arc<AttemptCounters>>,
+    /// Enqueued every period while the worker runs.
+    periodic: Vec<crate::Periodic>,
 }
 
 impl fmt::Debug for Worker {

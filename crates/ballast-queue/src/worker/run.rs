@@ -39,7 +39,10 @@ pub(super) async fn run(worker: super::Worker, shutdown: CancellationToken) -> R
         grace,
         attempts,
         counters,
+        periodic,
     } = worker;
+    let periodic = (!periodic.is_empty())
+        .then(|| tokio::spawn(crate::periodic::run(queue.clone(), periodic, shutdown.child_token())));
     let held = attempts.held.clone();
     let producer = Producer::start(&queue.store, claim, concurrency, batch, held.clone(), counters).await;
     let mut run = Run {
@@ -58,7 +61,11 @@ pub(super) async fn run(worker: super::Worker, shutdown: CancellationToken) -> R
         quiet: crate::quiet::Quiet::default(),
     };
     run.until(&shutdown).await;
-    run.finish(grace).await
+    let summary = run.finish(grace).await;
+    if let Some(periodic) = periodic {
+        let _ = periodic.await;
+    }
+    summary
 }
 
 /// What wakes the loop.
