@@ -95,14 +95,13 @@ pub(super) async fn process(
 }
 
 /// Returns once no task is pending or running. The check walks the pending
-/// and running indexes (never the table: a scan would cost the database more
+/// and running indexes on PostgreSQL, the live one on SQLite (never the table: a scan would cost the database more
 /// and more as completed rows pile up, and slow the queue being measured).
 pub(super) async fn wait_drained(db: &Db) -> anyhow::Result<()> {
     let sql = match db {
         Db::Sqlite { .. } => {
-            "SELECT EXISTS (SELECT 1 FROM ballast_tasks INDEXED BY ballast_tasks_pending WHERE state = 'pending')
-                 OR EXISTS (SELECT 1 FROM ballast_tasks INDEXED BY ballast_tasks_running
-                            WHERE state = 'running' AND lease_expires_at IS NOT NULL)"
+            "SELECT EXISTS (SELECT 1 FROM ballast_tasks INDEXED BY ballast_tasks_live
+                            WHERE finalized_at IS NULL)"
         }
         // The pool of `Db` has enable_seqscan off, so these use the indexes.
         Db::Pg { .. } => {

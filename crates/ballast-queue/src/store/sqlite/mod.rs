@@ -104,7 +104,7 @@ const RELEASE_HELD: &str = concat!(
          FROM (SELECT value FROM json_each(?2) WHERE ?2 IS NOT NULL
                UNION
                SELECT sequence FROM ballast_tasks
-               WHERE ?2 IS NULL AND state = 'pending' AND run_at >= ",
+               WHERE ?2 IS NULL AND finalized_at IS NULL AND run_at >= ",
     held!(),
     " AND sequence IS NOT NULL) AS s)"
 );
