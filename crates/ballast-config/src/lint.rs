@@ -18,7 +18,7 @@ impl Config {
     pub fn lint(&self) -> Vec<Finding> {
         let mut problems = self.file.queue.as_ref().map(crate::queue::rules).unwrap_or_default();
         if let Some(queue) = &self.file.queue {
-            problems.extend(crate::periodic::check(&self.file, &queue.schedule()).0);
+            problems.extend(crate::periodic::check(&self.file, &queue.schedule(), queue.retained()).0);
         }
         problems.extend(self.file.serve.as_ref().map(crate::serve::rules).unwrap_or_default());
         problems.extend(self.file.gateway.as_ref().map(crate::gateway::rules).unwrap_or_default());

@@ -92,7 +92,11 @@ pub struct PeriodicSettings {
 
 /// The findings of every `[queue.periodic.NAME]`, and the settings of those
 /// without errors.
-pub(crate) fn check(file: &File, queue: &DurableSchedule) -> (Vec<KeyFinding>, Vec<PeriodicSettings>) {
+pub(crate) fn check(
+    file: &File,
+    queue: &DurableSchedule,
+    retained: Duration,
+) -> (Vec<KeyFinding>, Vec<PeriodicSettings>) {
     let (mut findings, mut settings) = (Vec::new(), Vec::new());
     let periodic = file.queue.as_ref().and_then(|q| q.periodic.as_ref());
     for (name, section) in periodic.into_iter().flatten() {
@@ -164,21 +168,37 @@ pub(crate) fn check(file: &File, queue: &DurableSchedule) -> (Vec<KeyFinding>, V
             Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
             None => None,
         };
+        let jitter = section.jitter.map_or(Duration::ZERO, |d| d.get());
         if let Some(schedule) = &schedule {
+            let attempts = max_attempts.unwrap_or(queue.max_attempts);
             let window =
-                DurableSchedule { max_attempts: max_attempts.unwrap_or(queue.max_attempts), ..*queue }
-                    .waits_total();
+                DurableSchedule { max_attempts: attempts, ..*queue }.waits_total().saturating_add(jitter);
             let period = schedule.shortest_period();
             if window >= period {
                 refuse(
                     "max_attempts",
                     format!(
-                        "a period's call may still be retrying {} after its period started (its attempts and [queue]'s \
-                         backoff), past the next period {} later: two periods would run at once",
+                        "a period's call may still be retrying {} after its period started (its jitter, its attempts \
+                         and [queue]'s backoff), past the next period {} later: two periods would run at once",
                         display(window),
                         display(period)
                     ),
-                    "give it fewer attempts (max_attempts = 3) or a longer period",
+                    "give it fewer attempts (max_attempts = 3), less jitter or a longer period",
+                );
+            }
+            let longest = schedule.longest_period().saturating_add(jitter);
+            if retained <= longest {
+                refuse(
+                    "every",
+                    format!(
+                        "[queue] keeps finished tasks {} (the shorter of retain_completed and retain_failed), not \
+                         longer than a period of this call ({}): a restart after its task was pruned would run \
+                         its period again",
+                        display(retained),
+                        display(longest)
+                    ),
+                    "keep finished tasks longer than the longest period (retain_completed, retain_failed), or \
+                     use a shorter period",
                 );
             }
         }
@@ -191,7 +211,7 @@ pub(crate) fn check(file: &File, queue: &DurableSchedule) -> (Vec<KeyFinding>, V
                 body: section.body.clone(),
                 schedule,
                 catch_up,
-                jitter: section.jitter.map_or(Duration::ZERO, |d| d.get()),
+                jitter,
                 max_attempts,
             });
         }

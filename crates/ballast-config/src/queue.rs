@@ -107,6 +107,16 @@ impl QueueSection {
     }
 }
 
+impl QueueSection {
+    /// How long a finished task is kept at least: the shorter of
+    /// `retain_completed` and `retain_failed`.
+    pub(crate) fn retained(&self) -> Duration {
+        let completed = self.retain_completed.map_or(ballast_vocab::queue::RETAIN_COMPLETED, |d| d.get());
+        let failed = self.retain_failed.map_or(ballast_vocab::queue::RETAIN_FAILED, |d| d.get());
+        completed.min(failed)
+    }
+}
+
 /// The `[queue]` section's ranges.
 pub(crate) fn rules(q: &QueueSection) -> Vec<KeyFinding> {
     let mut out = Vec::new();
@@ -236,7 +246,8 @@ impl Config {
     pub fn queue(&self) -> Result<QueueSettings, ConfigError> {
         let file = self.source.name().to_owned();
         let queue = self.file.queue.as_ref().ok_or_else(|| ConfigError::NoQueue { file: file.clone() })?;
-        let (periodic_findings, periodic) = crate::periodic::check(&self.file, &queue.schedule());
+        let (periodic_findings, periodic) =
+            crate::periodic::check(&self.file, &queue.schedule(), queue.retained());
         let errors: Vec<Finding> = crate::queue::rules(queue)
             .into_iter()
             .chain(periodic_findings)

@@ -805,6 +805,21 @@ fn periodic_calls_are_checked() {
     // The queue's ten attempts back off for far longer than a minute.
     let overlap = errors("system = \"pay\"\npath = \"r\"\nevery = \"1m\"");
     assert!(overlap[0].contains("two periods would run at once"), "{overlap:?}");
+    let jittered =
+        errors("system = \"pay\"\npath = \"r\"\nevery = \"1h\"\nmax_attempts = 1\njitter = \"2h\"");
+    assert!(jittered[0].contains("two periods would run at once"), "{jittered:?}");
+    // Pruned before the next period, a period's task could not keep a restart from running it again.
+    let pruned = Config::parse(
+        "t.toml",
+        "[queue]\nurl = \"sqlite://q.db\"\nretain_completed = \"1h\"\n[queue.periodic.daily]\nsystem = \"pay\"\npath = \"r\"\n\
+         cron = \"0 6 * * *\"\nmax_attempts = 3\n[systems.pay]\nbase_url = \"http://127.0.0.1:8080/\"\n",
+    )
+    .unwrap()
+    .lint();
+    assert!(
+        pruned.iter().any(|f| f.is_error() && f.message.contains("would run its period again")),
+        "{pruned:?}"
+    );
     let config = Config::parse(
         "t.toml",
         format!("[queue]\nurl = \"sqlite://q.db\"\n[queue.periodic.reconcile]\n{good}\ncatch_up = \"all\"\n[systems.pay]\nbase_url = \"http://127.0.0.1:8080/\"\n"),

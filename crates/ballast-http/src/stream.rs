@@ -121,6 +121,10 @@ pub struct AnswerStream {
     head: Option<Bytes>,
     rest: Option<(Incoming, Duration)>,
     timer: Option<Pin<Box<Sleep>>>,
+    /// A part was passed on since the timer was last armed: the wait for
+    /// the next counts from when it is asked for, not from when the caller
+    /// took the last (a slow caller is not a stalled upstream).
+    rearm: bool,
 }
 
 impl std::fmt::Debug for AnswerStream {
@@ -132,7 +136,7 @@ impl std::fmt::Debug for AnswerStream {
 impl AnswerStream {
     pub(crate) fn new(head: Bytes, rest: Option<&Rest>) -> Self {
         let head = (!head.is_empty()).then_some(head);
-        Self { head, rest: rest.and_then(Rest::take), timer: None }
+        Self { head, rest: rest.and_then(Rest::take), timer: None, rearm: false }
     }
 }
 
@@ -166,9 +170,7 @@ impl http_body::Body for AnswerStream {
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some(timer) = this.timer.as_mut() {
-                    timer.as_mut().reset(tokio::time::Instant::now() + *read);
-                }
+                this.rearm = true;
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
@@ -178,6 +180,9 @@ impl http_body::Body for AnswerStream {
             Poll::Pending => {
                 let read = *read;
                 let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(read)));
+                if std::mem::take(&mut this.rearm) {
+                    timer.as_mut().reset(tokio::time::Instant::now() + read);
+                }
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => {
                         this.rest = None;

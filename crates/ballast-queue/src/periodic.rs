@@ -56,6 +56,13 @@ pub struct Periodic {
     pub(crate) max_attempts: Option<u32>,
 }
 
+impl Periodic {
+    /// How far into its period a period's task may start.
+    pub(crate) fn jitter_of(&self) -> Duration {
+        self.jitter
+    }
+}
+
 impl Queue {
     /// A periodic task of `kind` on `schedule`, named `kind` (see
     /// [`Periodic`]); register it with the workers that run `kind`.
@@ -100,6 +107,7 @@ impl Periodic {
     /// Runs each period's task up to `jitter` after the period starts (the
     /// same offset on every replica for one period), so that many periodic
     /// tasks on one schedule do not all reach a system at the same second.
+    /// The jitter and the retries together must end before the next period.
     #[must_use]
     pub fn jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;

@@ -102,11 +102,15 @@ impl Loops {
         let count = sockets.sockets.len();
         let share = Limits { max_connections: limits.max_connections.div_ceil(count).max(1), ..limits };
         let released = CancellationToken::new();
+        // Until every loop is up: loops started before a failure stop serving
+        // and end, instead of waiting for a release no one will send.
+        let starting = shutdown.child_token();
+        let mut guard = StopIfFailed(Some((starting.clone(), released.clone())));
         let (mut threads, mut served) = (Vec::with_capacity(count), Vec::with_capacity(count));
         let addr = sockets.addr;
         for (i, socket) in sockets.sockets.into_iter().enumerate() {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            let (router, shutdown, released) = (router.clone(), shutdown.clone(), released.clone());
+            let (router, shutdown, released) = (router.clone(), starting.clone(), released.clone());
             let (done, finished) = tokio::sync::oneshot::channel();
             // `gw:9465/0`: which listener's loop a thread is, in `top -H`
             // (a thread's name holds 15 bytes).
@@ -128,6 +132,7 @@ impl Loops {
             threads.push(thread);
             served.push(finished);
         }
+        guard.0 = None;
         Ok(Self { threads, served, released })
     }
 
@@ -144,6 +149,18 @@ impl Loops {
         self.released.cancel();
         for thread in std::mem::take(&mut self.threads) {
             let _ = thread.join();
+        }
+    }
+}
+
+/// Stops the loops already started when starting the rest failed.
+struct StopIfFailed(Option<(CancellationToken, CancellationToken)>);
+
+impl Drop for StopIfFailed {
+    fn drop(&mut self) {
+        if let Some((serving, released)) = self.0.take() {
+            serving.cancel();
+            released.cancel();
         }
     }
 }

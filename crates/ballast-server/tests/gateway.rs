@@ -818,6 +818,16 @@ async fn a_periodic_call_reaches_its_system_once_a_period_with_the_period_s_key(
                     body = \"{}\"\nevery = \"1s\"\nmax_attempts = 1\n\n";
     let config = format!("{periodic}{SYSTEMS}");
     let served = support::serve_with(&upstream, "", &config).await;
+    // A caller's deferred write cannot take a period's key.
+    let taken = send(
+        client().post(format!("{}/call/pay/payments", served.gateway)),
+        &[("idempotency-key", "periodic:reconcile:4102444800"), ("prefer", "respond-async")],
+    )
+    .await;
+    assert_eq!(
+        (taken.status().as_u16(), taken.headers()["ballast-problem"].to_str().unwrap()),
+        (400, "bad_key")
+    );
     eventually("three periods reached the system", || async { upstream.count() >= 3 }).await;
     drop(served);
     let seen = upstream.requests();

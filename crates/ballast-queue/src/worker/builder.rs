@@ -256,12 +256,13 @@ impl WorkerBuilder {
                 backoff: self.backoff,
                 ..self.queue.schedule
             };
-            let (window, period) = (schedule.waits_total(), periodic.schedule.shortest_period());
+            let window = schedule.waits_total().saturating_add(periodic.jitter_of());
+            let period = periodic.schedule.shortest_period();
             if window >= period {
                 return Err(refuse(format!(
-                    "a period's task may still be retrying {window:?} after it started, past the next period \
-                     {period:?} later: two periods would run at once; give it fewer attempts with \
-                     .max_attempts(..) or a longer period"
+                    "a period's task may still be retrying {window:?} after its period started (its jitter and \
+                     the waits between its attempts), past the next period {period:?} later: two periods would \
+                     run at once; give it fewer attempts with .max_attempts(..), less jitter or a longer period"
                 )));
             }
         }

@@ -36,6 +36,9 @@ use super::{Gateway, ATTEMPTS, ROUTE};
 
 static IDEMPOTENCY_KEY: header::HeaderName = header::HeaderName::from_static("idempotency-key");
 
+/// The prefix of the keys of periodic calls' tasks (`periodic:NAME:START`).
+const PERIODIC_PREFIX: &str = "periodic:";
+
 /// The sequence a write belongs to (`customer/42`): the gateway's own
 /// header, never forwarded.
 static SEQUENCE: header::HeaderName = header::HeaderName::from_static("ballast-sequence");
@@ -80,6 +83,13 @@ async fn handle(
         return Problem::new(Reason::LoopDetected, detail).into_response();
     }
     let key = match key_in(&parts.headers, &IDEMPOTENCY_KEY) {
+        // A periodic call's task is found by its key: a caller's deferred
+        // write under it would take that period's place.
+        Ok(Some(key)) if key.as_str().starts_with(PERIODIC_PREFIX) => {
+            return bad_key(&format!(
+                "keys starting with {PERIODIC_PREFIX:?} name periods of [queue.periodic.*] calls"
+            ))
+        }
         Ok(key) => key,
         Err(e) => return bad_key(&e.to_string()),
     };

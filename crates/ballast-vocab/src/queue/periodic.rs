@@ -115,7 +115,7 @@ impl Schedule {
                 Some(UNIX_EPOCH + from_nanos(periods * every.as_nanos()))
             }
             Grid::Cron(cron, _) => {
-                let at = chrono::DateTime::<chrono::Utc>::from(at);
+                let at = chrono::DateTime::<chrono::Utc>::from(whole_seconds(at)?);
                 cron.find_previous_occurrence(&at, true).ok().map(SystemTime::from)
             }
         }
@@ -129,7 +129,7 @@ impl Schedule {
                 start.checked_add(*every)
             }
             Grid::Cron(cron, _) => {
-                let at = chrono::DateTime::<chrono::Utc>::from(at);
+                let at = chrono::DateTime::<chrono::Utc>::from(whole_seconds(at)?);
                 cron.find_next_occurrence(&at, false).ok().map(SystemTime::from)
             }
         }
@@ -145,13 +145,24 @@ impl Schedule {
     /// over a year of its times from 2026 on): what a period's task must
     /// finish within, retries included, not to overlap the next.
     pub fn shortest_period(&self) -> Duration {
+        self.gaps().0
+    }
+
+    /// The longest time between two period starts (for a cron expression,
+    /// over a year of its times from 2026 on): how long a period's task must
+    /// be kept, for its key to keep a restart from enqueuing it again.
+    pub fn longest_period(&self) -> Duration {
+        self.gaps().1
+    }
+
+    fn gaps(&self) -> (Duration, Duration) {
         match &self.0 {
-            Grid::Every(every) => *every,
+            Grid::Every(every) => (*every, *every),
             Grid::Cron(..) => {
                 let from = UNIX_EPOCH + Duration::from_secs(1_767_225_600);
                 let end = from + Duration::from_secs(366 * 24 * 3600);
-                let Some(mut at) = self.after(from) else { return Duration::MAX };
-                let mut shortest = Duration::MAX;
+                let Some(mut at) = self.after(from) else { return (Duration::MAX, Duration::MAX) };
+                let (mut shortest, mut longest) = (Duration::MAX, Duration::ZERO);
                 for _ in 0..100_000 {
                     let Some(next) = self.after(at) else { break };
                     if next > end {
@@ -159,13 +170,21 @@ impl Schedule {
                     }
                     if let Ok(gap) = next.duration_since(at) {
                         shortest = shortest.min(gap);
+                        longest = longest.max(gap);
                     }
                     at = next;
                 }
-                shortest
+                (shortest, longest.max(shortest.min(Duration::from_secs(366 * 24 * 3600))))
             }
         }
     }
+}
+
+/// `at` without its fraction of a second: cron's times are whole seconds,
+/// and croner keeps the fraction of the time it is given.
+fn whole_seconds(at: SystemTime) -> Option<SystemTime> {
+    let since = at.duration_since(UNIX_EPOCH).ok()?;
+    Some(UNIX_EPOCH + Duration::from_secs(since.as_secs()))
 }
 
 fn from_nanos(nanos: u128) -> Duration {
@@ -213,6 +232,15 @@ mod tests {
         assert_eq!(six.at_or_before(now), Some(at(1_764_828_000)), "06:00 the day before");
         assert_eq!(six.after(now), Some(at(1_764_914_400)), "06:00 today");
         assert_eq!(six.shortest_period(), Duration::from_secs(24 * 3600));
+        assert_eq!(six.longest_period(), Duration::from_secs(24 * 3600));
+        // A fraction of a second changes nothing: a period's start is whole
+        // seconds, and the walk back from it reaches the day before.
+        let start = six.at_or_before(now + Duration::from_millis(123)).unwrap();
+        assert_eq!(start, at(1_764_828_000));
+        assert_eq!(six.before(start), Some(at(1_764_741_600)));
+        assert_eq!(six.after(at(1_764_914_400) + Duration::from_millis(500)), Some(at(1_765_000_800)));
+        let monthly = Schedule::cron("0 0 1 * *").unwrap();
+        assert_eq!(monthly.longest_period(), Duration::from_secs(31 * 24 * 3600));
         let err = Schedule::cron("0 0 30 2 *").unwrap_err();
         assert!(err.to_string().contains("no time that will ever come"), "{err}");
         assert!(Schedule::cron("61 * * * *").is_err());
