@@ -52,15 +52,8 @@ pub struct Periodic {
     pub(crate) schedule: Schedule,
     payload: Result<serde_json::Value, String>,
     pub(crate) catch_up: CatchUp,
-    jitter: Duration,
+    pub(crate) jitter: Duration,
     pub(crate) max_attempts: Option<u32>,
-}
-
-impl Periodic {
-    /// How far into its period a period's task may start.
-    pub(crate) fn jitter_of(&self) -> Duration {
-        self.jitter
-    }
 }
 
 impl Queue {

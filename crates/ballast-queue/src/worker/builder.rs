@@ -256,7 +256,7 @@ impl WorkerBuilder {
                 backoff: self.backoff,
                 ..self.queue.schedule
             };
-            let window = schedule.waits_total().saturating_add(periodic.jitter_of());
+            let window = schedule.waits_total().saturating_add(periodic.jitter);
             let period = periodic.schedule.shortest_period();
             if window >= period {
                 return Err(refuse(format!(
