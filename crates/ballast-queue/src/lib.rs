@@ -106,7 +106,7 @@ pub use error::{Error, Result};
 pub use handler::{Handler, TaskContext, TaskEnd};
 pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
 pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
-pub use periodic::{CatchUp, Periodic, Schedule, ScheduleError, MAX_CATCH_UP, MIN_PERIOD};
+pub use periodic::{CatchUp, Periodic, PeriodicStatus, Schedule, ScheduleError, MAX_CATCH_UP, MIN_PERIOD};
 pub use queue::{Queue, TxConnection};
 pub use retention::Retention;
 pub use task::{check_kind, check_sequence, NewTask, MAX_SEQUENCE_LEN};

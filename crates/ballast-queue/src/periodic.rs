@@ -123,6 +123,45 @@ impl Periodic {
             .unwrap_or_else(|_| IdempotencyKey::v5(&self.name, &format!("periodic:{secs}")))
     }
 
+    /// Where it stands at `now`: when its next task is due, and the latest
+    /// period's task that has run (of the current period or the one
+    /// before), whichever worker or replica ran it. What the dashboard shows
+    /// of each periodic task.
+    ///
+    /// ```no_run
+    /// # async fn show(queue: ballast_queue::Queue, periodic: ballast_queue::Periodic) -> ballast_queue::Result<()> {
+    /// let status = periodic.status(&queue, std::time::SystemTime::now()).await?;
+    /// if let Some(task) = &status.last {
+    ///     println!("{}: last run #{} is {}", status.name, task.id, task.state.as_str());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn status(&self, queue: &Queue, now: SystemTime) -> crate::Result<PeriodicStatus> {
+        let schedule = &self.schedule;
+        let current = schedule.at_or_before(now);
+        let previous = current.and_then(|at| schedule.before(at));
+        let mut next_run = schedule.after(now).map(|start| start + self.offset(start));
+        let mut last = None;
+        for start in [current, previous].into_iter().flatten() {
+            let Some(task) = queue.get_by_key(&self.kind, self.key(start).as_str()).await? else { continue };
+            if task.state == crate::TaskState::Pending && task.attempt == 0 {
+                // Enqueued, not run yet (its jitter, or a backlog): the next run.
+                next_run = Some(next_run.map_or(task.run_at, |next| next.min(task.run_at)));
+                continue;
+            }
+            last = Some(task);
+            break;
+        }
+        Ok(PeriodicStatus {
+            name: self.name.clone(),
+            kind: self.kind.clone(),
+            schedule: schedule.to_string(),
+            catch_up: self.catch_up,
+            next_run,
+            last,
+        })
+    }
+
     /// Why it cannot be run, if it cannot.
     pub(crate) fn check(&self) -> Result<(), String> {
         crate::task::check_kind(&self.kind).map_err(|e| e.to_string())?;
@@ -155,6 +194,29 @@ impl Periodic {
         let fraction = (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64;
         self.jitter.mul_f64(fraction)
     }
+}
+
+/// A periodic task at one moment ([`Periodic::status`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PeriodicStatus {
+    /// Its name, as in its periods' keys.
+    pub name: String,
+    /// The kind of its tasks.
+    pub kind: String,
+    /// Its schedule, as written (`every 60s`, `cron "0 6 * * *"`).
+    pub schedule: String,
+    /// What a worker enqueues for periods missed while none ran.
+    pub catch_up: CatchUp,
+    /// When the next task is due: a period's task enqueued and not run
+    /// yet (in the past when it waits behind a backlog), else the next
+    /// period's start plus its share of the jitter; `None` when no period
+    /// is left.
+    pub next_run: Option<SystemTime>,
+    /// The latest task that has run, or is running, of the current period
+    /// or the one before; `None` when neither has one (no worker ran them:
+    /// `catch_up = "none"` after a stop, say).
+    pub last: Option<crate::TaskInfo>,
 }
 
 /// One periodic task's enqueuing in one worker: what is due, given the time.

@@ -2,7 +2,8 @@
 //! three workers' enqueuing of one periodic task over 100 periods leaves
 //! exactly 100 tasks; a restart after ten missed periods enqueues what its
 //! catch-up says; a worker killed right after it enqueued a period leaves
-//! that period to no one else twice.
+//! that period to no one else twice; a periodic task's status shows its
+//! next run and its latest period's task.
 //!
 //! Driven through each worker's [`Runner`] with the time given, as the
 //! worker's loop drives it with its clock: a real database, and a hundred
@@ -94,6 +95,37 @@ async fn a_killed_worker_s_period_is_not_enqueued_twice(queues: [Queue; 2]) {
     );
 }
 
+/// What the dashboard shows: the next run — a period's task waiting to run,
+/// or the next period — and the latest period's task that ran, of the
+/// current period or the one before.
+async fn the_status_shows_the_next_run_and_the_latest_period_s_task(queue: Queue) {
+    let periodic = periodic(&queue, CatchUp::Latest);
+    let start = t0() - Duration::from_secs(1);
+    let status = periodic.status(&queue, t0()).await.unwrap();
+    assert_eq!((status.name.as_str(), status.schedule.as_str()), ("reconcile", "every 1m"));
+    assert!(status.last.is_none(), "no period ran yet");
+    assert_eq!(status.next_run, Some(start + MINUTE));
+
+    let mut runner = Runner::new(periodic.clone());
+    runner.due(&queue, start + MINUTE).await.unwrap();
+    let later = start + MINUTE + Duration::from_secs(30);
+    let status = periodic.status(&queue, later).await.unwrap();
+    assert!(status.last.is_none(), "enqueued, not run");
+    assert_eq!(status.next_run, Some(start + MINUTE), "waiting since its period began");
+
+    let task = queue.get_by_key("reconcile", &key_of(start + MINUTE)).await.unwrap().unwrap();
+    assert!(queue.cancel(task.id).await.unwrap());
+    let status = periodic.status(&queue, later).await.unwrap();
+    assert_eq!(status.last.map(|t| (t.id, t.state)), Some((task.id, crate::TaskState::Cancelled)));
+    assert_eq!(status.next_run, Some(start + MINUTE * 2));
+    // The next period has no task (no worker ran it): the one before shows.
+    let status = periodic.status(&queue, start + MINUTE * 2 + Duration::from_secs(5)).await.unwrap();
+    assert_eq!(status.last.map(|t| t.id), Some(task.id));
+    // Two periods without a task: nothing recent ran.
+    let status = periodic.status(&queue, start + MINUTE * 3 + Duration::from_secs(5)).await.unwrap();
+    assert!(status.last.is_none());
+}
+
 #[cfg(feature = "sqlite")]
 mod sqlite {
     use super::*;
@@ -134,6 +166,12 @@ mod sqlite {
     async fn a_killed_worker() {
         let (_dir, queues) = queues::<2>().await;
         a_killed_worker_s_period_is_not_enqueued_twice(queues).await;
+    }
+
+    #[tokio::test]
+    async fn the_status() {
+        let (_dir, [queue]) = queues::<1>().await;
+        the_status_shows_the_next_run_and_the_latest_period_s_task(queue).await;
     }
 }
 
@@ -179,6 +217,13 @@ mod postgres {
     async fn a_killed_worker() {
         let Some((schema, queues)) = queues::<2>().await else { return };
         a_killed_worker_s_period_is_not_enqueued_twice(queues).await;
+        schema.drop_it().await;
+    }
+
+    #[tokio::test]
+    async fn the_status() {
+        let Some((schema, [queue])) = queues::<1>().await else { return };
+        the_status_shows_the_next_run_and_the_latest_period_s_task(queue).await;
         schema.drop_it().await;
     }
 }

@@ -1,7 +1,9 @@
 //! Chaos: workers in child processes are killed (SIGKILL) again and again
 //! while they drain keyed tasks (and, in a second run, tasks in sequences,
 //! which must be applied in their order), and a worker is stopped (SIGSTOP)
-//! for longer than its lease, then resumed.
+//! for longer than its lease, then resumed; a worker that enqueues a
+//! periodic task is killed while it runs a period's task, and the worker
+//! after it runs that period and every later one, each once.
 //!
 //! The handler writes to a ledger that stands for the upstream: it applies
 //! each key's effect once and counts every delivery. A trigger counts each
@@ -21,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ballast::{Classification, Classify, IdempotencyKey};
-use ballast_queue::{Handler, NewTask, Queue, TaskContext, Worker};
+use ballast_queue::{CatchUp, DurableBackoff, Handler, NewTask, Queue, Schedule, TaskContext, Worker};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use sqlx::postgres::PgPoolOptions;
@@ -32,6 +34,13 @@ use tokio_util::sync::CancellationToken;
 const CHILD_ENV: &str = "BALLAST_CHAOS_CHILD";
 const SCHEMA_ENV: &str = "BALLAST_CHAOS_SCHEMA";
 const OWNER_ENV: &str = "BALLAST_CHAOS_OWNER";
+/// Set: the child's worker also enqueues [`PERIODIC`] every second.
+const PERIODIC_ENV: &str = "BALLAST_CHAOS_PERIODIC";
+/// The periodic task's name; its tasks are `ledger` tasks of payload
+/// [`PERIODIC_N`] whose handler takes [`PERIODIC_HOLD`] before delivering.
+const PERIODIC: &str = "tick";
+const PERIODIC_N: i64 = -1;
+const PERIODIC_HOLD: Duration = Duration::from_millis(500);
 const READY: &str = "chaos child ready";
 /// A child writes this whenever it takes a connection to ask the database
 /// something; a claim has counted its lease from just before.
@@ -113,7 +122,8 @@ impl Handler for Ledger {
         let key = task.key().map(|k| k.as_str().to_owned()).unwrap_or_default();
         let unreachable = |e: sqlx::Error| LedgerError(format!("ledger unreachable: {e}"));
         self.log_start(&task).await.map_err(unreachable)?;
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        let hold = if n == PERIODIC_N { PERIODIC_HOLD } else { Duration::from_millis(10) };
+        tokio::time::sleep(hold).await;
         if task.cancellation().is_cancelled() {
             return Err(LedgerError("told to stop before delivering".into()));
         }
@@ -215,6 +225,10 @@ async fn connect(target: &str, schema: Option<&str>) -> (Queue, Pool) {
 }
 
 fn worker(queue: Queue, pool: Pool, owner: &str) -> Worker {
+    builder(queue, pool, owner).build().unwrap()
+}
+
+fn builder(queue: Queue, pool: Pool, owner: &str) -> ballast_queue::WorkerBuilder {
     Worker::builder(queue)
         .handler("ledger", Ledger { pool, worker: owner.to_owned() })
         .concurrency(BATCH)
@@ -222,6 +236,20 @@ fn worker(queue: Queue, pool: Pool, owner: &str) -> Worker {
         .lease(LEASE)
         .poll_interval(Duration::from_millis(50))
         .owner(owner)
+}
+
+/// A worker that also enqueues [`PERIODIC`] every second, catching up every
+/// missed period; 3 attempts 50 and 100 ms apart end well within a period.
+fn periodic_worker(queue: Queue, pool: Pool, owner: &str) -> Worker {
+    let tick = queue
+        .periodic("ledger", Schedule::every(Duration::from_secs(1)).unwrap())
+        .name(PERIODIC)
+        .payload(&PERIODIC_N)
+        .catch_up(CatchUp::All)
+        .max_attempts(3);
+    builder(queue, pool, owner)
+        .backoff(DurableBackoff::exponential(Duration::from_millis(25)))
+        .periodic(tick)
         .build()
         .unwrap()
 }
@@ -238,7 +266,10 @@ async fn chaos_child_worker() {
         .with_ansi(false)
         .init();
     let (queue, pool) = connect(&target, schema.as_deref()).await;
-    let worker = worker(queue, pool, &owner);
+    let worker = match std::env::var_os(PERIODIC_ENV) {
+        Some(_) => periodic_worker(queue, pool, &owner),
+        None => worker(queue, pool, &owner),
+    };
     eprintln!("{READY}");
     worker.run(CancellationToken::new()).await;
 }
@@ -261,6 +292,10 @@ struct ChildWorker {
 
 impl ChildWorker {
     fn spawn(h: &Harness, owner: &str) -> Self {
+        Self::spawn_with(h, owner, &[])
+    }
+
+    fn spawn_with(h: &Harness, owner: &str, env: &[(&str, &str)]) -> Self {
         let (target, schema) = target(h);
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args(["--exact", "chaos_child_worker", "--nocapture"])
@@ -271,6 +306,7 @@ impl ChildWorker {
         if let Some(schema) = schema {
             cmd.env(SCHEMA_ENV, schema);
         }
+        cmd.envs(env.iter().copied());
         let mut child = cmd.spawn().expect("re-exec the test binary as a worker");
         let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
@@ -553,6 +589,74 @@ async fn stop_a_worker_past_its_lease(h: Harness) {
     h.cleanup().await;
 }
 
+/// The worker that enqueues a periodic task is killed in the middle of a
+/// period's task, before it delivered; a new worker starts: the killed
+/// period's task is taken over once its lease runs out and completed, every
+/// period from the first on has its task (none lost over the kill), and each
+/// period's effect is applied once.
+async fn kill_the_worker_that_enqueued_a_period(h: Harness) {
+    let backend = if h.is_pg() { "postgres" } else { "sqlite" };
+    create_ledger(&h).await;
+    let periodic = [(PERIODIC_ENV, "1")];
+    let mut first = ChildWorker::spawn_with(&h, "periodic-1", &periodic);
+    let started = "SELECT count(*) FROM starts WHERE worker = 'periodic-1'";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while h.scalar(started).await < 2 {
+        assert!(Instant::now() < deadline, "the first worker ran no second period:\n{}", first.log());
+        first.assert_alive();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Within the handler's hold: the period's task is running, undelivered.
+    first.kill();
+    let killed = h.scalar("SELECT max(task) FROM starts WHERE worker = 'periodic-1'").await;
+    let delivered = format!(
+        "SELECT count(*) FROM ledger WHERE key = (SELECT idempotency_key FROM ballast_tasks WHERE id = {killed})"
+    );
+    assert_eq!(h.scalar(&delivered).await, 0, "killed within the hold, before delivering");
+
+    let mut second = ChildWorker::spawn_with(&h, "periodic-2", &periodic);
+    let done = format!("SELECT count(*) FROM ballast_tasks WHERE id = {killed} AND state = 'completed'");
+    wait_until(&h, &done, 1, Duration::from_secs(30)).await;
+    let completed = "SELECT count(*) FROM ballast_tasks WHERE state = 'completed'";
+    let after_kill = h.scalar(completed).await;
+    let three_more = format!(
+        "SELECT CASE WHEN ({completed}) >= {} THEN CAST(1 AS BIGINT) ELSE CAST(0 AS BIGINT) END",
+        after_kill + 3
+    );
+    wait_until(&h, &three_more, 1, Duration::from_secs(30)).await;
+    second.assert_alive();
+    second.kill();
+
+    let rescued =
+        h.scalar(&format!("SELECT CAST(attempt AS BIGINT) FROM ballast_tasks WHERE id = {killed}")).await;
+    assert!(
+        rescued >= 2,
+        "{backend}: the killed period's task ran again after its lease ran out ({rescued})"
+    );
+    let by_second = format!("SELECT count(*) FROM starts WHERE worker = 'periodic-2' AND task = {killed}");
+    assert!(h.scalar(&by_second).await >= 1, "{backend}: the next worker took the killed period over");
+    // Every period from the first to the last has its task: seconds in a row.
+    let periods = h.scalar("SELECT count(*) FROM ballast_tasks").await;
+    let span = "SELECT max(CAST(substr(idempotency_key, 15) AS BIGINT)) - min(CAST(substr(idempotency_key, 15) AS BIGINT)) + 1 FROM ballast_tasks";
+    assert_eq!(h.scalar(span).await, periods, "{backend}: a period went missing over the kill");
+    let not_periodic = "SELECT count(*) FROM ballast_tasks WHERE idempotency_key NOT LIKE 'periodic:tick:%'";
+    assert_eq!(h.scalar(not_periodic).await, 0);
+    // Each completed period's effect once: one ledger row per key, and none
+    // for a key no task has.
+    let applied = "SELECT count(*) FROM ledger WHERE key IN (SELECT idempotency_key FROM ballast_tasks WHERE state = 'completed')";
+    assert_eq!(
+        h.scalar(applied).await,
+        h.scalar(completed).await,
+        "{backend}: each completed period applied"
+    );
+    let unknown = "SELECT count(*) FROM ledger WHERE key NOT IN (SELECT idempotency_key FROM ballast_tasks)";
+    assert_eq!(h.scalar(unknown).await, 0);
+    eprintln!(
+        "periodic kill figures ({backend}): periods={periods} killed_task={killed} attempt_after_rescue={rescued}"
+    );
+    h.cleanup().await;
+}
+
 /// Spawns a child worker and waits until it is about to run.
 async fn spawn_ready(h: &Harness, owner: &str) -> ChildWorker {
     let mut child = ChildWorker::spawn(h, owner);
@@ -601,4 +705,7 @@ on_both_backends! {
     stop_a_worker_past_its_lease:
         sqlite_worker_stopped_past_its_lease_starts_no_stale_handler,
         postgres_worker_stopped_past_its_lease_starts_no_stale_handler;
+    kill_the_worker_that_enqueued_a_period:
+        sqlite_periodic_worker_killed_mid_period_loses_and_repeats_no_period,
+        postgres_periodic_worker_killed_mid_period_loses_and_repeats_no_period;
 }

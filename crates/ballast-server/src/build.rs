@@ -201,11 +201,17 @@ pub async fn queue(settings: &QueueSettings) -> ballast_queue::Result<Queue> {
 /// With the periodic calls of `[queue.periodic.*]`; one whose request cannot
 /// be made (its path, say) is refused here, naming it.
 pub fn worker(settings: &QueueSettings, queue: Queue) -> Result<WorkerBuilder, crate::ServeError> {
-    let mut worker = Worker::builder(queue.clone()).lease(settings.lease);
-    for periodic in &settings.periodic {
-        worker = worker.periodic(periodic_delivery(periodic, &queue)?);
-    }
-    Ok(worker)
+    let periodic = periodic(settings, &queue)?;
+    Ok(periodic.into_iter().fold(Worker::builder(queue).lease(settings.lease), WorkerBuilder::periodic))
+}
+
+/// The periodic calls of `[queue.periodic.*]` on `queue`, as the worker
+/// enqueues them (and the dashboard shows them).
+pub fn periodic(
+    settings: &QueueSettings,
+    queue: &Queue,
+) -> Result<Vec<ballast_queue::Periodic>, crate::ServeError> {
+    settings.periodic.iter().map(|p| periodic_delivery(p, queue)).collect()
 }
 
 /// A `[queue.periodic.NAME]` call as a periodic delivery: each period's task

@@ -260,7 +260,8 @@ impl Server {
             admin_token.clone().zip(settings.token_env.clone()),
             settings.session_ttl,
         )
-        .fleet(fleet.as_ref().map(|f| (f.view().clone(), f.id())));
+        .fleet(fleet.as_ref().map(|f| (f.view().clone(), f.id())))
+        .periodic(build::periodic(&queue_settings, &deferrals)?);
         let admin = match (&admin_token, settings.protect_metrics) {
             (Some(token), true) => {
                 Admin::new(prometheus.clone(), systems.clone(), monitor).protected(token.clone())

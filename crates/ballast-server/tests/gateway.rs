@@ -829,6 +829,14 @@ async fn a_periodic_call_reaches_its_system_once_a_period_with_the_period_s_key(
         (400, "bad_key")
     );
     eventually("three periods reached the system", || async { upstream.count() >= 3 }).await;
+    // The dashboard shows it: its schedule, its next run and the last run's task.
+    eventually("the dashboard shows the last run", || async {
+        let live =
+            client().get(format!("{}/ui/live", served.admin)).send().await.unwrap().text().await.unwrap();
+        let row = live.split("data-periodic=\"reconcile\"").nth(1).unwrap_or_default();
+        row.contains("every 1s") && row.contains("state completed") && row.contains(" · in ")
+    })
+    .await;
     drop(served);
     let seen = upstream.requests();
     let mut keys: Vec<&str> = seen.iter().filter_map(|s| s.header("x-idem-key")).collect();

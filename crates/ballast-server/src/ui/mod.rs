@@ -3,7 +3,8 @@
 //! - **Overview**: per external system its breaker (and when it probes),
 //!   attempts in flight against the bulkhead's limit, calls and attempts per
 //!   second, the retry budget and the last error; the queue's tasks per kind
-//!   and state and each kind's lag. Counts refresh every few seconds with
+//!   and state and each kind's lag; each periodic task's schedule, next run
+//!   and latest period's task (`ui/periodic.rs`). Counts refresh every few seconds with
 //!   JavaScript, and the pages read the same without it.
 //! - **Tasks**: filtered by kind and state, newest first, a page at a time;
 //!   a task's page shows its payload, key, attempts, schedule, error history
@@ -23,6 +24,7 @@ mod actions;
 mod assets;
 mod fleet;
 mod pages;
+mod periodic;
 mod rates;
 mod session;
 
@@ -85,6 +87,8 @@ struct UiState {
     token: Option<(Token, String)>,
     /// The fleet this replica is part of, and its own id.
     fleet: std::sync::OnceLock<(ballast_fleet::FleetView, uuid::Uuid)>,
+    /// The periodic tasks the worker enqueues.
+    periodic: std::sync::OnceLock<Vec<ballast_queue::Periodic>>,
 }
 
 impl std::fmt::Debug for Ui {
@@ -115,6 +119,7 @@ impl Ui {
             sessions: Sessions::new(session_ttl),
             token,
             fleet: std::sync::OnceLock::new(),
+            periodic: std::sync::OnceLock::new(),
         }))
     }
 
@@ -124,6 +129,14 @@ impl Ui {
             // Set once, when the dashboard is made.
             let _ = self.0.fleet.set(fleet);
         }
+        self
+    }
+
+    /// Shows `periodic` (the tasks the worker enqueues each period) on the
+    /// overview.
+    pub fn periodic(self, periodic: Vec<ballast_queue::Periodic>) -> Self {
+        // Set once, when the dashboard is made.
+        let _ = self.0.periodic.set(periodic);
         self
     }
 

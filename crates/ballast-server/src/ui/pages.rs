@@ -72,19 +72,20 @@ fn notice(said: &Said) -> Markup {
 pub(super) async fn overview(State(ui): State<Ui>, Query(said): Query<Said>) -> Html<String> {
     let body = html! {
         (notice(&said))
-        div id="live" { (live_part(&ui)) }
+        div id="live" { (live_part(&ui).await) }
     };
     layout(&ui, "Overview", body)
 }
 
 /// The part of the overview that the page's script fetches again.
 pub(super) async fn live(State(ui): State<Ui>) -> Html<String> {
-    Html(live_part(&ui).into_string())
+    Html(live_part(&ui).await.into_string())
 }
 
-fn live_part(ui: &Ui) -> Markup {
+async fn live_part(ui: &Ui) -> Markup {
     let systems = ui.0.systems.all();
     let snapshot = ui.0.monitor.snapshot();
+    let periodic = super::periodic::section(ui).await;
     html! {
         h2 { "External systems" }
         table {
@@ -183,6 +184,7 @@ fn live_part(ui: &Ui) -> Markup {
                 @if snapshot.stats.is_empty() { tr { td colspan="8" class="muted" { "no tasks" } } }
             }
         }
+        (periodic)
     }
 }
 

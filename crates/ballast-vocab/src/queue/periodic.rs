@@ -45,6 +45,24 @@ impl fmt::Debug for Schedule {
     }
 }
 
+impl fmt::Display for Schedule {
+    /// As configured: `every 5m`, `cron "0 6 * * *"`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Grid::Every(every) if every.subsec_nanos() == 0 => {
+                let secs = every.as_secs();
+                let (count, unit) = [(86_400, "d"), (3_600, "h"), (60, "m")]
+                    .into_iter()
+                    .find(|(size, _)| secs % size == 0)
+                    .map_or((secs, "s"), |(size, unit)| (secs / size, unit));
+                write!(f, "every {count}{unit}")
+            }
+            Grid::Every(every) => write!(f, "every {every:?}"),
+            Grid::Cron(_, text) => write!(f, "cron {text:?}"),
+        }
+    }
+}
+
 /// A schedule that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
@@ -206,6 +224,17 @@ pub enum CatchUp {
     None,
 }
 
+impl CatchUp {
+    /// As configured: `latest`, `all`, `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CatchUp::Latest => "latest",
+            CatchUp::All => "all",
+            CatchUp::None => "none",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +251,9 @@ mod tests {
         assert_eq!(minute.after(at(1_000_020)), Some(at(1_000_080)), "strictly after");
         assert_eq!(minute.before(at(1_000_020)), Some(at(999_960)));
         assert_eq!(minute.shortest_period(), Duration::from_secs(60));
+        assert_eq!(minute.to_string(), "every 1m");
+        assert_eq!(Schedule::every(Duration::from_secs(90)).unwrap().to_string(), "every 90s");
+        assert_eq!(Schedule::every(Duration::from_secs(7200)).unwrap().to_string(), "every 2h");
     }
 
     #[test]
@@ -233,6 +265,7 @@ mod tests {
         assert_eq!(six.after(now), Some(at(1_764_914_400)), "06:00 today");
         assert_eq!(six.shortest_period(), Duration::from_secs(24 * 3600));
         assert_eq!(six.longest_period(), Duration::from_secs(24 * 3600));
+        assert_eq!(six.to_string(), r#"cron "0 6 * * *""#);
         // A fraction of a second changes nothing: a period's start is whole
         // seconds, and the walk back from it reaches the day before.
         let start = six.at_or_before(now + Duration::from_millis(123)).unwrap();
