@@ -74,7 +74,7 @@ pub struct WorkerBuilder {
     /// flight, so one worker per process is enough.
     #[setters(generate)]
     concurrency: usize,
-    /// Tasks claimed per round trip at most (default [`DEFAULT_BATCH`], 50;
+    /// Tasks claimed per round trip at most (default [`DEFAULT_BATCH`], 100;
     /// never more than the concurrency).
     #[setters(generate)]
     batch: usize,
