@@ -195,18 +195,19 @@ pub async fn queue(settings: &QueueSettings) -> ballast_queue::Result<Queue> {
     Ok(Queue::connect(&settings.url).await?.with_schedule(settings.schedule))
 }
 
-/// A worker builder for `queue` (from [`queue()`]) with `settings`' lease;
-/// add handlers and build.
-///
-/// With the periodic calls of `[queue.periodic.*]`; one whose request cannot
-/// be made (its path, say) is refused here, naming it.
-pub fn worker(settings: &QueueSettings, queue: Queue) -> Result<WorkerBuilder, crate::ServeError> {
-    let periodic = periodic(settings, &queue)?;
-    Ok(periodic.into_iter().fold(Worker::builder(queue).lease(settings.lease), WorkerBuilder::periodic))
+/// A worker builder for `queue` (from [`queue()`]) with `settings`' lease
+/// and `periodic` (from [`periodic()`]); add handlers and build.
+pub fn worker(
+    settings: &QueueSettings,
+    queue: Queue,
+    periodic: Vec<ballast_queue::Periodic>,
+) -> WorkerBuilder {
+    periodic.into_iter().fold(Worker::builder(queue).lease(settings.lease), WorkerBuilder::periodic)
 }
 
 /// The periodic calls of `[queue.periodic.*]` on `queue`, as the worker
-/// enqueues them (and the dashboard shows them).
+/// enqueues them (and the dashboard shows them); one whose request cannot be
+/// made (its path, say) is refused here, naming it.
 pub fn periodic(
     settings: &QueueSettings,
     queue: &Queue,

@@ -194,7 +194,8 @@ impl Server {
         let callbacks = build::callbacks(gateway_settings.as_ref())?;
         build::check_callbacks(&systems.all(), &callbacks)?;
         let deferrals = queue.clone();
-        let worker = build::worker(&queue_settings, queue.clone())?
+        let periodic = build::periodic(&queue_settings, &queue)?;
+        let worker = build::worker(&queue_settings, queue.clone(), periodic.clone())
             .handler(
                 DELIVERY_KIND,
                 DeliveryHandler::shared(systems.clone()).max_age(queue_settings.schedule.max_age),
@@ -261,7 +262,7 @@ impl Server {
             settings.session_ttl,
         )
         .fleet(fleet.as_ref().map(|f| (f.view().clone(), f.id())))
-        .periodic(build::periodic(&queue_settings, &deferrals)?);
+        .periodic(periodic);
         let admin = match (&admin_token, settings.protect_metrics) {
             (Some(token), true) => {
                 Admin::new(prometheus.clone(), systems.clone(), monitor).protected(token.clone())

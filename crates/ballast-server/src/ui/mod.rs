@@ -16,9 +16,10 @@
 //!   who and when.
 //!
 //! Every asset is served by the binary; nothing comes from a CDN. Pages read
-//! the queue through its admin API (parameterised queries) and the overview
-//! reads the queue monitor's snapshot, never the table; everything shown is
-//! HTML-escaped by the templates.
+//! the queue through its admin API (parameterised queries). The overview
+//! reads the queue monitor's snapshot, never the table, except each periodic
+//! task's two latest periods, looked up by key and waited for 2 s at most.
+//! Everything shown is HTML-escaped by the templates.
 
 mod actions;
 mod assets;

@@ -10,14 +10,24 @@ use maud::{html, Markup};
 
 use super::{pages, Ui};
 
+/// How long the overview waits for the periodic tasks' rows: a queue that
+/// does not answer shows as such instead of holding the page.
+const WAIT: Duration = Duration::from_secs(2);
+
 /// The periodic tasks' table, or nothing when none is configured.
 pub(super) async fn section(ui: &Ui) -> Markup {
     let Some(periodic) = ui.0.periodic.get().filter(|p| !p.is_empty()) else { return html! {} };
     let now = SystemTime::now();
-    let mut rows = Vec::with_capacity(periodic.len());
-    for task in periodic {
-        rows.push(task.status(&ui.0.queue, now).await);
-    }
+    let read = async {
+        let mut rows = Vec::with_capacity(periodic.len());
+        for task in periodic {
+            rows.push(task.status(&ui.0.queue, now).await.map_err(|e| e.to_string()));
+        }
+        rows
+    };
+    let rows = tokio::time::timeout(WAIT, read)
+        .await
+        .unwrap_or_else(|_| vec![Err(format!("no answer within {}", in_words(WAIT)))]);
     html! {
         h2 { "Periodic tasks" }
         table id="periodic" {
@@ -44,7 +54,7 @@ fn line(status: &PeriodicStatus, now: SystemTime) -> Markup {
             td { (status.catch_up.as_str()) }
             td class="nowrap" {
                 @match status.next_run {
-                    Some(at) if at > now => { (pages::when(at)) span class="muted" { " · in " (span(at.duration_since(now).unwrap_or_default())) } }
+                    Some(at) if at > now => { (pages::when(at)) span class="muted" { " · in " (in_words(at.duration_since(now).unwrap_or_default())) } }
                     Some(at) => { (pages::when(at)) span class="muted" { " · waiting to run" } }
                     None => span class="muted" { "no period left" },
                 }
@@ -76,6 +86,6 @@ fn last(task: &TaskInfo) -> Markup {
     }
 }
 
-fn span(d: Duration) -> String {
+fn in_words(d: Duration) -> String {
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
 }
