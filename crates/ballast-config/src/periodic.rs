@@ -143,17 +143,16 @@ pub(crate) fn check(
                 "use GET, HEAD, POST, PUT, PATCH or DELETE",
             );
         }
-        let catch_up = match section.catch_up.as_deref() {
-            None | Some("latest") => CatchUp::Latest,
-            Some("all") => CatchUp::All,
-            Some("none") => CatchUp::None,
-            Some(other) => {
+        let catch_up = match section.catch_up.as_deref().map(|text| (text, CatchUp::parse(text))) {
+            None => CatchUp::default(),
+            Some((_, Some(catch_up))) => catch_up,
+            Some((other, None)) => {
                 refuse(
                     "catch_up",
                     format!("catch_up {other:?} is none of latest, all, none"),
                     "use \"latest\" (one run after a stop), \"all\" or \"none\"",
                 );
-                CatchUp::Latest
+                CatchUp::default()
             }
         };
         let max_attempts = match section.max_attempts {

@@ -204,8 +204,8 @@ pub struct PeriodicStatus {
     pub name: String,
     /// The kind of its tasks.
     pub kind: String,
-    /// Its schedule, as configured, an interval in its largest whole unit
-    /// (`every 1m`, `every 90s`, `cron "0 6 * * *"`).
+    /// Its schedule, as a configuration could write it (`every 1m`,
+    /// `every 1m 30s`, `cron "0 6 * * *"`).
     pub schedule: String,
     /// What a worker enqueues for periods missed while none ran.
     pub catch_up: CatchUp,

@@ -46,18 +46,11 @@ impl fmt::Debug for Schedule {
 }
 
 impl fmt::Display for Schedule {
-    /// As configured: `every 5m`, `cron "0 6 * * *"`.
+    /// As a configuration could write it: `every 5m`, `every 1m 30s`,
+    /// `cron "0 6 * * *"`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            Grid::Every(every) if every.subsec_nanos() == 0 => {
-                let secs = every.as_secs();
-                let (count, unit) = [(86_400, "d"), (3_600, "h"), (60, "m")]
-                    .into_iter()
-                    .find(|(size, _)| secs % size == 0)
-                    .map_or((secs, "s"), |(size, unit)| (secs / size, unit));
-                write!(f, "every {count}{unit}")
-            }
-            Grid::Every(every) => write!(f, "every {every:?}"),
+            Grid::Every(every) => write!(f, "every {}", humantime::format_duration(*every)),
             Grid::Cron(_, text) => write!(f, "cron {text:?}"),
         }
     }
@@ -225,6 +218,14 @@ pub enum CatchUp {
 }
 
 impl CatchUp {
+    /// Every choice.
+    pub const ALL: [CatchUp; 3] = [CatchUp::Latest, CatchUp::All, CatchUp::None];
+
+    /// The choice configured as `text` (`latest`, `all`, `none`).
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|choice| choice.as_str() == text)
+    }
+
     /// As configured: `latest`, `all`, `none`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -252,7 +253,7 @@ mod tests {
         assert_eq!(minute.before(at(1_000_020)), Some(at(999_960)));
         assert_eq!(minute.shortest_period(), Duration::from_secs(60));
         assert_eq!(minute.to_string(), "every 1m");
-        assert_eq!(Schedule::every(Duration::from_secs(90)).unwrap().to_string(), "every 90s");
+        assert_eq!(Schedule::every(Duration::from_secs(90)).unwrap().to_string(), "every 1m 30s");
         assert_eq!(Schedule::every(Duration::from_secs(7200)).unwrap().to_string(), "every 2h");
     }
 
