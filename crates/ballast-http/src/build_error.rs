@@ -47,6 +47,31 @@ pub enum SystemBuildError {
         /// `"connect_timeout"` or `"read_timeout"`.
         setting: &'static str,
     },
+    /// A connection setting (TLS, proxy, HTTP/2) was set beside a client of
+    /// the caller's own, which makes its own connections.
+    #[error(
+        "{setting} was set beside a client of your own: that client makes its own connections; configure \
+         {setting} on its builder and drop it here"
+    )]
+    OwnClientConnection {
+        /// `"tls"`, `"proxy"` or `"http2"`.
+        setting: &'static str,
+    },
+    /// The system's TLS files cannot be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] ballast_tls::TlsError),
+    /// `client_auth = "tls"` without a client certificate to authenticate with.
+    #[error(
+        "the OAuth 2.0 client authenticates by its TLS certificate (client_auth = \"tls\", RFC 8705) but the \
+         system has none: give it cert_file and key_file (or pkcs12_file) in its TLS settings"
+    )]
+    TokenWithoutCertificate,
+    /// The token endpoint's URL is not an absolute http(s) URL.
+    #[error("token_url {url:?} is not an absolute http:// or https:// URL")]
+    TokenUrl {
+        /// The URL, its secrets masked.
+        url: String,
+    },
     /// A client timeout that could never fire, or that is zero.
     #[error(
         "the {which} timeout is {timeout:?} but the policy's attempt timeout is {attempt:?}: it must be \

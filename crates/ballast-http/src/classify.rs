@@ -9,10 +9,13 @@
 //! | connection reset or aborted, broken pipe, incomplete message | transient ([`RetryOn::reset`]) |
 //! | the policy's own attempt timeout | always transient (decided by the core) |
 //! | 408, 429 | permanent; transient by opt-in, with `Retry-After` |
+//! | the egress proxy unreachable or refusing the tunnel, no access token to be had, an HTTP/2 stream refused (nothing reached the system) | transient ([`RetryOn::connect`]) |
+//! | a TLS handshake that failed: certificate untrusted, expired, for another name; client certificate refused; no common protocol | permanent: it will fail the same way next time |
+//! | the proxy's or the token endpoint's refusal of our credentials (407, `invalid_client`) | permanent: a configuration error |
 //! | 409 on a keyed write to a deduplicating system | transient by default ("original still in flight"; [`RetryOn::conflict_in_flight`]) |
 //! | every other 4xx | permanent, never retried |
 //! | 1xx–3xx | success: the response is returned (redirects are not followed) |
-//! | invalid request, TLS/protocol errors, anything else | permanent |
+//! | invalid request, protocol errors, anything else | permanent |
 //!
 //! A class switched off in [`RetryOn`] is permanent: it is neither retried nor,
 //! by default, counted as a failure by the breaker. The classes and their
@@ -25,14 +28,18 @@ use std::io;
 
 use ballast::{Classification, Classify};
 
-pub use ballast_vocab::http::{RetryOn, TransportKind, UnknownClass};
+pub use ballast_vocab::http::{RetryOn, TlsFailure, TransportKind, UnknownClass};
 
 pub(crate) use retry_after::retry_after;
 
 /// The kind of a failure below HTTP, found by walking the error's source
-/// chain, where reqwest, hyper and the OS leave the facts (`std::io::Error`
-/// kinds, hyper's incomplete-message flag).
+/// chain, where reqwest, hyper, rustls and the OS leave the facts: a TLS
+/// alert or certificate error, the egress proxy's refusal, an HTTP/2 stream
+/// refused, `std::io::Error` kinds, hyper's incomplete-message flag.
 pub fn transport_kind(error: &(dyn StdError + 'static)) -> TransportKind {
+    if let Some(kind) = below_http(error) {
+        return kind;
+    }
     let connect = error.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_connect);
     let mut timed_out = false;
     let mut found = None;
@@ -66,6 +73,67 @@ pub fn transport_kind(error: &(dyn StdError + 'static)) -> TransportKind {
         (true, false) => TransportKind::Connect,
         (false, true) => TransportKind::ReadTimeout,
         (false, false) => found.unwrap_or(TransportKind::Other),
+    }
+}
+
+/// A failure that says what it is wherever it sits in the chain: TLS,
+/// the egress proxy, a token, a refused HTTP/2 stream. An `io::Error`'s
+/// `source()` skips the error it wraps, so that one is looked into too.
+fn below_http(error: &(dyn StdError + 'static)) -> Option<TransportKind> {
+    let mut source = Some(error);
+    while let Some(err) = source {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return Some(TransportKind::Tls(tls_failure(tls)));
+        }
+        if let Some(proxy) = err.downcast_ref::<crate::proxy::ProxyError>() {
+            return Some(proxy.kind());
+        }
+        if let Some(token) = err.downcast_ref::<crate::credential::TokenError>() {
+            return Some(token.kind());
+        }
+        if let Some(h2) = err.downcast_ref::<h2::Error>() {
+            // Streams past a graceful GOAWAY's last id, or refused, were not
+            // processed (RFC 9113 §8.7).
+            let not_processed = h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+                || (h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR));
+            if not_processed {
+                return Some(TransportKind::Refused);
+            }
+        }
+        if let Some(inner) = err.downcast_ref::<io::Error>().and_then(io::Error::get_ref) {
+            if let Some(kind) = below_http(inner) {
+                return Some(kind);
+            }
+        }
+        source = err.source();
+    }
+    None
+}
+
+/// What a rustls error says of the handshake.
+fn tls_failure(error: &rustls::Error) -> TlsFailure {
+    use rustls::{AlertDescription as Alert, CertificateError as Cert};
+    match error {
+        rustls::Error::InvalidCertificate(
+            Cert::Expired | Cert::ExpiredContext { .. } | Cert::NotValidYet | Cert::NotValidYetContext { .. },
+        ) => TlsFailure::Expired,
+        rustls::Error::InvalidCertificate(Cert::NotValidForName | Cert::NotValidForNameContext { .. }) => {
+            TlsFailure::NameMismatch
+        }
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => TlsFailure::Untrusted,
+        // Alerts the server sends about the certificate we presented, or
+        // did not.
+        rustls::Error::AlertReceived(
+            Alert::CertificateRequired
+            | Alert::BadCertificate
+            | Alert::UnknownCA
+            | Alert::CertificateUnknown
+            | Alert::CertificateRevoked
+            | Alert::CertificateExpired
+            | Alert::UnsupportedCertificate
+            | Alert::AccessDenied,
+        ) => TlsFailure::ClientCertRefused,
+        _ => TlsFailure::Protocol,
     }
 }
 

@@ -31,7 +31,7 @@ pub enum HttpError {
         response: Box<Response>,
     },
     /// The request did not get a complete response.
-    #[error("{} ({url}): {source}", transport_message(*kind))]
+    #[error("{} ({url}): {}", transport_message(*kind), shown_source(*kind, &**source))]
     Transport {
         /// What went wrong below HTTP.
         kind: TransportKind,
@@ -186,14 +186,21 @@ impl HttpError {
     }
 
     /// Whether the request certainly did not reach the system: the
-    /// connection was never made, so a write without a guarantee of
+    /// connection was never made, the TLS handshake failed, the proxy or
+    /// the token endpoint stood in the way, or the HTTP/2 stream was refused
+    /// ([`TransportKind::nothing_sent`]), so a write without a guarantee of
     /// deduplication may be sent again (R-RES-RE-X1 forbids repeating a
     /// write that may have been applied, not one that never left).
     pub fn nothing_sent(&self) -> bool {
-        matches!(
-            self,
-            HttpError::Transport { kind: TransportKind::Connect | TransportKind::ConnectTimeout, .. }
-        )
+        matches!(self, HttpError::Transport { kind, .. } if kind.nothing_sent())
+    }
+
+    /// The transport failure's kind, if this is one.
+    pub fn transport_kind(&self) -> Option<TransportKind> {
+        match self {
+            HttpError::Transport { kind, .. } => Some(*kind),
+            _ => None,
+        }
     }
 
     /// A transport failure; the URL reqwest quotes in its message has its
@@ -268,10 +275,68 @@ pub(crate) fn status_message(status: StatusCode, class: Class) -> String {
     }
 }
 
+/// What a transport failure's source says: the whole chain for a kind whose
+/// cause sits at its bottom (TLS, proxy, token), else the top.
+fn shown_source(kind: TransportKind, source: &(dyn std::error::Error + Send + Sync + 'static)) -> String {
+    match kind {
+        TransportKind::Tls(_)
+        | TransportKind::Proxy
+        | TransportKind::ProxyAuth
+        | TransportKind::Credential
+        | TransportKind::CredentialRefused
+        | TransportKind::Refused => chain(source),
+        _ => source.to_string(),
+    }
+}
+
+/// `error` and each of its sources, joined by `: ` — what a TLS or proxy
+/// failure says only at the bottom of its chain ("client error (Connect):
+/// invalid peer certificate: UnknownIssuer"). A source whose text repeats
+/// the one above it is left out.
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut said: Vec<String> = Vec::new();
+    let mut source = Some(error);
+    while let Some(err) = source {
+        let text = err.to_string();
+        if !said.last().is_some_and(|last| last.contains(&text)) {
+            said.push(text);
+        }
+        source = err.source();
+    }
+    said.join(": ")
+}
+
 pub(crate) fn transport_message(kind: TransportKind) -> &'static str {
+    use crate::classify::TlsFailure;
     match kind {
         TransportKind::Connect => "could not connect (nothing was sent)",
         TransportKind::ConnectTimeout => "connect timeout (nothing was sent)",
+        TransportKind::Tls(TlsFailure::Untrusted) => {
+            "TLS: the system's certificate is not signed by a CA this client trusts (nothing was sent; not \
+             retried: it will not verify on the next attempt either)"
+        }
+        TransportKind::Tls(TlsFailure::Expired) => {
+            "TLS: the system's certificate has expired or is not valid yet (nothing was sent; not retried)"
+        }
+        TransportKind::Tls(TlsFailure::NameMismatch) => {
+            "TLS: the system's certificate is for another name than the one connected to (nothing was sent; not \
+             retried)"
+        }
+        TransportKind::Tls(TlsFailure::ClientCertRefused) => {
+            "TLS: the system refused the handshake for want of an acceptable client certificate (nothing was \
+             processed; not retried)"
+        }
+        TransportKind::Tls(_) => {
+            "TLS: no protocol version or cipher both sides speak, or the system does not speak TLS (nothing was \
+             sent; not retried)"
+        }
+        TransportKind::Proxy => "the egress proxy did not lead to the system (nothing reached it)",
+        TransportKind::ProxyAuth => "the egress proxy wants credentials (nothing reached the system; not retried)",
+        TransportKind::Credential => "no access token for the system (nothing was sent)",
+        TransportKind::CredentialRefused => {
+            "the token endpoint refused the client's credentials (nothing was sent; not retried)"
+        }
+        TransportKind::Refused => "the system refused the HTTP/2 stream before processing it (safe to send again)",
         TransportKind::ReadTimeout => {
             "read timeout: the system went silent; the request may have been applied"
         }

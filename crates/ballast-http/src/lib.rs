@@ -57,6 +57,7 @@
 
 mod build_error;
 pub mod classify;
+pub mod credential;
 mod decode;
 mod error;
 mod fingerprint;
@@ -65,6 +66,7 @@ mod in_flight;
 mod layer;
 pub mod metrics;
 pub mod plan;
+mod proxy;
 mod rate_headers;
 mod request;
 mod response;
@@ -81,12 +83,15 @@ pub use ballast_vocab::http::routes;
 
 pub use ballast_vocab::http::{is_header_name, DEFAULT_IDEMPOTENCY_HEADER};
 pub use build_error::{parse_base_url, SystemBuildError};
-pub use classify::{Reqwest, RetryOn, TransportKind, UnknownClass};
+pub use classify::{Reqwest, RetryOn, TlsFailure, TransportKind, UnknownClass};
+/// A system's TLS settings: see [`ballast_tls`].
+pub use ballast_tls::{IdentityFiles, Roots, TlsSettings, TlsVersion};
 pub use error::HttpError;
 pub use fingerprint::Fingerprint;
 pub use health::{Health, HealthReport, SystemHealth, SystemStatus};
 pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
 pub use plan::{Plan, SentOnce};
+pub use proxy::{Proxy, ProxyError, ProxyUrlError};
 pub use request::{OnceRequest, Request, StreamingRequest};
 pub use response::Response;
 pub use system::{HttpSystem, HttpSystemBuilder};

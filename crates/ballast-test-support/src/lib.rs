@@ -10,6 +10,12 @@
 //! every connection ([`Refusing`]); a relay to a service a test can cut
 //! ([`Relay`]); and [`send`], a request with its headers.
 //!
+//! For real providers' shapes: a CA made for the test ([`pki::Ca`]), an
+//! HTTPS upstream that can require a client certificate and speak HTTP/2
+//! ([`Upstream::start_tls`], [`ServerTls`]), an egress proxy
+//! ([`ConnectProxy`]) and an OAuth 2.0 token endpoint whose tokens expire
+//! in seconds ([`TokenServer`]).
+//!
 //! ```
 //! use ballast_test_support::{Reply, Upstream};
 //!
@@ -23,16 +29,23 @@
 
 mod drip;
 pub mod otlp;
+pub mod pki;
+mod proxy;
 mod refusing;
 mod relay;
 mod reply;
 mod seen;
+mod tls;
+mod token;
 mod upstream;
 
+pub use proxy::ConnectProxy;
 pub use refusing::Refusing;
 pub use relay::Relay;
 pub use reply::Reply;
 pub use seen::Seen;
+pub use tls::ServerTls;
+pub use token::{TokenServer, Tokens};
 pub use upstream::Upstream;
 
 /// Sends `request` with `headers` added in order (a name may come twice):

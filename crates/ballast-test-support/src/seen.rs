@@ -18,6 +18,11 @@ pub struct Seen {
     pub body: Bytes,
     /// When it had been read.
     pub at: Instant,
+    /// The HTTP version it came in.
+    pub version: http::Version,
+    /// The subject of the client certificate its connection presented
+    /// (`CN=shop`), on a TLS upstream that asks for one.
+    pub client_cert: Option<String>,
 }
 
 impl Seen {

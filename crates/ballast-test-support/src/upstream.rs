@@ -1,6 +1,9 @@
-//! The scripted upstream: a hyper HTTP/1.1 server on a free loopback port.
+//! The scripted upstream: a hyper server on a free loopback port, HTTP/1.1
+//! in clear or HTTPS (HTTP/1.1 and, when asked, HTTP/2 by ALPN) with a
+//! certificate of a test CA and, when asked, a client certificate required.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -13,6 +16,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::drip::Drip;
+use crate::tls::{Accepted, ServerTls};
 use crate::{Reply, Seen};
 
 type Script = dyn Fn(&Seen, usize) -> Reply + Send + Sync;
@@ -27,6 +31,8 @@ pub struct Upstream {
     seen: Arc<Mutex<Vec<Seen>>>,
     script: Arc<Mutex<Arc<Script>>>,
     accept: tokio::task::JoinHandle<()>,
+    connections: Arc<AtomicUsize>,
+    scheme: &'static str,
 }
 
 impl Drop for Upstream {
@@ -54,23 +60,50 @@ impl Upstream {
     ///
     /// When no loopback port can be bound.
     pub async fn start(script: impl Fn(&Seen, usize) -> Reply + Send + Sync + 'static) -> Upstream {
+        Upstream::listen(None, Arc::new(script)).await
+    }
+
+    /// Starts an HTTPS upstream on a free loopback port, serving `tls`'s
+    /// certificate (HTTP/2 too when `tls.http2`, by ALPN) and, when
+    /// `tls.client_ca` is set, admitting only clients with a certificate it signed.
+    ///
+    /// # Panics
+    ///
+    /// When no loopback port can be bound or the certificate is unusable.
+    pub async fn start_tls(
+        tls: ServerTls,
+        script: impl Fn(&Seen, usize) -> Reply + Send + Sync + 'static,
+    ) -> Upstream {
+        Upstream::listen(Some(tls), Arc::new(script)).await
+    }
+
+    async fn listen(tls: Option<ServerTls>, script: Arc<Script>) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free loopback port");
         let addr = listener.local_addr().expect("a bound address");
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let script: Arc<Mutex<Arc<Script>>> = Arc::new(Mutex::new(Arc::new(script)));
-        let (log, scripted) = (Arc::clone(&seen), Arc::clone(&script));
+        let script: Arc<Mutex<Arc<Script>>> = Arc::new(Mutex::new(script));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let acceptor = tls.map(|tls| tls.acceptor());
+        let (log, scripted, counted) = (Arc::clone(&seen), Arc::clone(&script), Arc::clone(&connections));
         let accept = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (log, scripted) = (Arc::clone(&log), Arc::clone(&scripted));
-                tokio::spawn(serve(stream, log, scripted));
+                counted.fetch_add(1, Ordering::Relaxed);
+                let (log, scripted, acceptor) = (Arc::clone(&log), Arc::clone(&scripted), acceptor.clone());
+                tokio::spawn(serve(stream, acceptor, log, scripted));
             }
         });
-        Upstream { addr, seen, script, accept }
+        Upstream { addr, seen, script, accept, connections, scheme }
     }
 
-    /// `http://ADDR` followed by `path`.
+    /// `http://ADDR` (`https://` for a TLS upstream) followed by `path`.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
+    }
+
+    /// How many connections it accepted (TLS handshakes that failed included).
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
     }
 
     /// Answers with `script` from now on.
@@ -94,7 +127,12 @@ impl Upstream {
     }
 }
 
-async fn serve(stream: tokio::net::TcpStream, log: Arc<Mutex<Vec<Seen>>>, script: Arc<Mutex<Arc<Script>>>) {
+async fn serve(
+    stream: tokio::net::TcpStream,
+    acceptor: Option<crate::tls::Acceptor>,
+    log: Arc<Mutex<Vec<Seen>>>,
+    script: Arc<Mutex<Arc<Script>>>,
+) {
     // Kept to set SO_LINGER 0 on a reset: closing then sends RST.
     let socket = stream.into_std().and_then(|s| {
         let dup = s.try_clone()?;
@@ -102,15 +140,31 @@ async fn serve(stream: tokio::net::TcpStream, log: Arc<Mutex<Vec<Seen>>>, script
     });
     let Ok((stream, dup)) = socket else { return };
     let dup = Arc::new(dup);
+    let (io, client_cert, http2) = match acceptor {
+        None => (Accepted::Plain(stream), None, false),
+        Some(acceptor) => match acceptor.accept(stream).await {
+            Some(accepted) => accepted,
+            None => return,
+        },
+    };
+    let client_cert = Arc::new(client_cert);
     let service = service_fn(move |request: http::Request<Incoming>| {
-        let (log, script, dup) = (Arc::clone(&log), Arc::clone(&script), Arc::clone(&dup));
+        let (log, script, dup, client_cert) =
+            (Arc::clone(&log), Arc::clone(&script), Arc::clone(&dup), Arc::clone(&client_cert));
         async move {
             let (parts, body) = request.into_parts();
             let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             let target =
                 parts.uri.path_and_query().map_or_else(|| parts.uri.to_string(), ToString::to_string);
-            let seen =
-                Seen { method: parts.method, target, headers: parts.headers, body, at: Instant::now() };
+            let seen = Seen {
+                method: parts.method,
+                target,
+                headers: parts.headers,
+                body,
+                at: Instant::now(),
+                version: parts.version,
+                client_cert: (*client_cert).clone(),
+            };
             let number = {
                 let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
                 log.push(seen.clone());
@@ -139,7 +193,13 @@ async fn serve(stream: tokio::net::TcpStream, log: Arc<Mutex<Vec<Seen>>>, script
             }
         }
     });
-    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+    let io = TokioIo::new(io);
+    if http2 {
+        let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+        let _ = builder.serve_connection(io, service).await;
+    } else {
+        let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+    }
 }
 
 type Answer = Either<Full<Bytes>, Drip>;

@@ -178,6 +178,11 @@ impl Classify for DeliveryError {
                 Some(retry_in) => Classification::transient().with_retry_after(retry_in),
                 None => Classification::transient(),
             },
+            // A configuration error (TLS, proxy or token credentials) would
+            // fail the same way next time: the task fails and alerts.
+            _ if failure.error().and_then(HttpError::transport_kind).is_some_and(|k| k.is_configuration()) => {
+                Classification::permanent()
+            }
             _ if failure.error().is_some_and(HttpError::nothing_sent) => Classification::transient(),
             _ if !dedupes_by_key => Classification::permanent(),
             Failure::Cancelled { .. } => Classification::transient(),

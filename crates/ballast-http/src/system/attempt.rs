@@ -216,7 +216,7 @@ impl HttpSystem {
         if let Some(trace) = span.as_ref().and_then(crate::otel::trace_headers) {
             request.headers_mut().extend(trace);
         }
-        let sent = self.inner.transport.send(request, which.stream_past);
+        let sent = self.send_credentialed(request, which.stream_past);
         // A route's own attempt timeout, inside the system's: the answer's
         // head and body within it, or the attempt failed as a read timeout.
         let sent = async move {
@@ -279,6 +279,49 @@ impl HttpSystem {
             }
         }
         result
+    }
+}
+
+impl HttpSystem {
+    /// Sends `request` with the system's access token, when it has an OAuth
+    /// 2.0 grant: asked for just before sending, so it is never older than
+    /// the grant allows. A `401` answer means the system refused the
+    /// request unapplied: the token is renewed and a buffered request sent
+    /// again, once; a second `401` is the answer.
+    async fn send_credentialed(
+        &self,
+        mut request: http::Request<OutBody>,
+        stream_past: Option<usize>,
+    ) -> Result<http::Response<AnswerBody>, TransportError> {
+        let transport = &self.inner.transport;
+        let Some(tokens) = &self.inner.tokens else { return transport.send(request, stream_past).await };
+        let token = |e: crate::credential::TokenError| TransportError::new(e.kind(), e);
+        let bearer = tokens.bearer().await.map_err(token)?;
+        request.headers_mut().insert(http::header::AUTHORIZATION, bearer.value.clone());
+        let again = match request.body() {
+            OutBody::Full(body) => {
+                Some((request.method().clone(), request.uri().clone(), request.headers().clone(), body.clone()))
+            }
+            OutBody::Stream(_) => None,
+        };
+        let answer = transport.send(request, stream_past).await?;
+        let Some((method, uri, headers, body)) = again.filter(|_| answer.status() == http::StatusCode::UNAUTHORIZED)
+        else {
+            return Ok(answer);
+        };
+        drop(answer);
+        tokens.invalidate(&bearer);
+        let renewed = tokens.bearer().await.map_err(token)?;
+        tracing::info!(
+            system = %self.name(),
+            "the system answered 401 to the access token: renewed, and the attempt sent again once"
+        );
+        let mut resend = http::Request::new(OutBody::Full(body));
+        *resend.method_mut() = method;
+        *resend.uri_mut() = uri;
+        *resend.headers_mut() = headers;
+        resend.headers_mut().insert(http::header::AUTHORIZATION, renewed.value);
+        transport.send(resend, stream_past).await
     }
 }
 

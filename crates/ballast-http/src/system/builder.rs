@@ -13,7 +13,7 @@ use super::base::Base;
 use super::{HttpSystem, SystemState};
 use crate::routes::{Routes, Unrouted};
 use crate::system_policy::SystemPolicy;
-use crate::transport::{HyperTransport, OutBody, ReqwestTransport, Transport, TransportError};
+use crate::transport::{Connecting, HyperTransport, OutBody, ReqwestTransport, Transport, TransportError};
 use crate::{parse_base_url, RetryOn, SystemBuildError, DEFAULT_IDEMPOTENCY_HEADER};
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -79,6 +79,49 @@ pub struct HttpSystemBuilder {
     /// (default: the policy's attempt timeout).
     #[setters(generate, strip_option)]
     read_timeout: Option<Duration>,
+    /// How the system's TLS is spoken: the roots and CA file its server
+    /// certificate chains to, the client certificate it asks for (mutual
+    /// TLS), the name verified, the lowest version (default: Mozilla's
+    /// roots, no client certificate). The files are read when the system is
+    /// built — a file that cannot be used refuses the build — and again
+    /// when they change: a rotated certificate is used by the next
+    /// connection, with no restart and no call failing.
+    ///
+    /// ```no_run
+    /// use ballast_http::{HttpSystem, IdentityFiles, Roots, TlsSettings};
+    ///
+    /// let bank = HttpSystem::builder("bank", "https://10.20.0.7/api/")
+    ///     .tls(TlsSettings {
+    ///         roots: Roots::None,
+    ///         ca_file: Some("/etc/bank/ca.pem".into()),
+    ///         identity: Some(IdentityFiles::pem("/etc/bank/client.pem", "/etc/bank/client.key")),
+    ///         server_name: Some("api.bank.example".into()),
+    ///         ..TlsSettings::default()
+    ///     })
+    ///     .build()?;
+    /// # let _ = bank; Ok::<(), ballast_http::SystemBuildError>(())
+    /// ```
+    #[setters(generate, strip_option)]
+    tls: Option<ballast_tls::TlsSettings>,
+    /// The egress proxy (default [`Proxy::FromEnvironment`](crate::Proxy):
+    /// `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY` as curl reads them).
+    #[setters(generate, strip_option)]
+    proxy: Option<crate::Proxy>,
+    /// Whether HTTP/2 is offered by ALPN on TLS connections (default true;
+    /// the server chooses). A stream the server refuses, or drops past a
+    /// graceful `GOAWAY`, was not processed and may be sent again.
+    #[setters(generate, strip_option)]
+    http2: Option<bool>,
+    /// An access token from an OAuth 2.0 client credentials grant, sent as
+    /// `Authorization: Bearer` on every attempt (replacing the caller's):
+    /// fetched once for all concurrent calls, renewed before it expires,
+    /// kept in memory only — a deferred write gets its token when it is
+    /// sent. A `401` answer renews the token and resends that attempt once,
+    /// whatever the call (a 401 means the system refused it unapplied); a
+    /// second `401` is the answer. The token endpoint is reached with the
+    /// system's TLS and proxy.
+    #[setters(generate, strip_option)]
+    oauth2: Option<crate::credential::OAuth2>,
     /// Which outcome classes are transient (default `{5xx, timeout, connect,
     /// reset, 409-in-flight}`; the full table is in [`classify`](crate::classify)).
     ///
@@ -167,6 +210,10 @@ impl HttpSystemBuilder {
             header: DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
             connect_timeout: None,
             read_timeout: None,
+            tls: None,
+            proxy: None,
+            http2: None,
+            oauth2: None,
             retry_on: RetryOn::default(),
             critical: false,
             key_ttl: None,
@@ -360,10 +407,37 @@ impl HttpSystemBuilder {
         if let Some((setting, _)) = set.iter().find(|(_, t)| own && t.is_some()) {
             return Err(SystemBuildError::OwnClientTimeout { setting });
         }
+        let connection = [("tls", self.tls.is_some()), ("proxy", self.proxy.is_some()), ("http2", self.http2.is_some())];
+        if let Some((setting, _)) = connection.iter().find(|(_, set)| own && *set) {
+            return Err(SystemBuildError::OwnClientConnection { setting });
+        }
+        let with_identity = self.tls.as_ref().is_some_and(|t| t.identity.is_some());
         let transport = match (self.client, self.service) {
             (_, Some(service)) => Transport::Service(service),
             (Some(client), None) => Transport::Reqwest(ReqwestTransport(client)),
-            (None, None) => own_transport(&policy, self.connect_timeout, self.read_timeout)?,
+            (None, None) => {
+                let connecting = Connecting::new(Duration::ZERO, Duration::ZERO)
+                    .tls(self.tls.unwrap_or_default())
+                    .proxy(self.proxy.unwrap_or_default())
+                    .http2(self.http2.unwrap_or(true))
+                    .system(&self.name, url.host_str());
+                own_transport(&policy, connecting, self.connect_timeout, self.read_timeout)?
+            }
+        };
+        let tokens = match self.oauth2 {
+            None => None,
+            Some(grant) => {
+                if grant.how() == crate::credential::ClientAuth::Tls && !with_identity && !own {
+                    return Err(SystemBuildError::TokenWithoutCertificate);
+                }
+                let usable = grant.token_url().parse::<http::Uri>().is_ok_and(|uri| {
+                    matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some_and(|h| !h.is_empty())
+                });
+                if !usable {
+                    return Err(SystemBuildError::TokenUrl { url: ballast::redact_url(grant.token_url()) });
+                }
+                Some(crate::credential::Tokens::new(&self.name, grant, transport.clone())?)
+            }
         };
         let mut headers = self.headers.map_err(|what| SystemBuildError::InvalidHeader { what })?;
         let base = Base::new(&url, &mut headers)?;
@@ -384,6 +458,7 @@ impl HttpSystemBuilder {
                 }),
                 routes: self.routes,
                 transport,
+                tokens,
                 system_policy,
                 critical: self.critical,
                 key_ttl: self.key_ttl,
@@ -410,6 +485,7 @@ impl HttpSystemBuilder {
 /// redirects (R-RES-RE-X4: a 307/308 would resend a write's body).
 fn own_transport(
     policy: &Policy,
+    connecting: Connecting,
     connect: Option<Duration>,
     read: Option<Duration>,
 ) -> Result<Transport, SystemBuildError> {
@@ -421,6 +497,6 @@ fn own_transport(
             return Err(SystemBuildError::TimeoutHierarchy { which, timeout, attempt });
         }
     }
-    let transport = HyperTransport::new(connect, read).map_err(SystemBuildError::Client)?;
+    let transport = HyperTransport::connecting(connecting.timeouts(connect, read))?;
     Ok(Transport::Hyper(transport))
 }

@@ -50,6 +50,8 @@ struct SystemState {
     unrouted: Unrouted,
     route_calls: crate::metrics::RouteCounters,
     transport: Transport,
+    /// The access tokens of an OAuth 2.0 grant, when the system has one.
+    tokens: Option<Arc<crate::credential::Tokens>>,
     system_policy: SystemPolicy,
     critical: bool,
     key_ttl: Option<Duration>,
@@ -165,6 +167,24 @@ impl HttpSystem {
             return self.shown_uri(uri);
         }
         ballast::redact_url(&uri.to_string())
+    }
+
+    /// Looks at the system's TLS files now and takes them if they changed
+    /// (`ballast serve` does on SIGHUP); otherwise the next request looks,
+    /// at most once a second.
+    pub fn refresh_tls(&self) {
+        if let Transport::Hyper(transport) = &self.inner.transport {
+            transport.refresh_tls();
+        }
+    }
+
+    /// What the client certificate the system presents says (its subject
+    /// and the end of its validity), when it has one.
+    pub fn client_cert(&self) -> Option<ballast_tls::CertFacts> {
+        match &self.inner.transport {
+            Transport::Hyper(transport) => transport.client_cert(),
+            _ => None,
+        }
     }
 
     /// The outcome classes treated as transient.

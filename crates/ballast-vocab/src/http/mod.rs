@@ -9,4 +9,4 @@ pub mod routes;
 
 pub use base_url::{parse_base_url, InvalidBaseUrl};
 pub use header_name::{is_header_name, DEFAULT_IDEMPOTENCY_HEADER};
-pub use retry_on::{RetryOn, TransportKind, UnknownClass};
+pub use retry_on::{RetryOn, TlsFailure, TransportKind, UnknownClass};

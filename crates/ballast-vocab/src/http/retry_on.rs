@@ -11,7 +11,12 @@
 //! | connection reset or aborted, broken pipe, incomplete message | transient | [`RetryOn::reset`] |
 //! | 409 on a keyed write to a deduplicating system ("still in flight") | transient | [`RetryOn::conflict_in_flight`] |
 //! | 408, 429 | permanent | [`RetryOn::status_408`], [`RetryOn::status_429`] |
-//! | every other 4xx, TLS and protocol errors, anything else | permanent, never retried | — |
+//! | the egress proxy unreachable or refusing the tunnel (nothing reached the system) | transient | [`RetryOn::connect`] |
+//! | no access token to be had (the token endpoint down; nothing was sent) | transient | [`RetryOn::connect`] |
+//! | an HTTP/2 stream refused (`REFUSED_STREAM`, past a `GOAWAY`): not processed | transient | [`RetryOn::connect`] |
+//! | a TLS failure: the server's certificate untrusted, expired or for another name, the client certificate refused, no common protocol | permanent, never retried: it will not verify on the next attempt either | — |
+//! | the proxy or the token endpoint refusing our credentials (407, `invalid_client`) | permanent: a configuration error | — |
+//! | every other 4xx, protocol errors, anything else | permanent, never retried | — |
 
 use ballast::Class;
 
@@ -206,10 +211,15 @@ impl RetryOn {
     /// The class of a transport failure of this kind.
     pub fn transport_class(&self, kind: TransportKind) -> Class {
         class(match kind {
-            TransportKind::Connect => self.connect,
+            TransportKind::Connect | TransportKind::Proxy | TransportKind::Credential | TransportKind::Refused => {
+                self.connect
+            }
             TransportKind::ConnectTimeout | TransportKind::ReadTimeout => self.timeouts,
             TransportKind::Reset | TransportKind::Incomplete => self.reset,
-            TransportKind::Other => false,
+            TransportKind::Tls(_)
+            | TransportKind::ProxyAuth
+            | TransportKind::CredentialRefused
+            | TransportKind::Other => false,
         })
     }
 }
@@ -236,12 +246,50 @@ pub enum TransportKind {
     Reset,
     /// The connection closed before a complete response arrived.
     Incomplete,
-    /// Anything else (TLS, protocol, invalid request): not worth another attempt.
+    /// The TLS handshake failed: the request was never processed, and the
+    /// same handshake will fail again until the configuration changes.
+    Tls(TlsFailure),
+    /// The egress proxy could not be reached or refused the tunnel:
+    /// nothing reached the system.
+    Proxy,
+    /// The egress proxy asked for credentials it was not given, or refused
+    /// them (407): a configuration error; nothing reached the system.
+    ProxyAuth,
+    /// No access token could be had for the system (its token endpoint
+    /// down or slow): the request was not sent.
+    Credential,
+    /// The token endpoint refused the client's credentials: a configuration
+    /// error; the request was not sent.
+    CredentialRefused,
+    /// An HTTP/2 stream the server refused (`REFUSED_STREAM`) or dropped
+    /// with a `GOAWAY` before processing it: safe to send again.
+    Refused,
+    /// Anything else (a protocol error, an invalid request): not worth another attempt.
     Other,
 }
 
+/// Why a TLS handshake failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The server's certificate does not chain to a trusted root (a
+    /// private or national CA not in `ca_file`).
+    Untrusted,
+    /// The server's certificate has expired (or is not valid yet).
+    Expired,
+    /// The server's certificate is not for the name the URL (or
+    /// `server_name`) gives.
+    NameMismatch,
+    /// The server refused the handshake for want of an acceptable client
+    /// certificate (none presented, unknown issuer, expired, revoked).
+    ClientCertRefused,
+    /// No protocol version or cipher both sides speak, or the other side
+    /// does not speak TLS at all.
+    Protocol,
+}
+
 impl TransportKind {
-    /// A short stable name, e.g. `"connect_timeout"`.
+    /// A short stable name, e.g. `"connect_timeout"`, `"tls_untrusted"`.
     pub const fn as_str(self) -> &'static str {
         match self {
             TransportKind::Connect => "connect",
@@ -249,8 +297,46 @@ impl TransportKind {
             TransportKind::ReadTimeout => "read_timeout",
             TransportKind::Reset => "reset",
             TransportKind::Incomplete => "incomplete",
+            TransportKind::Tls(TlsFailure::Untrusted) => "tls_untrusted",
+            TransportKind::Tls(TlsFailure::Expired) => "tls_expired",
+            TransportKind::Tls(TlsFailure::NameMismatch) => "tls_name_mismatch",
+            TransportKind::Tls(TlsFailure::ClientCertRefused) => "tls_client_cert_refused",
+            TransportKind::Tls(TlsFailure::Protocol) => "tls_protocol",
+            TransportKind::Proxy => "proxy",
+            TransportKind::ProxyAuth => "proxy_auth",
+            TransportKind::Credential => "credential",
+            TransportKind::CredentialRefused => "credential_refused",
+            TransportKind::Refused => "refused_stream",
             TransportKind::Other => "other",
         }
+    }
+
+    /// Whether a failure of this kind is the configuration's, not the
+    /// system's moment: a certificate that does not verify, a proxy or a
+    /// token endpoint refusing our credentials. Never retried, never
+    /// deferred: the next attempt would fail the same way.
+    pub const fn is_configuration(self) -> bool {
+        matches!(self, TransportKind::Tls(_) | TransportKind::ProxyAuth | TransportKind::CredentialRefused)
+    }
+
+    /// Whether a failure of this kind means the system never processed the
+    /// request: the connection was not made, the handshake failed, the
+    /// proxy or the token endpoint stood in the way, or the stream was
+    /// refused. A write may then be sent again whatever the system's
+    /// contract (R-RES-RE-X1 forbids repeating a write that may have been
+    /// applied, not one that never arrived).
+    pub const fn nothing_sent(self) -> bool {
+        matches!(
+            self,
+            TransportKind::Connect
+                | TransportKind::ConnectTimeout
+                | TransportKind::Tls(_)
+                | TransportKind::Proxy
+                | TransportKind::ProxyAuth
+                | TransportKind::Credential
+                | TransportKind::CredentialRefused
+                | TransportKind::Refused
+        )
     }
 }
 
