@@ -31,6 +31,15 @@ impl Config {
         &self.source
     }
 
+    /// The directory paths in the file are taken from: the file's own
+    /// (the working directory for a file named without one).
+    pub fn dir(&self) -> std::path::PathBuf {
+        std::path::Path::new(self.source.name())
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default()
+    }
+
     /// The names of the systems, in order.
     pub fn system_names(&self) -> impl Iterator<Item = &str> {
         self.file.systems.keys().map(String::as_str)

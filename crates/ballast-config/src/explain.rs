@@ -49,6 +49,10 @@ pub struct SystemExplanation {
     pub key_ttl: Option<Duration>,
     /// How long a keyed write may still be retried (what `key_ttl` must exceed).
     pub key_needed: Duration,
+    /// How the system is reached — TLS roots and client certificate, the
+    /// proxy, HTTP/2, the token — when the file says anything of it; files
+    /// and variables named, never a secret.
+    pub reached: Option<String>,
 }
 
 /// One durable attempt.
@@ -139,6 +143,7 @@ impl Config {
             durable,
             key_ttl: system.key_ttl.map(|d| d.get()),
             key_needed: crate::systems::rules::required_key_ttl(&self.file, window),
+            reached: crate::systems::connection::explain(&system),
         }
     }
 }
@@ -279,6 +284,9 @@ impl fmt::Display for SystemExplanation {
         // The name is the one string taken verbatim from the file.
         writeln!(f, "system `{}`", crate::report::printable(&self.name))?;
         writeln!(f, "  composition: {}", crate::report::printable(&self.composition))?;
+        if let Some(reached) = &self.reached {
+            writeln!(f, "  reached: {}", crate::report::printable(reached))?;
+        }
         if !self.routes.is_empty() {
             let rest = match self.unrouted {
                 Unrouted::Refuse => "a write no route matches is refused unsent",

@@ -105,6 +105,7 @@ pub use queue::QueueSettings;
 pub use serve::{ServeSettings, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_SESSION_TTL};
 pub use size::{ConfigSize, SizeError};
 pub use source::{Location, Source};
+pub use systems::connection::{AuthSection, ConnectionSettings, OAuthSettings, ProxySetting, TlsSection};
 pub use systems::http::HttpSettings;
 pub use systems::rules::ORDER;
 pub use systems::translate::{BACKOFF_KINDS, BREAKER_KINDS, MAX_COUNT_WINDOW, STRATEGIES};

@@ -25,7 +25,7 @@ impl Config {
         problems.extend(self.file.alerts.as_ref().map(crate::alerts::rules).unwrap_or_default());
         problems.extend(self.file.telemetry.as_ref().map(crate::telemetry::rules).unwrap_or_default());
         for (name, system) in &self.file.systems {
-            problems.extend(crate::systems::rules::system(&self.file, name, system));
+            problems.extend(crate::systems::rules::system(&self.file, &self.dir(), name, system));
         }
         if self.file.systems.is_empty() {
             problems.push(crate::finding::KeyFinding::at(
@@ -44,7 +44,7 @@ impl Config {
     /// The findings about one system (empty if it is not declared).
     pub fn lint_system(&self, name: &str) -> Vec<Finding> {
         let problems = match self.file.systems.get(name) {
-            Some(system) => crate::systems::rules::system(&self.file, name, system),
+            Some(system) => crate::systems::rules::system(&self.file, &self.dir(), name, system),
             None => Vec::new(),
         };
         self.located(problems)

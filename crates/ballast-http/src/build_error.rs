@@ -100,9 +100,9 @@ pub enum SystemBuildError {
     /// The policy could not be built.
     #[error(transparent)]
     Policy(#[from] ballast::BuildError),
-    /// The transport could not be built (e.g. TLS setup).
-    #[error("could not build the HTTP client: {0}")]
-    Client(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The egress proxy's URL cannot be used.
+    #[error(transparent)]
+    Proxy(#[from] crate::ProxyUrlError),
 }
 
 impl From<ballast_vocab::http::InvalidBaseUrl> for SystemBuildError {

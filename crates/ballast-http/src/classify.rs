@@ -120,7 +120,9 @@ fn tls_failure(error: &rustls::Error) -> TlsFailure {
         rustls::Error::InvalidCertificate(Cert::NotValidForName | Cert::NotValidForNameContext { .. }) => {
             TlsFailure::NameMismatch
         }
-        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => TlsFailure::Untrusted,
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
+            TlsFailure::Untrusted
+        }
         // Alerts the server sends about the certificate we presented, or
         // did not.
         rustls::Error::AlertReceived(
@@ -146,7 +148,7 @@ pub fn classify_reqwest(retry_on: RetryOn, error: &reqwest::Error) -> Classifica
         None => retry_on.transport_class(transport_kind(error)),
     };
     let throttled = error.status().is_some_and(|s| s == reqwest::StatusCode::TOO_MANY_REQUESTS);
-    Classification { class, retry_after: None, throttled }
+    Classification { class, retry_after: None, throttled, elsewhere: false }
 }
 
 /// A bare `reqwest::Error`, classified by the default [`RetryOn`]: 5xx,

@@ -235,7 +235,10 @@ pub(crate) struct Tokens {
 
 impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokens").field("system", &self.system).field("token_url", &self.grant.token_url).finish()
+        f.debug_struct("Tokens")
+            .field("system", &self.system)
+            .field("token_url", &self.grant.token_url)
+            .finish()
     }
 }
 
@@ -244,7 +247,11 @@ const MAX_TOKEN_ANSWER: usize = 64 * 1024;
 
 impl Tokens {
     /// `system`'s tokens from `grant`, fetched through `transport`.
-    pub(crate) fn new(system: &str, grant: OAuth2, transport: Transport) -> Result<Arc<Tokens>, ballast::BuildError> {
+    pub(crate) fn new(
+        system: &str,
+        grant: OAuth2,
+        transport: Transport,
+    ) -> Result<Arc<Tokens>, ballast::BuildError> {
         let policy = Policy::builder(format!("{system}.token"))
             .retry(Retry::never())
             .breaker(Breaker::consecutive(3).half_open_after(Duration::from_secs(5)))
@@ -321,7 +328,12 @@ impl Tokens {
         let now = Instant::now();
         // 80 % of its life, or 60 s before its end when that is later.
         let margin = (expires_in / 5).min(Duration::from_secs(60));
-        let token = Token { bearer: value, renew_at: now + (expires_in - margin), expires_at: now + expires_in, generation: *generation };
+        let token = Token {
+            bearer: value,
+            renew_at: now + (expires_in - margin),
+            expires_at: now + expires_in,
+            generation: *generation,
+        };
         let handed = bearer(&token);
         *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(token);
         Ok(handed)
@@ -355,9 +367,10 @@ impl Tokens {
             let said = crate::error::chain(&*e.source);
             match kind {
                 // The endpoint's own TLS or proxy refusal is a configuration error too.
-                TransportKind::Tls(_) | TransportKind::ProxyAuth => {
-                    TokenError::Misconfigured { system: self.system.clone(), reason: format!("{}: {said}", kind.as_str()) }
-                }
+                TransportKind::Tls(_) | TransportKind::ProxyAuth => TokenError::Misconfigured {
+                    system: self.system.clone(),
+                    reason: format!("{}: {said}", kind.as_str()),
+                },
                 _ => unavailable(format!("the token endpoint: {said}")),
             }
         })?;
@@ -409,9 +422,9 @@ impl Tokens {
                 form.append_pair("client_id", &grant.client_id);
             }
         }
-        request
-            .body(OutBody::Full(Bytes::from(form.finish())))
-            .map_err(|_| unavailable(format!("token_url {} is not a URL", ballast::redact_url(&grant.token_url))))
+        request.body(OutBody::Full(Bytes::from(form.finish()))).map_err(|_| {
+            unavailable(format!("token_url {} is not a URL", ballast::redact_url(&grant.token_url)))
+        })
     }
 }
 
@@ -448,7 +461,8 @@ fn parse(system: &str, status: http::StatusCode, body: &[u8]) -> Result<Answered
     if !status.is_success() {
         return Err(unavailable(format!("the token endpoint answered {status}")));
     }
-    let issued = issued.ok_or_else(|| unavailable("the token endpoint's answer is not a token (JSON)".to_owned()))?;
+    let issued =
+        issued.ok_or_else(|| unavailable("the token endpoint's answer is not a token (JSON)".to_owned()))?;
     let token = issued
         .access_token
         .filter(|t| !t.is_empty())
@@ -477,16 +491,22 @@ mod tests {
 
     #[test]
     fn answers_are_read_as_rfc_6749_says() {
-        let ok = parse("bank", http::StatusCode::OK, br#"{"access_token":"t1","token_type":"bearer","expires_in":"120"}"#)
-            .unwrap();
+        let ok = parse(
+            "bank",
+            http::StatusCode::OK,
+            br#"{"access_token":"t1","token_type":"bearer","expires_in":"120"}"#,
+        )
+        .unwrap();
         assert_eq!(ok.expires_in, Duration::from_secs(120));
         assert!(ok.bearer.is_sensitive());
-        let refused = parse("bank", http::StatusCode::UNAUTHORIZED, br#"{"error":"invalid_client"}"#).unwrap_err();
+        let refused =
+            parse("bank", http::StatusCode::UNAUTHORIZED, br#"{"error":"invalid_client"}"#).unwrap_err();
         assert_eq!(refused.kind(), TransportKind::CredentialRefused);
         assert!(refused.to_string().contains("invalid_client"), "{refused}");
         let down = parse("bank", http::StatusCode::SERVICE_UNAVAILABLE, b"").unwrap_err();
         assert_eq!(down.kind(), TransportKind::Credential);
-        let mac = parse("bank", http::StatusCode::OK, br#"{"access_token":"t","token_type":"mac"}"#).unwrap_err();
+        let mac =
+            parse("bank", http::StatusCode::OK, br#"{"access_token":"t","token_type":"mac"}"#).unwrap_err();
         assert_eq!(mac.kind(), TransportKind::Credential);
     }
 }

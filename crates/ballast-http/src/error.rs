@@ -251,8 +251,15 @@ impl Classify for HttpError {
                 // rate limit whatever its class.
                 let throttled = *status == StatusCode::TOO_MANY_REQUESTS
                     || (*status == StatusCode::SERVICE_UNAVAILABLE && retry_after.is_some());
-                Classification { class: *class, retry_after: *retry_after, throttled }
+                Classification { class: *class, retry_after: *retry_after, throttled, elsewhere: false }
             }
+            // Nothing reached the system past its proxy or for want of a
+            // token: its breaker is not told.
+            HttpError::Transport {
+                class: Class::Transient,
+                kind: TransportKind::Proxy | TransportKind::Credential,
+                ..
+            } => Classification::transient().outside_the_system(),
             HttpError::Transport { class: Class::Transient, .. } | HttpError::Panicked { .. } => {
                 Classification::transient()
             }
@@ -332,10 +339,8 @@ pub(crate) fn transport_message(kind: TransportKind) -> &'static str {
         }
         TransportKind::Proxy => "the egress proxy did not lead to the system (nothing reached it)",
         TransportKind::ProxyAuth => "the egress proxy wants credentials (nothing reached the system; not retried)",
-        TransportKind::Credential => "no access token for the system (nothing was sent)",
-        TransportKind::CredentialRefused => {
-            "the token endpoint refused the client's credentials (nothing was sent; not retried)"
-        }
+        TransportKind::Credential => "not sent",
+        TransportKind::CredentialRefused => "not sent, not retried",
         TransportKind::Refused => "the system refused the HTTP/2 stream before processing it (safe to send again)",
         TransportKind::ReadTimeout => {
             "read timeout: the system went silent; the request may have been applied"

@@ -81,11 +81,11 @@ mod verdict;
 /// below the client so that `ballast lint` reads the same ones.
 pub use ballast_vocab::http::routes;
 
+/// A system's TLS settings: see [`ballast_tls`].
+pub use ballast_tls::{IdentityFiles, Roots, TlsSettings, TlsVersion};
 pub use ballast_vocab::http::{is_header_name, DEFAULT_IDEMPOTENCY_HEADER};
 pub use build_error::{parse_base_url, SystemBuildError};
 pub use classify::{Reqwest, RetryOn, TlsFailure, TransportKind, UnknownClass};
-/// A system's TLS settings: see [`ballast_tls`].
-pub use ballast_tls::{IdentityFiles, Roots, TlsSettings, TlsVersion};
 pub use error::HttpError;
 pub use fingerprint::Fingerprint;
 pub use health::{Health, HealthReport, SystemHealth, SystemStatus};

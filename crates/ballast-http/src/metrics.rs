@@ -109,6 +109,23 @@ pub fn describe() {
         "How long the system's Retry-After or spent quota still holds every attempt"
     );
     metrics::describe_counter!("ballast_route_calls_total", "Calls to a declared route, by outcome");
+    metrics::describe_gauge!(
+        "ballast_tls_client_cert_expiry_timestamp_seconds",
+        Unit::Seconds,
+        "When the client certificate a system presents expires (Unix time)"
+    );
+    metrics::describe_counter!(
+        "ballast_token_requests_total",
+        "Requests to a system's OAuth 2.0 token endpoint, by outcome (ok, failed)"
+    );
+}
+
+/// Sets `ballast_tls_client_cert_expiry_timestamp_seconds` of `system` to
+/// the end of `facts`' validity.
+pub(crate) fn client_cert_expiry(system: &str, facts: &ballast_tls::CertFacts) {
+    let secs = facts.not_after.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    metrics::gauge!("ballast_tls_client_cert_expiry_timestamp_seconds", "system" => system.to_owned())
+        .set(secs);
 }
 
 /// The outcomes of `ballast_route_calls_total`.

@@ -70,7 +70,9 @@ impl Proxy {
         let refused = |reason| ProxyUrlError { url: ballast::redact_url(url), reason };
         let uri: Uri = url.parse().map_err(|_| refused("not a URL"))?;
         if uri.scheme_str() != Some("http") {
-            return Err(refused("only http:// proxies are spoken to (the tunnel to an https system is TLS end to end)"));
+            return Err(refused(
+                "only http:// proxies are spoken to (the tunnel to an https system is TLS end to end)",
+            ));
         }
         if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
             return Err(refused("credentials do not go in the URL: give them separately (proxy_auth_env)"));
@@ -156,7 +158,9 @@ pub enum ProxyError {
         source: crate::BoxError,
     },
     /// The proxy answered the tunnel's request with another status than 2xx.
-    #[error("the egress proxy {proxy} refused the tunnel to {target} with {status} (nothing reached the system)")]
+    #[error(
+        "the egress proxy {proxy} refused the tunnel to {target} with {status} (nothing reached the system)"
+    )]
     Refused {
         /// The proxy.
         proxy: String,
@@ -175,7 +179,9 @@ pub enum ProxyError {
         proxy: String,
     },
     /// The proxy closed the connection or answered nonsense before the tunnel opened.
-    #[error("the egress proxy {proxy} did not open the tunnel to {target}: {reason} (nothing reached the system)")]
+    #[error(
+        "the egress proxy {proxy} did not open the tunnel to {target}: {reason} (nothing reached the system)"
+    )]
     Broken {
         /// The proxy.
         proxy: String,
@@ -276,11 +282,12 @@ impl tower::Service<Uri> for ProxyConnector {
             }
             let target = authority(&dst);
             let tunnel = tunnel(io.into_inner(), &named, &target, auth.as_ref());
-            let stream = tokio::time::timeout(answer_within, tunnel).await.map_err(|_| ProxyError::Broken {
-                proxy: named.clone(),
-                target: target.clone(),
-                reason: format!("no answer to CONNECT within {answer_within:?}"),
-            })??;
+            let stream =
+                tokio::time::timeout(answer_within, tunnel).await.map_err(|_| ProxyError::Broken {
+                    proxy: named.clone(),
+                    target: target.clone(),
+                    reason: format!("no answer to CONNECT within {answer_within:?}"),
+                })??;
             Ok(ProxyStream { io: TokioIo::new(stream), absolute_form: false })
         })
     }
@@ -303,7 +310,8 @@ async fn tunnel(
     target: &str,
     auth: Option<&HeaderValue>,
 ) -> Result<TcpStream, ProxyError> {
-    let broken = |reason: String| ProxyError::Broken { proxy: proxy.to_owned(), target: target.to_owned(), reason };
+    let broken =
+        |reason: String| ProxyError::Broken { proxy: proxy.to_owned(), target: target.to_owned(), reason };
     let mut head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n").into_bytes();
     if let Some(auth) = auth {
         head.extend_from_slice(b"Proxy-Authorization: ");
@@ -327,9 +335,11 @@ async fn tunnel(
                 return match parsed.code {
                     Some(200..=299) => Ok(stream),
                     Some(407) => Err(ProxyError::AuthRequired { proxy: proxy.to_owned() }),
-                    Some(status) => {
-                        Err(ProxyError::Refused { proxy: proxy.to_owned(), target: target.to_owned(), status })
-                    }
+                    Some(status) => Err(ProxyError::Refused {
+                        proxy: proxy.to_owned(),
+                        target: target.to_owned(),
+                        status,
+                    }),
                     None => Err(broken("an answer without a status".to_owned())),
                 };
             }

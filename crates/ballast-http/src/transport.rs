@@ -143,9 +143,8 @@ impl Pools {
     fn client(&self) -> PooledClient {
         let (generation, connector) = self.shared.connector();
         POOLS.with_borrow_mut(|pools| {
-            let mine = pools
-                .iter_mut()
-                .find(|(token, ..)| std::ptr::eq(token.as_ptr(), &raw const *self.token));
+            let mine =
+                pools.iter_mut().find(|(token, ..)| std::ptr::eq(token.as_ptr(), &raw const *self.token));
             if let Some((_, made_for, client)) = &mine {
                 if *made_for == generation {
                     return client.clone();
@@ -154,7 +153,8 @@ impl Pools {
             // A request that finds its pooled connection closed under it
             // fails as a reset: resending it is the policy's decision, never
             // the client's.
-            let client = Client::builder(TokioExecutor::new()).retry_canceled_requests(false).build(connector);
+            let client =
+                Client::builder(TokioExecutor::new()).retry_canceled_requests(false).build(connector);
             match mine {
                 Some(entry) => *entry = (std::sync::Arc::downgrade(&self.token), generation, client.clone()),
                 None => {
@@ -283,7 +283,10 @@ fn connector(
             if uri.host().is_some_and(|h| h.eq_ignore_ascii_case(&host)) {
                 Ok(name.clone())
             } else {
-                hyper_rustls::ResolveServerName::resolve(&hyper_rustls::DefaultServerNameResolver::default(), uri)
+                hyper_rustls::ResolveServerName::resolve(
+                    &hyper_rustls::DefaultServerNameResolver::default(),
+                    uri,
+                )
             }
         }),
         _ => builder,
@@ -317,7 +320,9 @@ impl Watch {
             return;
         }
         let next = elapsed + u64::try_from(TLS_CHECK_EVERY.as_millis()).unwrap_or(1000);
-        if !now && self.next_check_ms.compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        if !now
+            && self.next_check_ms.compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
             return;
         }
         let tls = &shared.recipe.tls;
@@ -335,6 +340,7 @@ impl Watch {
                 *current = (current.0 + 1, connector);
                 drop(current);
                 if let Some(facts) = &facts {
+                    crate::metrics::client_cert_expiry(&shared.recipe.system, facts);
                     tracing::info!(
                         system = %shared.recipe.system,
                         subject = %facts.subject,
@@ -381,11 +387,16 @@ impl HyperTransport {
         let loaded = connecting.tls.load()?;
         let watch = (!connecting.tls.files().is_empty()).then(|| Watch {
             since: std::time::Instant::now(),
-            next_check_ms: std::sync::atomic::AtomicU64::new(u64::try_from(TLS_CHECK_EVERY.as_millis()).unwrap_or(1000)),
+            next_check_ms: std::sync::atomic::AtomicU64::new(
+                u64::try_from(TLS_CHECK_EVERY.as_millis()).unwrap_or(1000),
+            ),
             stamp: std::sync::Mutex::new(loaded.stamp.clone()),
             facts: std::sync::RwLock::new(loaded.identity.clone()),
             last_refusal: std::sync::Mutex::new(None),
         });
+        if let Some(facts) = &loaded.identity {
+            crate::metrics::client_cert_expiry(&connecting.system, facts);
+        }
         let routes = std::sync::Arc::new(connecting.proxy.routes());
         let read_timeout = connecting.read_timeout;
         let first = connector(&connecting, &http, &routes, loaded);

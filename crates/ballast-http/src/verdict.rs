@@ -24,7 +24,7 @@ pub(crate) fn verdict(
     let throttled = status == http::StatusCode::TOO_MANY_REQUESTS
         || (status == http::StatusCode::SERVICE_UNAVAILABLE && after.is_some());
     let retry_after = after.filter(|_| class == ballast::Class::Transient || throttled);
-    Some(Classification { class, retry_after, throttled })
+    Some(Classification { class, retry_after, throttled, elsewhere: false })
 }
 
 /// The entry points that hand a failed answer back as an error: it becomes

@@ -63,7 +63,8 @@ fn transport_kind(failure: &ballast::Failure<HttpError>) -> Option<TransportKind
 async fn a_private_ca_is_untrusted_after_one_attempt_and_trusted_with_ca_file() {
     let bank = Bank::new();
     let upstream = Upstream::start_tls(bank.tls(false), |_, _| Reply::body(200, "ok")).await;
-    let untrusted = HttpSystem::builder("bank", &upstream.url("/")).policy(|_| policy("bank")).build().unwrap();
+    let untrusted =
+        HttpSystem::builder("bank", &upstream.url("/")).policy(|_| policy("bank")).build().unwrap();
     for _ in 0..3 {
         let failure = untrusted.read(Request::get("accounts")).await.unwrap_err();
         assert_eq!(failure.attempts(), 1, "a certificate that does not verify is not retried: {failure}");
@@ -84,7 +85,8 @@ async fn a_private_ca_is_untrusted_after_one_attempt_and_trusted_with_ca_file() 
         .unwrap();
     assert_eq!(trusted.read(Request::get("accounts")).await.unwrap().status(), 200);
     let only_ca = TlsSettings { roots: Roots::None, ..bank.trusted() };
-    let pinned = HttpSystem::builder("bank", &upstream.url("/")).policy(|_| policy("bank")).tls(only_ca).build();
+    let pinned =
+        HttpSystem::builder("bank", &upstream.url("/")).policy(|_| policy("bank")).tls(only_ca).build();
     assert_eq!(pinned.unwrap().read(Request::get("accounts")).await.unwrap().status(), 200);
 }
 
@@ -110,9 +112,14 @@ async fn mutual_tls_presents_the_client_certificate_and_its_absence_is_named() {
         .tls(bank.trusted())
         .build()
         .unwrap();
-    let failure = without.write(&IdempotencyKey::v5("p", "pay"), Request::post("payments")).await.unwrap_err();
+    let failure =
+        without.write(&IdempotencyKey::v5("p", "pay"), Request::post("payments")).await.unwrap_err();
     assert_eq!(failure.attempts(), 1, "{failure}");
-    assert_eq!(transport_kind(&failure), Some(TransportKind::Tls(TlsFailure::ClientCertRefused)), "{failure}");
+    assert_eq!(
+        transport_kind(&failure),
+        Some(TransportKind::Tls(TlsFailure::ClientCertRefused)),
+        "{failure}"
+    );
     let with = TlsSettings { identity: Some(bank.client("shop")), ..bank.trusted() };
     let system = HttpSystem::builder("bank", &upstream.url("/")).tls(with).build().unwrap();
     assert_eq!(system.read(Request::get("accounts")).await.unwrap().status(), 200);
@@ -160,7 +167,10 @@ async fn an_egress_proxy_tunnels_https_and_forwards_http() {
     let forwarded = HttpSystem::builder("crm", &http.url("/")).proxy(via()).build().unwrap();
     assert_eq!(forwarded.read(Request::get("b")).await.unwrap().text(), "plain");
     assert_eq!(proxy.forwarded(), [http.url("/b")]);
-    assert!(http.requests()[0].header("proxy-authorization").is_none(), "the proxy's credentials stop at the proxy");
+    assert!(
+        http.requests()[0].header("proxy-authorization").is_none(),
+        "the proxy's credentials stop at the proxy"
+    );
 
     let wrong = Proxy::via(&proxy.url()).unwrap().basic_auth("svc", "wrong");
     let refused = HttpSystem::builder("bank", &https.url("/"))
@@ -170,7 +180,11 @@ async fn an_egress_proxy_tunnels_https_and_forwards_http() {
         .build()
         .unwrap();
     let failure = refused.read(Request::get("c")).await.unwrap_err();
-    assert_eq!((transport_kind(&failure), failure.attempts()), (Some(TransportKind::ProxyAuth), 1), "{failure}");
+    assert_eq!(
+        (transport_kind(&failure), failure.attempts()),
+        (Some(TransportKind::ProxyAuth), 1),
+        "{failure}"
+    );
 
     proxy.refuse(true);
     // A new system: the other one's tunnel is open and pooled.
@@ -202,7 +216,8 @@ async fn http2_is_spoken_when_the_server_offers_it() {
     }
     assert!(upstream.requests().iter().all(|s| s.version == http::Version::HTTP_2));
     assert_eq!(upstream.connections(), 1, "twenty concurrent calls on one HTTP/2 connection");
-    let never = HttpSystem::builder("bank", &upstream.url("/")).tls(bank.trusted()).http2(false).build().unwrap();
+    let never =
+        HttpSystem::builder("bank", &upstream.url("/")).tls(bank.trusted()).http2(false).build().unwrap();
     never.read(Request::get("y")).await.unwrap();
     assert_eq!(upstream.requests().last().unwrap().version, http::Version::HTTP_11);
 }
@@ -215,8 +230,10 @@ fn oauth(tokens: &TokenServer) -> OAuth2 {
 async fn a_thousand_concurrent_calls_fetch_one_token() {
     let tokens = TokenServer::start(Duration::from_secs(60), "shop", "s3cret").await;
     let check = tokens.tokens();
-    let upstream =
-        Upstream::start(move |seen, _| if check.valid(seen) { Reply::status(200) } else { Reply::status(401) }).await;
+    let upstream = Upstream::start(
+        move |seen, _| if check.valid(seen) { Reply::status(200) } else { Reply::status(401) },
+    )
+    .await;
     let system = HttpSystem::builder("bank", &upstream.url("/"))
         .policy(|p| p.bulkhead(ballast::Bulkhead::new(1000)))
         .oauth2(oauth(&tokens))
@@ -262,8 +279,11 @@ async fn a_token_endpoint_that_refuses_the_client_is_a_configuration_error() {
     let tokens = TokenServer::start(Duration::from_secs(60), "shop", "s3cret").await;
     let upstream = Upstream::start(|_, _| Reply::status(200)).await;
     let wrong = OAuth2::new(tokens.url(), "shop").secret(Secret::new("wrong")).client_auth(ClientAuth::Body);
-    let system =
-        HttpSystem::builder("bank", &upstream.url("/")).policy(|_| policy("bank")).oauth2(wrong).build().unwrap();
+    let system = HttpSystem::builder("bank", &upstream.url("/"))
+        .policy(|_| policy("bank"))
+        .oauth2(wrong)
+        .build()
+        .unwrap();
     let failure = system.read(Request::get("x")).await.unwrap_err();
     assert_eq!((transport_kind(&failure), failure.attempts()), (Some(TransportKind::CredentialRefused), 1));
     assert!(failure.to_string().contains("invalid_client"), "{failure}");
@@ -304,7 +324,8 @@ async fn client_auth_tls_authenticates_by_the_certificate() {
     .await;
     let tls = TlsSettings { identity: Some(bank.client("shop")), ..bank.trusted() };
     let grant = OAuth2::new(tokens.url(), "shop").client_auth(ClientAuth::Tls);
-    let system = HttpSystem::builder("bank", &upstream.url("/")).tls(tls).oauth2(grant.clone()).build().unwrap();
+    let system =
+        HttpSystem::builder("bank", &upstream.url("/")).tls(tls).oauth2(grant.clone()).build().unwrap();
     assert_eq!(system.read(Request::get("x")).await.unwrap().status(), 200);
     let without = HttpSystem::builder("bank", &upstream.url("/")).tls(bank.trusted()).oauth2(grant).build();
     assert!(matches!(without.unwrap_err(), ballast_http::SystemBuildError::TokenWithoutCertificate));

@@ -77,6 +77,19 @@ pub enum BuildError {
         /// The variable.
         var: String,
     },
+    /// A variable a system's connection needs (a PKCS#12 password, the
+    /// proxy's credentials, the OAuth 2.0 client id or secret) is not set.
+    #[error(
+        "[systems.{system}] {key} names {var}, which is not set (or empty): export it before `ballast serve` starts"
+    )]
+    ConnectionEnvUnset {
+        /// The system.
+        system: String,
+        /// The key naming the variable.
+        key: &'static str,
+        /// The variable.
+        var: String,
+    },
     /// A system's default `callback` is not one callbacks may go to.
     #[error("[systems.{system}] callback: {source}")]
     Callback {
@@ -185,7 +198,78 @@ fn from_settings(settings: HttpSettings, file: &str) -> Result<HttpSystem, Build
     if let Some(read) = settings.read_timeout {
         builder = builder.read_timeout(read);
     }
+    builder = connection(builder, name, file, &settings.connection)?;
     builder.build().map_err(http)
+}
+
+/// `connection`'s TLS, proxy, HTTP/2 and OAuth 2.0 settings on `builder`,
+/// their secrets read from the variables they name.
+fn connection(
+    mut builder: ballast_http::HttpSystemBuilder,
+    system: &str,
+    file: &str,
+    connection: &ballast_config::ConnectionSettings,
+) -> Result<ballast_http::HttpSystemBuilder, BuildError> {
+    use ballast_http::credential::{ClientAuth, OAuth2, Secret};
+    let var = |key: &'static str, var: &str| {
+        std::env::var(var).ok().filter(|v| !v.is_empty()).ok_or_else(|| BuildError::ConnectionEnvUnset {
+            system: system.to_owned(),
+            key,
+            var: var.to_owned(),
+        })
+    };
+    if let Some(mut tls) = connection.tls.clone() {
+        if let (Some(ballast_http::IdentityFiles::Pkcs12 { password, .. }), Some(env)) =
+            (&mut tls.identity, &connection.pkcs12_password_env)
+        {
+            *password = Secret::new(var("tls.pkcs12_password_env", env)?);
+        }
+        builder = builder.tls(tls);
+    }
+    let proxy = match &connection.proxy {
+        ballast_config::ProxySetting::Environment => None,
+        ballast_config::ProxySetting::Direct => Some(ballast_http::Proxy::Direct),
+        ballast_config::ProxySetting::Url(url) => {
+            let proxy = ballast_http::Proxy::via(url).map_err(|e| BuildError::Http {
+                system: system.to_owned(),
+                file: file.to_owned(),
+                source: e.into(),
+            })?;
+            Some(match &connection.proxy_auth_env {
+                None => proxy,
+                Some(env) => {
+                    let credentials = var("proxy_auth_env", env)?;
+                    let (user, password) = credentials.split_once(':').unwrap_or((&credentials, ""));
+                    proxy.basic_auth(user, password)
+                }
+            })
+        }
+    };
+    if let Some(proxy) = proxy {
+        builder = builder.proxy(proxy);
+    }
+    if !connection.http2 {
+        builder = builder.http2(false);
+    }
+    if let Some(oauth) = &connection.oauth2 {
+        let how = ClientAuth::from_word(&oauth.client_auth).unwrap_or_default();
+        let mut grant =
+            OAuth2::new(&oauth.token_url, var("auth.client_id_env", &oauth.client_id_env)?).client_auth(how);
+        if let Some(env) = oauth.client_secret_env.as_deref().filter(|_| how != ClientAuth::Tls) {
+            grant = grant.secret(Secret::new(var("auth.client_secret_env", env)?));
+        }
+        if let Some(scope) = &oauth.scope {
+            grant = grant.scope(scope);
+        }
+        if let Some(audience) = &oauth.audience {
+            grant = grant.audience(audience);
+        }
+        if let Some(timeout) = oauth.timeout {
+            grant = grant.timeout(timeout);
+        }
+        builder = builder.oauth2(grant);
+    }
+    Ok(builder)
 }
 
 /// Opens the queue's database with `settings`' schedule: tasks enqueued

@@ -36,6 +36,7 @@ pub mod admin;
 pub mod alerts;
 pub mod auth;
 pub mod build;
+mod certificates;
 pub mod event_loops;
 mod fleet;
 pub mod gateway;
@@ -149,6 +150,8 @@ pub struct Server {
     fleet: Option<ballast_fleet::Fleet>,
     /// Stops the background tasks started by `bind` (the queue monitor).
     background: CancellationToken,
+    /// Where alerts go, for the certificates' expiry.
+    webhooks: Webhooks,
 }
 
 impl Server {
@@ -190,6 +193,7 @@ impl Server {
         build::retention(&queue_settings).spawn(queue.clone(), background.clone());
         warn_unopenable(&queue, &systems).await;
         let webhooks = Webhooks::from_settings(&config.alerts()?)?;
+        let alerting = webhooks.clone();
         let gateway_settings = config.gateway()?;
         let callbacks = build::callbacks(gateway_settings.as_ref())?;
         build::check_callbacks(&systems.all(), &callbacks)?;
@@ -284,6 +288,7 @@ impl Server {
             prometheus,
             fleet,
             background,
+            webhooks: alerting,
         })
     }
 
@@ -335,6 +340,12 @@ impl Server {
         };
         tokio::spawn(upkeep(self.prometheus, shutdown.clone()));
         let fleet = self.fleet.map(|fleet| fleet.run(fleet::members(&self.systems), shutdown.clone()));
+        tokio::spawn(certificates::watch(
+            self.systems.clone(),
+            self.queue.clone(),
+            self.webhooks,
+            shutdown.clone(),
+        ));
         tokio::spawn(reload::on_sighup(self.config, self.systems, self.queue, shutdown.clone()));
         tokio::spawn(self.ui.clone().sample_rates(shutdown.clone()));
         let worker = tokio::spawn(self.worker.run(shutdown.clone()));

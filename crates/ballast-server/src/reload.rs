@@ -7,6 +7,9 @@
 //! flight finish with the system they started on.
 //!
 //! Only `[systems.*]` is reloaded; listeners and the queue need a restart.
+//! Each system's TLS files are looked at too: a rotated client certificate
+//! is taken by the next connection (as it is within a second without a
+//! SIGHUP).
 //!
 //! A reload never strands deliveries: a file that removes a system with
 //! unfinished deliveries is refused (naming the system and the count) unless
@@ -161,6 +164,10 @@ pub(crate) async fn on_sighup(
             }
         };
         while shutdown.run_until_cancelled(hangups.recv()).await.flatten().is_some() {
+            // Rotated certificates and keys are taken whether or not the file changed.
+            for system in systems.all() {
+                system.refresh_tls();
+            }
             match reload(&path, &current, &systems, &queue).await {
                 Ok((config, done)) => {
                     current = config;

@@ -51,7 +51,10 @@ impl Ca {
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.distinguished_name.push(DnType::CommonName, name);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        Ca { issuer: CertifiedIssuer::self_signed(params, KeyPair::generate().expect("a key")).expect("the CA") }
+        Ca {
+            issuer: CertifiedIssuer::self_signed(params, KeyPair::generate().expect("a key"))
+                .expect("the CA"),
+        }
     }
 
     /// The CA's certificate, to trust (`ca_file`).
@@ -83,9 +86,9 @@ impl Ca {
         self.sign(params)
     }
 
-    /// A client certificate naming `common_name`, valid for a day.
+    /// A client certificate naming `common_name`, valid for 90 days.
     pub fn client(&self, common_name: &str) -> Issued {
-        self.client_until(common_name, Duration::from_secs(24 * 3600))
+        self.client_until(common_name, Duration::from_secs(90 * 24 * 3600))
     }
 
     /// A client certificate naming `common_name` whose validity ends

@@ -102,7 +102,10 @@ impl ConnectProxy {
     }
 }
 
-async fn handle(state: Arc<State>, request: http::Request<Incoming>) -> Result<Answer, std::convert::Infallible> {
+async fn handle(
+    state: Arc<State>,
+    request: http::Request<Incoming>,
+) -> Result<Answer, std::convert::Infallible> {
     let authorized = state.credentials.as_deref().is_none_or(|want| {
         request.headers().get(http::header::PROXY_AUTHORIZATION).and_then(|v| v.to_str().ok()) == Some(want)
     });

@@ -63,9 +63,10 @@ impl ServerTls {
                 for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
                     roots.add(cert.expect("a CA certificate")).expect("a usable CA");
                 }
-                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .expect("a client verifier");
+                let verifier =
+                    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                        .build()
+                        .expect("a client verifier");
                 builder.with_client_cert_verifier(verifier)
             }
         };
@@ -93,10 +94,9 @@ impl Acceptor {
         let handshake = tokio::time::timeout(Duration::from_secs(10), self.0.accept(stream)).await;
         let tls = handshake.ok()?.ok()?;
         let (_, session) = tls.get_ref();
-        let client = session
-            .peer_certificates()
-            .and_then(|chain| chain.first())
-            .and_then(|cert| x509_parser::parse_x509_certificate(cert).ok().map(|(_, c)| c.subject().to_string()));
+        let client = session.peer_certificates().and_then(|chain| chain.first()).and_then(|cert| {
+            x509_parser::parse_x509_certificate(cert).ok().map(|(_, c)| c.subject().to_string())
+        });
         let http2 = session.alpn_protocol() == Some(b"h2");
         Some((Accepted::Tls(Box::new(tls)), client, http2))
     }

@@ -69,7 +69,8 @@ impl TokenServer {
 
     /// Answers 503 to every request for `period` from now.
     pub fn fail_for(&self, period: Duration) {
-        *self.tokens.0.failing_until.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + period);
+        *self.tokens.0.failing_until.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(Instant::now() + period);
     }
 }
 
@@ -88,7 +89,9 @@ impl Tokens {
     /// Whether `seen` carries `Authorization: Bearer` with a token issued
     /// here and not yet expired.
     pub fn valid(&self, seen: &Seen) -> bool {
-        let Some(token) = seen.header("authorization").and_then(|v| v.strip_prefix("Bearer ")) else { return false };
+        let Some(token) = seen.header("authorization").and_then(|v| v.strip_prefix("Bearer ")) else {
+            return false;
+        };
         let issued = self.0.issued.lock().unwrap_or_else(PoisonError::into_inner);
         issued.iter().any(|(t, at)| t == token && at.elapsed() < self.0.lifetime)
     }

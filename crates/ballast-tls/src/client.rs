@@ -37,9 +37,10 @@ impl TlsSettings {
             TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
             TlsVersion::V1_3 => &[&rustls::version::TLS13],
         };
-        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_protocol_versions(versions)?
-            .with_root_certificates(roots);
+        let builder =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_protocol_versions(versions)?
+                .with_root_certificates(roots);
         let (config, identity) = match &self.identity {
             None => (builder.with_no_client_auth(), None),
             Some(files) => {
@@ -72,7 +73,10 @@ impl TlsSettings {
             Roots::System => {
                 let found = rustls_native_certs::load_native_certs();
                 if found.certs.is_empty() {
-                    let why = found.errors.first().map_or_else(|| "no certificate in it".to_owned(), |e| e.to_string());
+                    let why = found
+                        .errors
+                        .first()
+                        .map_or_else(|| "no certificate in it".to_owned(), |e| e.to_string());
                     return Err(TlsError::SystemRoots(why));
                 }
                 store.add_parsable_certificates(found.certs);

@@ -129,7 +129,9 @@ impl IdentityFiles {
             Err(rustls::Error::InconsistentKeys(_)) => {
                 return Err(TlsError::KeyMismatch { cert: cert_path.to_owned(), key: key_path.to_owned() })
             }
-            Err(e) => return Err(TlsError::UnsupportedKey { path: key_path.to_owned(), reason: e.to_string() }),
+            Err(e) => {
+                return Err(TlsError::UnsupportedKey { path: key_path.to_owned(), reason: e.to_string() })
+            }
         };
         Ok(Identity { key: Arc::new(key), facts })
     }

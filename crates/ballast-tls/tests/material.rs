@@ -15,7 +15,8 @@ fn with_identity(identity: IdentityFiles) -> TlsSettings {
 fn a_pem_pair_loads_with_its_certificate_facts() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::new("Bank CA");
-    let (cert, key) = ca.client_until("shop", Duration::from_secs(10 * 24 * 3600)).write(dir.path(), "client");
+    let (cert, key) =
+        ca.client_until("shop", Duration::from_secs(10 * 24 * 3600)).write(dir.path(), "client");
     let settings = TlsSettings {
         roots: Roots::None,
         ca_file: Some(ca.write(dir.path(), "ca")),
@@ -26,7 +27,10 @@ fn a_pem_pair_loads_with_its_certificate_facts() {
     let facts = loaded.identity.unwrap();
     assert_eq!(facts.subject, "CN=shop");
     let left = facts.remaining(SystemTime::now());
-    assert!(left > Duration::from_secs(9 * 24 * 3600) && left <= Duration::from_secs(10 * 24 * 3600), "{left:?}");
+    assert!(
+        left > Duration::from_secs(9 * 24 * 3600) && left <= Duration::from_secs(10 * 24 * 3600),
+        "{left:?}"
+    );
     assert!(loaded.config.client_auth_cert_resolver.has_certs());
 }
 
@@ -70,10 +74,15 @@ fn a_pkcs12_bundle_opens_with_its_password_and_a_wrong_one_is_not_quoted() {
     let ca = Ca::new("Bank CA");
     let issued = ca.client("shop");
     use rustls_pki_types::pem::PemObject as _;
-    let cert_der = rustls_pki_types::CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap().to_vec();
+    let cert_der =
+        rustls_pki_types::CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap().to_vec();
     let key_der = rustls_pki_types::PrivatePkcs8KeyDer::from_pem_slice(issued.key_pem.as_bytes()).unwrap();
     let key_der = key_der.secret_pkcs8_der().to_vec();
-    let chain = p12_keystore::PrivateKeyChain::new(key_der, [1u8; 20], [p12_keystore::Certificate::from_der(&cert_der).unwrap()]);
+    let chain = p12_keystore::PrivateKeyChain::new(
+        key_der,
+        [1u8; 20],
+        [p12_keystore::Certificate::from_der(&cert_der).unwrap()],
+    );
     let mut store = p12_keystore::KeyStore::new();
     store.add_entry("shop", p12_keystore::KeyStoreEntry::PrivateKeyChain(chain));
     let bundle = store.writer("s3cret-pass").write().unwrap();

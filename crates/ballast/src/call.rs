@@ -394,6 +394,7 @@ impl<F, J> Call<'_, F, J> {
         .await;
         drop(slot);
 
+        let mut elsewhere = false;
         let (failure, retry_after) = match result {
             Attempt::Done(Ok(value)) | Attempt::Drained(Ok(value), _) => match self.judge.judge(&value) {
                 Some(c) => {
@@ -412,6 +413,7 @@ impl<F, J> Call<'_, F, J> {
             Attempt::Done(Err(error)) => {
                 let c = error.classify();
                 self.throttled(c);
+                elsewhere = c.elsewhere;
                 (LastFailure::Error(error, c.class), c.retry_after)
             }
             Attempt::TimedOut(which) | Attempt::Drained(Err(_), Some(which)) => {
@@ -424,7 +426,9 @@ impl<F, J> Call<'_, F, J> {
         };
         let class = failure.class();
         let timed_out = matches!(failure, LastFailure::TimedOut(_));
-        if let (Some(a), Some(b)) = (admission, self.inner.breaker.as_ref()) {
+        // A failure outside the system says nothing of it: the admission
+        // is let go unrecorded.
+        if let (Some(a), Some(b)) = (admission.filter(|_| !elsewhere), self.inner.breaker.as_ref()) {
             a.record(b.config().is_failure(class));
         }
         span.record("error.type", if timed_out { "timeout" } else { class.as_str() });

@@ -40,17 +40,23 @@ pub struct Classification {
     /// its rate. Independent of the class: a 429 that is not retried still
     /// tells the limiter.
     pub throttled: bool,
+    /// The failure lies outside the system: nothing reached it because
+    /// something in front of it stood in the way (its token endpoint, an
+    /// egress proxy). The system's breaker counts it neither as a failure
+    /// nor as a success — the system may be well — while retries and the
+    /// durable hand-over treat it by its class.
+    pub elsewhere: bool,
 }
 
 impl Classification {
     /// A transient failure: worth another attempt.
     pub const fn transient() -> Self {
-        Self { class: Class::Transient, retry_after: None, throttled: false }
+        Self { class: Class::Transient, retry_after: None, throttled: false, elsewhere: false }
     }
 
     /// A permanent failure: never retried.
     pub const fn permanent() -> Self {
-        Self { class: Class::Permanent, retry_after: None, throttled: false }
+        Self { class: Class::Permanent, retry_after: None, throttled: false, elsewhere: false }
     }
 
     /// Adds the wait the server asked for. The retry waits the larger of its
@@ -63,6 +69,13 @@ impl Classification {
     /// Marks the system as throttling (see [`throttled`](Self::throttled)).
     pub const fn throttling(mut self) -> Self {
         self.throttled = true;
+        self
+    }
+
+    /// Marks the failure as lying outside the system (see
+    /// [`elsewhere`](Self::elsewhere)).
+    pub const fn outside_the_system(mut self) -> Self {
+        self.elsewhere = true;
         self
     }
 

@@ -459,3 +459,32 @@ async fn judged_answers_are_retried_counted_and_handed_back() {
     let refused = policy.judged(Operation::Read, judge, |_| async { Ok::<u16, std::io::Error>(200) }).await;
     assert!(matches!(refused, Err(ballast::Failure::Rejected { .. })), "no answer to give: {refused:?}");
 }
+
+/// A failure in front of the system (no token, the proxy down): retried by
+/// its class, never counted by the system's breaker.
+#[derive(Debug)]
+struct NoToken;
+
+impl Classify for NoToken {
+    fn classify(&self) -> Classification {
+        Classification::transient().outside_the_system()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_outside_the_system_are_retried_but_leave_its_breaker_closed() {
+    let policy = Policy::builder("bank")
+        .retry(Retry::attempts(3).without_budget())
+        .breaker(ballast::Breaker::consecutive(2))
+        .seed(7)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let failure = policy.read(|_| async { Err::<(), _>(NoToken) }).await.unwrap_err();
+        assert_eq!(failure.attempts(), 3, "retried as transient");
+    }
+    assert_eq!(policy.breaker().unwrap().state(), ballast::BreakerState::Closed);
+    let failed = policy.read(|_| async { Err::<(), _>(GatewayError::Unavailable) }).await.unwrap_err();
+    assert!(failed.is_unavailable() || failed.attempts() >= 2, "the system's own failures still count");
+    assert_eq!(policy.breaker().unwrap().state(), ballast::BreakerState::Open);
+}

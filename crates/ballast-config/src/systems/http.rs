@@ -54,6 +54,8 @@ pub struct HttpSettings {
     pub keep_answer: Option<usize>,
     /// `[queue] seal_answers`.
     pub seal_answers: bool,
+    /// How the system is reached: TLS, proxy, HTTP/2, OAuth 2.0.
+    pub connection: crate::systems::connection::ConnectionSettings,
 }
 
 impl Config {
@@ -129,6 +131,7 @@ impl Config {
                 .and_then(|q| q.keep_answer)
                 .map(|b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
             seal_answers: queue.and_then(|q| q.seal_answers).unwrap_or(false),
+            connection: crate::systems::connection::settings(&self.dir(), system),
         })
     }
 

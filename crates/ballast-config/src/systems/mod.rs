@@ -1,9 +1,11 @@
 //! `[systems.NAME]`: one external system — its keys and sub-sections
 //! (`retry`, `breaker`, `bulkhead`, `rate_limit`, `timeout`, `routes`,
-//! `headers`, `client`), their [`rules`], the core objects they
+//! `headers`, `client`, and how it is reached: `tls`, `proxy`, `http2`,
+//! `auth` in [`connection`]), their [`rules`], the core objects they
 //! [`translate`] to, the system's [`policy`] and its HTTP client's
 //! [settings](http).
 
+pub(crate) mod connection;
 pub(crate) mod http;
 pub(crate) mod policy;
 pub(crate) mod rules;
@@ -75,6 +77,20 @@ pub struct System {
     /// (`Authorization = { env = "PAY_TOKEN" }`), read when `ballast serve`
     /// starts and never stored with a deferred write.
     pub headers: Option<BTreeMap<String, HeaderSource>>,
+    /// `[systems.NAME.tls]`: the roots, CA file and client certificate of
+    /// its TLS.
+    pub tls: Option<connection::TlsSection>,
+    /// `proxy`: `"http://host:port"` (CONNECT for `https`), or `"none"`;
+    /// without it `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY` decide.
+    pub proxy: Option<String>,
+    /// `proxy_auth_env`: the variable holding `user:password` for `proxy`.
+    pub proxy_auth_env: Option<String>,
+    /// `http2`: `"auto"` (HTTP/2 when the server offers it by ALPN, the
+    /// default) or `"never"`.
+    pub http2: Option<String>,
+    /// `[systems.NAME.auth]`: an OAuth 2.0 client credentials grant whose
+    /// token every request carries.
+    pub auth: Option<connection::AuthSection>,
 }
 
 /// One route of `[systems.NAME.routes]`: its kind, or a table with its
@@ -343,4 +359,9 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ),
     ("client", Table(&[("retries", Value)])),
     ("headers", Named(&[("env", Value)])),
+    connection::KEYS[0],
+    connection::KEYS[1],
+    connection::KEYS[2],
+    connection::KEYS[3],
+    connection::KEYS[4],
 ];

@@ -20,8 +20,9 @@ use crate::suggest::did_you_mean;
 /// The only order the composition has (R-RES-RE-2).
 pub const ORDER: [&str; 4] = ["retry", "breaker", "bulkhead", "timeout"];
 
-/// Every problem of one system: the core's checks, then this crate's rules.
-pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
+/// Every problem of one system: the core's checks, then this crate's rules
+/// (files the system names are read from `dir`, the configuration's directory).
+pub(crate) fn system(file: &File, dir: &std::path::Path, name: &str, sys: &System) -> Vec<KeyFinding> {
     let crate::systems::translate::Translated { builder, retry, timeout, problems: mut out, .. } =
         crate::systems::translate::translate(name, sys);
     out.extend(core(name, &builder));
@@ -34,6 +35,7 @@ pub(crate) fn system(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
     out.extend(system_ranges(name, sys));
     out.extend(calls_itself(file, name, sys));
     out.extend(fleet_scope(file, name, sys));
+    out.extend(crate::systems::connection::rules(dir, name, sys));
     out
 }
 

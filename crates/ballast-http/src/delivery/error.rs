@@ -180,7 +180,11 @@ impl Classify for DeliveryError {
             },
             // A configuration error (TLS, proxy or token credentials) would
             // fail the same way next time: the task fails and alerts.
-            _ if failure.error().and_then(HttpError::transport_kind).is_some_and(|k| k.is_configuration()) => {
+            _ if failure
+                .error()
+                .and_then(HttpError::transport_kind)
+                .is_some_and(|k| k.is_configuration()) =>
+            {
                 Classification::permanent()
             }
             _ if failure.error().is_some_and(HttpError::nothing_sent) => Classification::transient(),

@@ -299,13 +299,17 @@ impl HttpSystem {
         let bearer = tokens.bearer().await.map_err(token)?;
         request.headers_mut().insert(http::header::AUTHORIZATION, bearer.value.clone());
         let again = match request.body() {
-            OutBody::Full(body) => {
-                Some((request.method().clone(), request.uri().clone(), request.headers().clone(), body.clone()))
-            }
+            OutBody::Full(body) => Some((
+                request.method().clone(),
+                request.uri().clone(),
+                request.headers().clone(),
+                body.clone(),
+            )),
             OutBody::Stream(_) => None,
         };
         let answer = transport.send(request, stream_past).await?;
-        let Some((method, uri, headers, body)) = again.filter(|_| answer.status() == http::StatusCode::UNAUTHORIZED)
+        let Some((method, uri, headers, body)) =
+            again.filter(|_| answer.status() == http::StatusCode::UNAUTHORIZED)
         else {
             return Ok(answer);
         };

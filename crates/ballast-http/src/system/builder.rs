@@ -407,7 +407,8 @@ impl HttpSystemBuilder {
         if let Some((setting, _)) = set.iter().find(|(_, t)| own && t.is_some()) {
             return Err(SystemBuildError::OwnClientTimeout { setting });
         }
-        let connection = [("tls", self.tls.is_some()), ("proxy", self.proxy.is_some()), ("http2", self.http2.is_some())];
+        let connection =
+            [("tls", self.tls.is_some()), ("proxy", self.proxy.is_some()), ("http2", self.http2.is_some())];
         if let Some((setting, _)) = connection.iter().find(|(_, set)| own && *set) {
             return Err(SystemBuildError::OwnClientConnection { setting });
         }
@@ -431,7 +432,8 @@ impl HttpSystemBuilder {
                     return Err(SystemBuildError::TokenWithoutCertificate);
                 }
                 let usable = grant.token_url().parse::<http::Uri>().is_ok_and(|uri| {
-                    matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some_and(|h| !h.is_empty())
+                    matches!(uri.scheme_str(), Some("http" | "https"))
+                        && uri.host().is_some_and(|h| !h.is_empty())
                 });
                 if !usable {
                     return Err(SystemBuildError::TokenUrl { url: ballast::redact_url(grant.token_url()) });

@@ -11,6 +11,66 @@ use serde_json::{json, Value};
 /// The `alertname` label of the alerts sent to Alertmanager.
 pub const ALERTNAME: &str = "BallastTaskFailed";
 
+/// The `alertname` of a client certificate about to expire.
+pub const CERT_ALERTNAME: &str = "BallastClientCertExpiring";
+
+/// A client certificate a system presents that ends soon.
+#[derive(Debug, Clone)]
+pub struct CertExpiring {
+    /// The system.
+    pub system: String,
+    /// The certificate's subject and serial.
+    pub subject: String,
+    /// Its serial number, in hex.
+    pub serial: String,
+    /// When it expires.
+    pub not_after: SystemTime,
+    /// When this was noticed.
+    pub at: SystemTime,
+}
+
+impl CertExpiring {
+    /// One line for a person: which certificate, when, what to do.
+    pub fn summary(&self) -> String {
+        let left = self.not_after.duration_since(self.at).map_or(0, |d| d.as_secs() / 86_400);
+        format!(
+            "ballast: the client certificate of {} ({}, serial {}) expires on {} (in {left} day(s)); after that {} \
+             refuses every call. Renew it and replace its file: ballast serve takes the new one without a restart.",
+            self.system,
+            self.subject,
+            self.serial,
+            rfc3339(self.not_after),
+            self.system,
+        )
+    }
+}
+
+/// The body to post for `expiring` in `format`.
+pub fn cert_body(format: AlertFormat, expiring: &CertExpiring) -> Value {
+    match format {
+        AlertFormat::Json => json!({
+            "alert": "tls_client_cert_expiring",
+            "summary": expiring.summary(),
+            "system": expiring.system,
+            "subject": expiring.subject,
+            "serial": expiring.serial,
+            "not_after": rfc3339(expiring.not_after),
+        }),
+        AlertFormat::Slack => json!({ "text": slack_escape(&expiring.summary()) }),
+        AlertFormat::Alertmanager => json!([{
+            "labels": {
+                "alertname": CERT_ALERTNAME,
+                "severity": "warning",
+                "system": expiring.system,
+                "serial": expiring.serial,
+            },
+            "annotations": { "summary": expiring.summary(), "subject": expiring.subject },
+            "startsAt": rfc3339(expiring.at),
+            "endsAt": rfc3339(expiring.not_after + std::time::Duration::from_secs(7 * 86_400)),
+        }]),
+    }
+}
+
 /// The body to post for `task` in `format`.
 ///
 /// ```

@@ -38,7 +38,7 @@ use ballast_config::{AlertFormat, WebhookSettings};
 use ballast_http::{Delivery, DeliveryHandler, HttpSystem, Request, SystemBuildError, Systems};
 use ballast_queue::{Alert, FailedTask, LogAlert, NewTask};
 
-pub use format::{body, summary, ALERTNAME};
+pub use format::{body, cert_body, summary, CertExpiring, ALERTNAME, CERT_ALERTNAME};
 
 /// The task kind of an alert's delivery to one webhook.
 pub const ALERT_KIND: &str = "ballast.alert";
@@ -126,6 +126,27 @@ impl Webhooks {
     /// Whether there is no webhook: alerts are only logged.
     pub fn is_empty(&self) -> bool {
         self.sinks.is_empty()
+    }
+
+    /// The alert tasks of `expiring`, one per webhook, keyed by `key`: a
+    /// fleet's replicas (and a restart) enqueue the same keys, so each
+    /// webhook hears of it once.
+    pub fn cert_expiring(&self, expiring: &CertExpiring, key: &str) -> Vec<NewTask> {
+        self.sinks
+            .iter()
+            .filter_map(|(sink, format)| {
+                let request = Request::post("").json(&cert_body(*format, expiring));
+                match Delivery::from_request(sink.as_str(), &request) {
+                    Ok(delivery) => {
+                        Some(NewTask::new(ALERT_KIND, &delivery).key(ballast::IdempotencyKey::v5(key, sink)))
+                    }
+                    Err(e) => {
+                        tracing::error!(sink = %sink, error = %e, "cannot build the alert");
+                        None
+                    }
+                }
+            })
+            .collect()
     }
 
     /// The handler of [`ALERT_KIND`] tasks.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ballast::{Failure, Rejection, Rule, StopReason};
-use ballast_http::HttpError;
+use ballast_http::{HttpError, TlsFailure, TransportKind};
 use serde::Serialize;
 
 /// Why the gateway answered itself rather than with the upstream's answer:
@@ -45,6 +45,29 @@ pub enum Reason {
     Timeout,
     /// No complete answer from the system after the last attempt.
     Transport,
+    /// The system's TLS certificate does not chain to a root it trusts
+    /// (a private or national CA not in `[systems.NAME.tls] ca_file`):
+    /// nothing sent, not retried (R-RES-RE-X2).
+    TlsUntrusted,
+    /// The system's TLS certificate has expired or is not valid yet.
+    TlsExpired,
+    /// The system's TLS certificate is for another name (`server_name`).
+    TlsNameMismatch,
+    /// The system refused the handshake for want of an acceptable client
+    /// certificate (`cert_file` and `key_file`, or `pkcs12_file`).
+    TlsClientCertRefused,
+    /// No TLS version or cipher both sides speak, or no TLS at all.
+    TlsProtocol,
+    /// The egress proxy could not be reached or refused the tunnel, after
+    /// the last attempt: nothing reached the system.
+    ProxyRefused,
+    /// The egress proxy wants credentials (407): `proxy_auth_env`.
+    ProxyAuthRequired,
+    /// No access token for the system (its token endpoint down or slow):
+    /// nothing was sent.
+    TokenUnavailable,
+    /// The token endpoint refused the system's client credentials.
+    TokenRefused,
     /// No system of that name is configured.
     UnknownSystem,
     /// The `Idempotency-Key` header is not a valid key.
@@ -119,7 +142,16 @@ impl Reason {
             Reason::SequencePending => StatusCode::CONFLICT,
             Reason::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Reason::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            Reason::Transport => StatusCode::BAD_GATEWAY,
+            Reason::Transport
+            | Reason::TlsUntrusted
+            | Reason::TlsExpired
+            | Reason::TlsNameMismatch
+            | Reason::TlsClientCertRefused
+            | Reason::TlsProtocol
+            | Reason::ProxyRefused
+            | Reason::ProxyAuthRequired
+            | Reason::TokenRefused => StatusCode::BAD_GATEWAY,
+            Reason::TokenUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Reason::UnknownSystem | Reason::NotFound => StatusCode::NOT_FOUND,
             Reason::LoopDetected => StatusCode::LOOP_DETECTED,
             Reason::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -246,12 +278,81 @@ impl Problem {
                 HttpError::SealKeyMissing { .. } => Problem::new(Reason::SealKeyMissing, said),
                 _ => Problem::new(Reason::BadRequest, said),
             },
-            _ => {
-                let sent = !failure.error().is_some_and(HttpError::nothing_sent);
-                Problem::new(Reason::Transport, said).sent(sent)
-            }
+            _ => match failure.error().and_then(HttpError::transport_kind) {
+                Some(kind)
+                    if kind.nothing_sent()
+                        && kind != TransportKind::Connect
+                        && kind != TransportKind::ConnectTimeout =>
+                {
+                    Self::unconnected(kind, system, said)
+                }
+                _ => {
+                    let sent = !failure.error().is_some_and(HttpError::nothing_sent);
+                    Problem::new(Reason::Transport, said).sent(sent)
+                }
+            },
+        };
+        let rule = match failure.error().and_then(HttpError::transport_kind) {
+            Some(kind) if kind.is_configuration() => Some(Rule::ReX2),
+            _ => rule,
         };
         problem.attempts(failure.attempts()).rule(rule)
+    }
+
+    /// The problem of a call that never reached its system for the way it
+    /// is reached — TLS, the egress proxy, the token endpoint — saying
+    /// what to change.
+    fn unconnected(kind: TransportKind, system: &str, said: String) -> Self {
+        let (reason, fix) = match kind {
+            TransportKind::Tls(TlsFailure::Untrusted) => (
+                Reason::TlsUntrusted,
+                format!(
+                    "if {system} is signed by a private or national CA, add its CA as [systems.{system}.tls] ca_file \
+                     (a PEM bundle), or set roots = \"system\" if this machine's store trusts it"
+                ),
+            ),
+            TransportKind::Tls(TlsFailure::Expired) => (
+                Reason::TlsExpired,
+                format!("{system}'s certificate has expired or is not valid yet: check this machine's clock, and tell {system}'s operators"),
+            ),
+            TransportKind::Tls(TlsFailure::NameMismatch) => (
+                Reason::TlsNameMismatch,
+                format!("set [systems.{system}.tls] server_name to the name its certificate is for"),
+            ),
+            TransportKind::Tls(TlsFailure::ClientCertRefused) => (
+                Reason::TlsClientCertRefused,
+                format!(
+                    "give [systems.{system}.tls] the client certificate {system} issued you (cert_file and key_file, or \
+                     pkcs12_file), not expired, of the CA it expects"
+                ),
+            ),
+            TransportKind::Tls(_) => (
+                Reason::TlsProtocol,
+                format!("check [systems.{system}.tls] min_version, and that {system}'s base_url is https:// only if it speaks TLS"),
+            ),
+            TransportKind::ProxyAuth => (
+                Reason::ProxyAuthRequired,
+                format!("set [systems.{system}] proxy_auth_env to a variable holding user:password for the proxy"),
+            ),
+            TransportKind::Proxy => (
+                Reason::ProxyRefused,
+                "nothing reached the system: the request is safe to send again once the proxy lets it through".to_owned(),
+            ),
+            TransportKind::Credential => (
+                Reason::TokenUnavailable,
+                "nothing was sent: send it again later (a keyed write with Prefer: respond-async is deferred)".to_owned(),
+            ),
+            TransportKind::CredentialRefused => (
+                Reason::TokenRefused,
+                format!("check the variables [systems.{system}.auth] client_id_env and client_secret_env name"),
+            ),
+            _ => (Reason::Transport, "nothing was processed: safe to send again".to_owned()),
+        };
+        let problem = Problem::new(reason, format!("{said}. {fix}")).sent(false);
+        match reason {
+            Reason::TokenUnavailable | Reason::ProxyRefused => problem.retry_after(Duration::from_secs(1)),
+            _ => problem,
+        }
     }
 
     /// The problem of an attempt the policy refused: the system is

@@ -92,7 +92,7 @@ async fn live_part(ui: &Ui) -> Markup {
             thead { tr {
                 th { "system" } th { "breaker" } th class="num" { "in flight / limit" } th class="num" { "calls/s" }
                 th class="num" { "attempts/s" } th class="num" { "rate limit (permits used / rate, per s)" }
-                th class="num" { "retry budget (used / allowed)" } th { "last error" }
+                th class="num" { "retry budget (used / allowed)" } th { "client certificate" } th { "last error" }
             } }
             tbody {
                 @for system in &systems {
@@ -129,6 +129,7 @@ async fn live_part(ui: &Ui) -> Markup {
                                 None => span class="muted" { "off" },
                             }
                         }
+                        td class="nowrap" { (client_cert(system.client_cert())) }
                         td class="error" {
                             @match &stats.last_error {
                                 Some((at, error)) => { span class="muted" { (ago(*at)) ": " } (error) }
@@ -185,6 +186,23 @@ async fn live_part(ui: &Ui) -> Markup {
             }
         }
         (periodic)
+    }
+}
+
+/// When the client certificate a system presents expires, flagged within
+/// the warning period ([`ballast_tls::EXPIRY_WARNING`]).
+fn client_cert(facts: Option<ballast_tls::CertFacts>) -> Markup {
+    let Some(facts) = facts else { return html! { span class="muted" { "none" } } };
+    let left = facts.remaining(SystemTime::now());
+    let day = humantime::format_rfc3339_seconds(facts.not_after).to_string();
+    let day = day.split('T').next().unwrap_or_default().to_owned();
+    html! {
+        span title=(facts.subject) { "until " (day) }
+        @if left.is_zero() {
+            " " span class="tag expired" { "expired" }
+        } @else if left < ballast_tls::EXPIRY_WARNING {
+            " " span class="tag expiring" { "in " (left.as_secs() / 86_400) " d" }
+        }
     }
 }
 

@@ -211,9 +211,10 @@ impl RetryOn {
     /// The class of a transport failure of this kind.
     pub fn transport_class(&self, kind: TransportKind) -> Class {
         class(match kind {
-            TransportKind::Connect | TransportKind::Proxy | TransportKind::Credential | TransportKind::Refused => {
-                self.connect
-            }
+            TransportKind::Connect
+            | TransportKind::Proxy
+            | TransportKind::Credential
+            | TransportKind::Refused => self.connect,
             TransportKind::ConnectTimeout | TransportKind::ReadTimeout => self.timeouts,
             TransportKind::Reset | TransportKind::Incomplete => self.reset,
             TransportKind::Tls(_)
