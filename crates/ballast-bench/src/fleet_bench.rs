@@ -100,12 +100,12 @@ async fn configuration(
     // A second of warm-up, then the measured run.
     drive(&policies, opts.per_replica, Duration::from_secs(1)).await;
     let leases_before = lease_count();
-    let (cpu, pg) = (used(Who::Process(std::process::id())), used(Who::Named("postgres")));
+    let (cpu, pg) = (used(&Who::Process(std::process::id())), used(&Who::Named("postgres")));
     let started = Instant::now();
     let permits = drive(&policies, opts.per_replica, Duration::from_secs(opts.seconds)).await;
     let elapsed = started.elapsed();
-    let cpu = used(Who::Process(std::process::id())).zip(cpu).map(|(after, before)| after - before);
-    let pg = used(Who::Named("postgres")).zip(pg).map(|(after, before)| after - before);
+    let cpu = used(&Who::Process(std::process::id())).zip(cpu).map(|(after, before)| after - before);
+    let pg = used(&Who::Named("postgres")).zip(pg).map(|(after, before)| after - before);
     if fleet {
         leases = lease_count() - leases_before;
     }

@@ -61,6 +61,9 @@ pub enum Hop {
     Nginx,
     /// Through ballast's gateway.
     Ballast,
+    /// Through ballast's gateway to a provider reached over TLS with an
+    /// OAuth 2.0 token (`--provider`).
+    Provider,
     /// Through the gateway in a `ballast serve`-like process, traces as given.
     Served(Tracing),
 }
@@ -72,6 +75,7 @@ impl Hop {
             Hop::Direct => "direct".to_owned(),
             Hop::Nginx => "nginx proxy_pass".to_owned(),
             Hop::Ballast => "ballast gateway".to_owned(),
+            Hop::Provider => "ballast gateway, TLS + OAuth 2.0".to_owned(),
             Hop::Served(tracing) => format!("ballast gateway, traces {}", tracing.label()),
         }
     }
@@ -114,6 +118,9 @@ pub struct GatewayBenchOptions {
     pub serve_exe: Option<PathBuf>,
     /// Keyed writes (`POST`, an `Idempotency-Key` each) instead of reads.
     pub write: bool,
+    /// Also the gateway to a provider over TLS with OAuth 2.0 tokens that
+    /// live this long (`None`: not measured).
+    pub provider: Option<Duration>,
 }
 
 /// One row of the report: one hop at one connection count, medians over the rounds.
@@ -157,6 +164,8 @@ pub struct GatewayBenchReport {
     pub rows: Vec<Row>,
     /// The nginx used (its version line), or why there is none.
     pub nginx: Result<String, String>,
+    /// The provider hop's token requests and calls, warm-ups included.
+    pub provider_tokens: Option<(u64, u64)>,
 }
 
 /// Runs every measurement of `opts`; `progress` hears of each one as it ends.
@@ -179,6 +188,18 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
     };
     let nginx_label = binary.map(|b| nginx::version(&b).unwrap_or_else(|| b.display().to_string()));
     let gateway = gateway::BenchGateway::start(upstream.addr(), opts.ballast_threads)?;
+    let pki = tempfile::tempdir()?;
+    let provider = match opts.provider {
+        None => None,
+        Some(lifetime) => {
+            let ca = ballast_test_support::pki::Ca::new("Bench Provider CA");
+            let tls = ballast_test_support::ServerTls::new(ca.server(&["127.0.0.1"]));
+            let upstream = upstream::BenchUpstream::start_provider(&tls, lifetime)?;
+            let ca_file = ca.write(pki.path(), "ca");
+            let gateway = gateway::BenchGateway::provider(upstream.addr(), opts.ballast_threads, &ca_file)?;
+            Some((upstream, gateway))
+        }
+    };
     // The receiver of the traced gateways, on a thread of this process.
     let receiver = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let collector = receiver.block_on(ballast_test_support::otlp::Collector::counting());
@@ -192,24 +213,30 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
     let direct_path = "/orders/7";
     let proxied_path = format!("{}{}", nginx::PREFIX, direct_path.trim_start_matches('/'));
     let gateway_path = format!("/call/{}{direct_path}", gateway::SYSTEM);
-    let mut hops: Vec<(Hop, SocketAddr, &str, Option<cpu::Who>)> =
-        vec![(Hop::Direct, upstream.addr(), direct_path, None)];
+    let mut hops: Vec<(Hop, SocketAddr, &str, Option<cpu::Who>, &upstream::BenchUpstream)> =
+        vec![(Hop::Direct, upstream.addr(), direct_path, None, &upstream)];
     if let Some(nginx) = &nginx {
-        hops.push((Hop::Nginx, nginx.addr(), &proxied_path, Some(cpu::Who::Process(nginx.pid()))));
+        hops.push((Hop::Nginx, nginx.addr(), &proxied_path, Some(cpu::Who::Process(nginx.pid())), &upstream));
     }
-    hops.push((Hop::Ballast, gateway.addr(), &gateway_path, Some(cpu::Who::Threads(gateway::THREAD_NAMES))));
+    hops.push((Hop::Ballast, gateway.addr(), &gateway_path, Some(cpu::Who::Threads(gateway.threads())), &upstream));
+    if let Some((provider_upstream, provider_gateway)) = &provider {
+        let who = cpu::Who::Threads(provider_gateway.threads());
+        hops.push((Hop::Provider, provider_gateway.addr(), &gateway_path, Some(who), provider_upstream));
+    }
     for (tracing, child) in &served {
-        hops.push((Hop::Served(*tracing), child.addr(), &gateway_path, Some(cpu::Who::Process(child.pid()))));
+        let who = Some(cpu::Who::Process(child.pid()));
+        hops.push((Hop::Served(*tracing), child.addr(), &gateway_path, who, &upstream));
     }
 
     let client = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let mut samples: BTreeMap<(usize, Hop), Vec<Measured>> = BTreeMap::new();
     for round in 1..=opts.rounds {
         for &connections in &opts.connections {
-            for &(hop, addr, path, who) in &hops {
+            for (hop, addr, path, who, upstream) in &hops {
+                let (hop, addr, path) = (*hop, *addr, *path);
                 let load =
                     Load { connections, warm_up: opts.warm_up, measure: opts.measure, write: opts.write };
-                let before = (upstream.served(), who.and_then(cpu::used), collector.span_count());
+                let before = (upstream.served(), who.as_ref().and_then(cpu::used), collector.span_count());
                 let sample = client
                     .block_on(load::run(addr, path, upstream::BODY, load))
                     .with_context(|| format!("{} at {connections} connections", hop.label()))?;
@@ -218,7 +245,7 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
                     "{} answered requests the upstream never saw",
                     hop.label()
                 );
-                let cpu = match (before.1, who.and_then(cpu::used)) {
+                let cpu = match (before.1, who.as_ref().and_then(cpu::used)) {
                     (Some(before), Some(after)) => {
                         Some(after.saturating_sub(before).div_f64(sample.total.max(1) as f64))
                     }
@@ -242,7 +269,8 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
     }
     let rows =
         samples.into_iter().map(|((connections, hop), rounds)| medians(hop, connections, &rounds)).collect();
-    Ok(GatewayBenchReport { rows, nginx: nginx_label })
+    let provider_tokens = provider.as_ref().map(|(upstream, _)| (upstream.tokens_issued(), upstream.served()));
+    Ok(GatewayBenchReport { rows, nginx: nginx_label, provider_tokens })
 }
 
 /// The memory one idle kept-alive connection holds in the gateway: `n`
@@ -405,6 +433,37 @@ impl GatewayBenchReport {
         out
     }
 
+    /// What reaching a provider over TLS with OAuth 2.0 tokens adds to a
+    /// call, as a markdown table beside the plain gateway; empty when the
+    /// provider was not measured.
+    pub fn provider_table(&self) -> String {
+        let Some((tokens, calls)) = self.provider_tokens else { return String::new() };
+        let mut out = String::from(
+            "| connections | plain CPU/request | TLS + OAuth 2.0 CPU/request | added CPU/request | requests/s plain → provider |\n|---|---|---|---|---|\n",
+        );
+        for row in self.rows.iter().filter(|r| r.hop == Hop::Provider) {
+            let Some(plain) = self.row(Hop::Ballast, row.connections) else { continue };
+            let added = match (row.cpu, plain.cpu) {
+                (Some(with), Some(without)) => {
+                    format!("{:+.1} µs", (with.as_secs_f64() - without.as_secs_f64()) * 1e6)
+                }
+                _ => "–".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {added} | {} → {} |",
+                row.connections,
+                plain.cpu.map_or("–".to_owned(), micros),
+                row.cpu.map_or("–".to_owned(), micros),
+                thousands(plain.rate),
+                thousands(row.rate),
+            );
+        }
+        let per_thousand = tokens as f64 * 1000.0 / calls.max(1) as f64;
+        let _ = writeln!(out, "\n{tokens} token requests for {calls} calls: {per_thousand:.3} per 1,000 calls");
+        out
+    }
+
     /// The cost of traces, as a markdown table: each traced gateway beside
     /// the one without an exporter, at each connection count; empty when
     /// no traced gateway was measured.
@@ -491,6 +550,7 @@ mod tests {
             traces: Vec::new(),
             serve_exe: None,
             write: false,
+            provider: None,
         };
         let err = run(&opts, |_| {}).expect_err("no nginx there");
         assert!(format!("{err:#}").contains("cannot start /nonexistent/nginx"), "{err:#}");
@@ -524,9 +584,10 @@ mod tests {
             traces: Vec::new(),
             serve_exe: None,
             write,
+            provider: Some(Duration::from_secs(60)),
         };
         let report = run(&opts, |line| eprintln!("{line}")).expect("the bench runs");
-        let hops = if measured_nginx { 3 } else { 2 };
+        let hops = if measured_nginx { 4 } else { 3 };
         assert_eq!(report.rows.len(), 2 * hops, "{report:#?}");
         for row in &report.rows {
             assert!(row.rate > 0.0 && row.p50 > Duration::ZERO && row.p50 <= row.p99, "{row:?}");
@@ -534,6 +595,10 @@ mod tests {
         let table = report.table();
         assert_eq!(table.lines().count(), 2 + report.rows.len(), "{table}");
         assert!(table.contains("| ballast gateway | 4 |"), "{table}");
+        assert!(table.contains("| ballast gateway, TLS + OAuth 2.0 | 4 |"), "{table}");
+        let (tokens, calls) = report.provider_tokens.expect("the provider was measured");
+        assert!(tokens == 1 && calls > 0, "one token for the run's {calls} calls, not {tokens}");
+        assert!(report.provider_table().contains("token requests"), "{}", report.provider_table());
         assert_eq!(report.ratios().len(), if measured_nginx { 2 } else { 0 });
         assert!(report.ratio_table().contains(if measured_nginx { "target" } else { "No ratios" }));
     }

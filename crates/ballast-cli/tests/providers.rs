@@ -369,3 +369,23 @@ fn lint_reads_the_files_serve_would_refuse() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("expired on"), "{said}");
 }
+
+#[test]
+fn the_bank_example_lints_clean_with_its_files_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    let ca = Ca::new("Bank Root CA");
+    ca.write(&certs, "bank-root-ca");
+    ca.client("shop").write(&certs, "shop-client");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/bank/ballast.toml");
+    let config = dir.path().join("ballast.toml");
+    std::fs::copy(example, &config).unwrap();
+    let out = support::ballast(&["lint", config.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let out = support::ballast(&["explain", config.to_str().unwrap()]);
+    let explained = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(explained.contains("reached: TLS trusting none roots and certs/bank-root-ca.pem"), "{explained}");
+    assert!(explained.contains("OAuth 2.0 token from https://auth.bank.example/oauth2/token (client tls)"), "{explained}");
+}

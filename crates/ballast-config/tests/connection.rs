@@ -63,6 +63,14 @@ fn unreadable_mismatched_and_expired_files_are_errors_at_their_keys() {
     let soon = lint(dir.path(), &system("cert_file = \"soon.pem\"\nkey_file = \"soon.key\"\n"));
     says(&soon, "warning", ":5:13", "day(s)");
     assert!(soon.iter().all(|f| !f.is_error()), "{soon:#?}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let key = dir.path().join("client.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = lint(dir.path(), &system("cert_file = \"client.pem\"\nkey_file = \"client.key\"\n"));
+        says(&open, "warning", ":6:12", "others on this machine can read it");
+    }
 }
 
 #[test]

@@ -35,9 +35,20 @@ impl Issued {
         let cert = dir.join(format!("{name}.pem"));
         let key = dir.join(format!("{name}.key"));
         std::fs::write(&cert, &self.cert_pem).expect("the certificate written");
-        std::fs::write(&key, &self.key_pem).expect("the key written");
+        write_private(&key, &self.key_pem);
         (cert, key)
     }
+}
+
+/// Writes `text` to `path` readable by its owner only, as a private key is kept.
+fn write_private(path: &Path, text: &str) {
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path).expect("the key's file");
+    file.write_all(text.as_bytes()).expect("the key written");
 }
 
 impl Ca {

@@ -46,12 +46,12 @@ impl ServerTls {
         self
     }
 
-    /// The acceptor of these settings.
+    /// The rustls acceptor of these settings, for a server of a test's own.
     ///
     /// # Panics
     ///
     /// When the certificate or the CA is unusable.
-    pub(crate) fn acceptor(&self) -> Acceptor {
+    pub fn tls_acceptor(&self) -> tokio_rustls::TlsAcceptor {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
@@ -77,7 +77,12 @@ impl ServerTls {
         let mut config = builder.with_single_cert(chain, key).expect("a server certificate and its key");
         config.alpn_protocols =
             if self.http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
-        Acceptor(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
+
+    /// The acceptor of these settings.
+    pub(crate) fn acceptor(&self) -> Acceptor {
+        Acceptor(self.tls_acceptor())
     }
 }
 

@@ -5,6 +5,8 @@
 //!
 //! `cargo run --release -p ballast-bench --bin gateway_bench -- [--seconds 5] [--warm-up 1] [--rounds 3] [--connections 1,32] [--write]`
 //! (`--idle 2000`: the memory an idle kept-alive connection holds instead;
+//! `--provider 60`: also the gateway to a provider over TLS with OAuth 2.0
+//! tokens of that many seconds, and what that adds to a call;
 //! `--traces off,1.0,0.01`: also the gateway in processes of its own with
 //! its OTLP trace exporter off and at those sample ratios, to a receiver in
 //! this process, and the table of what traces cost).
@@ -54,6 +56,10 @@ struct Args {
     /// an `Idempotency-Key` of its own (to a system that deduplicates by it).
     #[arg(long)]
     write: bool,
+    /// Also the gateway to a provider over TLS (a CA of its own) with OAuth
+    /// 2.0 tokens that live this many seconds, and the table of what that adds.
+    #[arg(long, value_name = "TOKEN_SECONDS")]
+    provider: Option<u64>,
     /// Trace settings to measure besides: `off` and sample ratios.
     #[arg(long, value_delimiter = ',')]
     traces: Vec<String>,
@@ -114,6 +120,7 @@ fn main() -> anyhow::Result<()> {
         traces: args.traces.iter().map(|t| Tracing::parse(t)).collect::<anyhow::Result<_>>()?,
         serve_exe: Some(std::env::current_exe()?),
         write: args.write,
+        provider: args.provider.map(Duration::from_secs),
     };
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
     let before = loadavg();
@@ -132,6 +139,10 @@ fn main() -> anyhow::Result<()> {
     println!("load average before: {before}; after: {after}\n");
     println!("{}", report.table());
     print!("{}", report.ratio_table());
+    let provider = report.provider_table();
+    if !provider.is_empty() {
+        println!("\nA provider over TLS with OAuth 2.0 tokens (the same gateway's CPU beside the plain hop):\n\n{provider}");
+    }
     let traces = report.traces_table();
     if !traces.is_empty() {
         println!("\nTraces (each gateway a process of its own, CPU of the whole process):\n\n{traces}");

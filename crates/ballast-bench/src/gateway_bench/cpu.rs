@@ -10,10 +10,10 @@ use std::time::Duration;
 const TICKS_PER_SECOND: u64 = 100;
 
 /// Whose CPU time to read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Who {
     /// The threads of this process whose names start with one of these.
-    Threads(&'static [&'static str]),
+    Threads(Vec<String>),
     /// A process and its children (nginx's master and workers).
     Process(u32),
     /// Every process of this name (a database server's backends).
@@ -21,7 +21,7 @@ pub enum Who {
 }
 
 /// User and system time used so far; `None` where `/proc` cannot tell.
-pub fn used(who: Who) -> Option<Duration> {
+pub fn used(who: &Who) -> Option<Duration> {
     let ticks = match who {
         Who::Threads(names) => {
             let mut ticks = 0;
@@ -36,7 +36,7 @@ pub fn used(who: Who) -> Option<Duration> {
         Who::Process(pid) => {
             let mut ticks = Stat::read(&Path::new("/proc").join(pid.to_string()))?.ticks;
             for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-                if let Some(stat) = Stat::read(&entry.path()).filter(|s| s.ppid == pid) {
+                if let Some(stat) = Stat::read(&entry.path()).filter(|s| s.ppid == *pid) {
                     ticks += stat.ticks;
                 }
             }
@@ -46,7 +46,7 @@ pub fn used(who: Who) -> Option<Duration> {
             .ok()?
             .flatten()
             .filter_map(|entry| Stat::read(&entry.path()))
-            .filter(|stat| stat.comm == name)
+            .filter(|stat| stat.comm == *name)
             .map(|stat| stat.ticks)
             .sum(),
     };
@@ -94,12 +94,12 @@ mod tests {
             })
             .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while used(Who::Threads(&["cpu-test-spin"])).unwrap_or_default() == Duration::ZERO {
+        while used(&Who::Threads(vec!["cpu-test-spin".to_owned()])).unwrap_or_default() == Duration::ZERO {
             assert!(std::time::Instant::now() < deadline, "no CPU time seen for a spinning thread");
             std::thread::sleep(Duration::from_millis(20));
         }
         drop(done);
         spin.join().unwrap();
-        assert_eq!(used(Who::Threads(&["no-such-thread"])), Some(Duration::ZERO));
+        assert_eq!(used(&Who::Threads(vec!["no-such-thread".to_owned()])), Some(Duration::ZERO));
     }
 }

@@ -4,6 +4,7 @@
 //! the worker on the main runtime — and one system pointing at the upstream.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -13,12 +14,9 @@ use ballast_server::Server;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
-/// The names of the gateway's threads (its event loops', `gw:PORT/N`, and
-/// the main runtime's), by which its CPU time is found.
-pub const THREAD_NAMES: &[&str] = &["gw:", "ballast"];
-
-/// The main runtime's threads.
+/// The main runtime's threads of the plain gateway and of the provider's.
 const THREAD_NAME: &str = "ballast";
+const PROVIDER_THREAD_NAME: &str = "provider";
 
 /// The system's name, as it appears in `/call/{system}/…`.
 pub const SYSTEM: &str = "up";
@@ -34,34 +32,64 @@ pub struct BenchGateway {
     runtime: Option<tokio::runtime::Runtime>,
     stop: CancellationToken,
     addr: SocketAddr,
+    thread_name: &'static str,
     _dir: tempfile::TempDir,
 }
+
+/// The variables the provider's client id and secret are read from.
+const CLIENT_ID_ENV: &str = "BALLAST_BENCH_CLIENT_ID";
+const CLIENT_SECRET_ENV: &str = "BALLAST_BENCH_CLIENT_SECRET";
 
 impl BenchGateway {
     /// Starts `ballast serve` with a SQLite queue in a temp dir, its admin
     /// listener and gateway on free loopback ports, and the one system, on
     /// `workers` event loops (`None`: one per core).
     pub fn start(upstream: SocketAddr, workers: Option<usize>) -> anyhow::Result<BenchGateway> {
+        let system = SYSTEM_CONFIG.replace("{upstream}", &upstream.to_string());
+        Self::launch(&system, workers, THREAD_NAME)
+    }
+
+    /// As [`start`](Self::start), the system a provider as banks are:
+    /// reached over TLS, trusting the CA in `ca_file` only, with an OAuth
+    /// 2.0 token from the upstream's `/token`.
+    pub fn provider(upstream: SocketAddr, workers: Option<usize>, ca_file: &Path) -> anyhow::Result<BenchGateway> {
+        let system = SYSTEM_CONFIG.replace("http://{upstream}", &format!("https://{upstream}")).replace(
+            "{upstream}",
+            &upstream.to_string(),
+        ) + &format!(
+            "\n[systems.up.tls]\nroots = \"none\"\nca_file = \"{ca}\"\n\n[systems.up.auth]\nkind = \"oauth2\"\ntoken_url = \"https://{upstream}/token\"\nclient_id_env = \"{CLIENT_ID_ENV}\"\nclient_secret_env = \"{CLIENT_SECRET_ENV}\"\n",
+            ca = ca_file.display()
+        );
+        std::env::set_var(CLIENT_ID_ENV, "bench");
+        std::env::set_var(CLIENT_SECRET_ENV, "bench-secret");
+        Self::launch(&system, workers, PROVIDER_THREAD_NAME)
+    }
+
+    fn launch(system: &str, workers: Option<usize>, thread_name: &'static str) -> anyhow::Result<BenchGateway> {
         let dir = tempfile::tempdir().context("a temp dir for the gateway's queue")?;
         let workers = workers.map(|n| format!("workers = {n}\n")).unwrap_or_default();
         let text = format!(
-            "[queue]\nurl = \"sqlite://{}\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n\n[gateway]\nlisten = \"127.0.0.1:0\"\n{workers}{}",
+            "[queue]\nurl = \"sqlite://{}\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n\n[gateway]\nlisten = \"127.0.0.1:0\"\n{workers}{system}",
             dir.path().join("queue.db").display(),
-            SYSTEM_CONFIG.replace("{upstream}", &upstream.to_string())
         );
         let config = Config::parse("gateway-bench.toml", text)?;
-        let runtime =
-            tokio::runtime::Builder::new_multi_thread().enable_all().thread_name(THREAD_NAME).build()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name(thread_name).build()?;
         let server = runtime.block_on(Server::bind(&config, prometheus(), None))?;
         let addr = server.gateway_addr().context("the configuration has a [gateway]")?;
         let stop = CancellationToken::new();
         runtime.spawn(server.run(stop.clone()));
-        Ok(BenchGateway { runtime: Some(runtime), stop, addr, _dir: dir })
+        Ok(BenchGateway { runtime: Some(runtime), stop, addr, thread_name, _dir: dir })
     }
 
     /// Where the gateway listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The names its threads start with — its event loops' (`gw:PORT/N`)
+    /// and its main runtime's — by which its CPU time is found.
+    pub fn threads(&self) -> Vec<String> {
+        vec![format!("gw:{}/", self.addr.port()), self.thread_name.to_owned()]
     }
 }
 

@@ -412,6 +412,16 @@ fn files(dir: &Path, name: &str, t: &TlsSection) -> Vec<KeyFinding> {
     match read {
         Err(e) => out.push(KeyFinding::error(None, at(key), e.to_string(), help)),
         Ok(identity) => {
+            let secret = if t.pkcs12_file.is_some() { "pkcs12_file" } else { "key_file" };
+            if let Some(file) = identity_secret_file(&settings).filter(|f| readable_by_others(f)) {
+                out.push(KeyFinding::at(
+                    None,
+                    Severity::Warning,
+                    at(secret),
+                    format!("{} holds a private key and others on this machine can read it", file.display()),
+                    format!("chmod 600 {}", file.display()),
+                ));
+            }
             let now = SystemTime::now();
             let end = humantime::format_rfc3339_seconds(identity.facts.not_after);
             if identity.facts.expired(now) {
@@ -437,6 +447,26 @@ fn files(dir: &Path, name: &str, t: &TlsSection) -> Vec<KeyFinding> {
         }
     }
     out
+}
+
+/// The file the client's private key is in.
+fn identity_secret_file(settings: &TlsSettings) -> Option<&Path> {
+    match settings.identity.as_ref()? {
+        IdentityFiles::Pem { key, .. } => Some(key),
+        IdentityFiles::Pkcs12 { file, .. } => Some(file),
+    }
+}
+
+/// Whether users other than the file's owner may read it.
+#[cfg(unix)]
+fn readable_by_others(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o044 != 0)
+}
+
+#[cfg(not(unix))]
+fn readable_by_others(_: &Path) -> bool {
+    false
 }
 
 fn proxy_rules(name: &str, sys: &System) -> Vec<KeyFinding> {
