@@ -218,7 +218,13 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
     if let Some(nginx) = &nginx {
         hops.push((Hop::Nginx, nginx.addr(), &proxied_path, Some(cpu::Who::Process(nginx.pid())), &upstream));
     }
-    hops.push((Hop::Ballast, gateway.addr(), &gateway_path, Some(cpu::Who::Threads(gateway.threads())), &upstream));
+    hops.push((
+        Hop::Ballast,
+        gateway.addr(),
+        &gateway_path,
+        Some(cpu::Who::Threads(gateway.threads())),
+        &upstream,
+    ));
     if let Some((provider_upstream, provider_gateway)) = &provider {
         let who = cpu::Who::Threads(provider_gateway.threads());
         hops.push((Hop::Provider, provider_gateway.addr(), &gateway_path, Some(who), provider_upstream));
@@ -269,7 +275,8 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
     }
     let rows =
         samples.into_iter().map(|((connections, hop), rounds)| medians(hop, connections, &rounds)).collect();
-    let provider_tokens = provider.as_ref().map(|(upstream, _)| (upstream.tokens_issued(), upstream.served()));
+    let provider_tokens =
+        provider.as_ref().map(|(upstream, _)| (upstream.tokens_issued(), upstream.served()));
     Ok(GatewayBenchReport { rows, nginx: nginx_label, provider_tokens })
 }
 
@@ -460,7 +467,8 @@ impl GatewayBenchReport {
             );
         }
         let per_thousand = tokens as f64 * 1000.0 / calls.max(1) as f64;
-        let _ = writeln!(out, "\n{tokens} token requests for {calls} calls: {per_thousand:.3} per 1,000 calls");
+        let _ =
+            writeln!(out, "\n{tokens} token requests for {calls} calls: {per_thousand:.3} per 1,000 calls");
         out
     }
 

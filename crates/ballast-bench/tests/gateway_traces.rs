@@ -19,6 +19,7 @@ fn traced_gateways_are_measured_beside_the_untraced_one() {
         traces: vec![Tracing::Off, Tracing::parse("1.0").unwrap()],
         serve_exe: Some(env!("CARGO_BIN_EXE_gateway_bench").into()),
         write: false,
+        provider: None,
     };
     let report = run(&opts, |line| eprintln!("{line}")).expect("the bench runs");
     let off = report.rows.iter().find(|r| r.hop == Hop::Served(Tracing::Off)).expect("the untraced process");

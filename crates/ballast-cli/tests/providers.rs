@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ballast_test_support::pki::Ca;
-use ballast_test_support::{eventually, ConnectProxy, Reply, ServerTls, TokenServer, Tokens, Upstream};
+use ballast_test_support::{ConnectProxy, Reply, ServerTls, TokenServer, Tokens, Upstream};
 use serde_json::Value;
 use support::{client, Served};
 
@@ -257,16 +257,21 @@ async fn with_the_token_endpoint_down_keyed_writes_are_deferred_and_delivered_af
         handles.push(answer.headers()["location"].to_str().unwrap().to_owned());
     }
     assert_eq!(upstream.count(), 0, "nothing was sent without a token");
-    eventually("every deferred payment is delivered", || async {
+    // The queue's schedule (1 s, 2 s, 4 s, … with jitter) takes them past the outage.
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
+    loop {
         let mut done = 0;
         for handle in &handles {
             if served.task(handle).await["state"] == "completed" {
                 done += 1;
             }
         }
-        done == handles.len()
-    })
-    .await;
+        if done == handles.len() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{done} of 10 delivered in 45 s: {}", served.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut keys: Vec<String> =
         upstream.requests().iter().filter_map(|s| s.key().map(str::to_owned)).collect();
     keys.sort();
@@ -295,7 +300,7 @@ async fn a_client_certificate_replaced_while_calls_run_fails_none_and_is_used() 
                     if answer.map(|a| a.status().as_u16()).ok() != Some(201) {
                         failed += 1;
                     }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(Duration::from_millis(150)).await;
                 }
                 failed
             })
@@ -313,6 +318,10 @@ async fn a_client_certificate_replaced_while_calls_run_fails_none_and_is_used() 
     }
     assert_eq!(failed, 0, "{}", served.log());
     assert_eq!(upstream.count(), 200);
+    let presented: Vec<Option<String>> = upstream.requests().into_iter().map(|s| s.client_cert).collect();
+    let renewed = presented.iter().filter(|c| c.as_deref() == Some("CN=shop-renewed")).count();
+    assert!(renewed > 0, "the calls after the rotation present the new certificate: {presented:?}");
+    assert_eq!(pay(&served, "after").await.status(), 201);
     let last = upstream.requests().last().unwrap().client_cert.clone();
     assert_eq!(last.as_deref(), Some("CN=shop-renewed"), "the new certificate is in use");
     assert!(served.log().contains("TLS files changed"), "{}", served.log());
@@ -387,5 +396,38 @@ fn the_bank_example_lints_clean_with_its_files_in_place() {
     let out = support::ballast(&["explain", config.to_str().unwrap()]);
     let explained = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(explained.contains("reached: TLS trusting none roots and certs/bank-root-ca.pem"), "{explained}");
-    assert!(explained.contains("OAuth 2.0 token from https://auth.bank.example/oauth2/token (client tls)"), "{explained}");
+    assert!(
+        explained.contains("OAuth 2.0 token from https://auth.bank.example/oauth2/token (client tls)"),
+        "{explained}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_near_its_end_is_a_metric_a_column_and_one_alert() {
+    let bank = Bank::new();
+    bank.ca.client_until("shop", Duration::from_secs(5 * 24 * 3600)).write(bank.dir.path(), "client");
+    let upstream = Upstream::start_tls(bank.server(), |_, _| Reply::status(201)).await;
+    let hook = Upstream::start(|_, _| Reply::status(200)).await;
+    let more = "\n[[alerts.webhook]]\nurl_env = \"ALERT_URL\"\nformat = \"json\"\n";
+    let served =
+        serve(&upstream, &format!("{}{more}", files(&bank)), "", &[("ALERT_URL", hook.url("/alerts"))]);
+    ballast_test_support::eventually("the expiry is alerted", || async { hook.count() > 0 }).await;
+    let alert: Value = serde_json::from_slice(&hook.requests()[0].body).unwrap();
+    assert_eq!(alert["alert"], "tls_client_cert_expiring");
+    assert_eq!(alert["system"], "bank");
+    assert!(alert["summary"].as_str().unwrap().contains("in 4 day(s)"), "{alert}");
+    let metrics =
+        client().get(format!("{}/metrics", served.admin)).send().await.unwrap().text().await.unwrap();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("ballast_tls_client_cert_expiry_timestamp_seconds{system=\"bank\"}"))
+        .unwrap_or_else(|| panic!("no expiry metric: {metrics}"));
+    let at: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!((at - now - 5.0 * 86_400.0).abs() < 120.0, "{line}");
+    let page = client().get(format!("{}/ui/", served.admin)).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("class=\"tag expiring\""), "the dashboard flags it");
+    assert!(!page.contains("BEGIN"), "no key material on the page");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(hook.count(), 1, "alerted once");
 }

@@ -258,6 +258,57 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tls_proxy_and_http2_failures_are_found_at_the_bottom_of_the_chain() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Wrapped(#[source] io::Error);
+        let tls = |e: rustls::Error| transport_kind(&Wrapped(io::Error::new(io::ErrorKind::InvalidData, e)));
+        use rustls::{AlertDescription, CertificateError};
+        assert_eq!(
+            tls(rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer)),
+            TransportKind::Tls(TlsFailure::Untrusted)
+        );
+        assert_eq!(
+            tls(rustls::Error::InvalidCertificate(CertificateError::Expired)),
+            TransportKind::Tls(TlsFailure::Expired)
+        );
+        assert_eq!(
+            tls(rustls::Error::InvalidCertificate(CertificateError::NotValidForName)),
+            TransportKind::Tls(TlsFailure::NameMismatch)
+        );
+        assert_eq!(
+            tls(rustls::Error::AlertReceived(AlertDescription::CertificateRequired)),
+            TransportKind::Tls(TlsFailure::ClientCertRefused)
+        );
+        assert_eq!(
+            tls(rustls::Error::AlertReceived(AlertDescription::ProtocolVersion)),
+            TransportKind::Tls(TlsFailure::Protocol)
+        );
+        let refused = h2::Error::from(h2::Reason::REFUSED_STREAM);
+        assert_eq!(transport_kind(&refused), TransportKind::Refused);
+        let reset = h2::Error::from(h2::Reason::INTERNAL_ERROR);
+        assert_ne!(
+            transport_kind(&reset),
+            TransportKind::Refused,
+            "a stream reset mid-way may have been processed"
+        );
+        let proxy = crate::proxy::ProxyError::AuthRequired { proxy: "proxy:3128".into() };
+        assert_eq!(transport_kind(&Wrapped(io::Error::other(proxy))), TransportKind::ProxyAuth);
+        for kind in [
+            TransportKind::Tls(TlsFailure::Untrusted),
+            TransportKind::ProxyAuth,
+            TransportKind::CredentialRefused,
+        ] {
+            assert!(kind.nothing_sent() && kind.is_configuration());
+            assert_eq!(RetryOn::default().transport_class(kind), ballast::Class::Permanent, "{kind:?}");
+        }
+        for kind in [TransportKind::Proxy, TransportKind::Credential, TransportKind::Refused] {
+            assert!(kind.nothing_sent() && !kind.is_configuration());
+            assert_eq!(RetryOn::default().transport_class(kind), ballast::Class::Transient, "{kind:?}");
+        }
+    }
+
+    #[test]
     fn io_kinds_in_the_source_chain_decide_the_transport_kind() {
         #[derive(Debug, thiserror::Error)]
         #[error("wrapped")]

@@ -254,7 +254,9 @@ impl Tokens {
     ) -> Result<Arc<Tokens>, ballast::BuildError> {
         let policy = Policy::builder(format!("{system}.token"))
             .retry(Retry::never())
-            .breaker(Breaker::consecutive(3).half_open_after(Duration::from_secs(5)))
+            // A token request is cheap to probe: a recovered endpoint is
+            // found within a second, not a half-open period later.
+            .breaker(Breaker::consecutive(3).half_open_after(Duration::from_secs(1)))
             .timeout(Timeout::aggressive(grant.timeout))
             .build()?;
         let labels = |outcome: &'static str| [("system", system.to_owned()), ("outcome", outcome.to_owned())];

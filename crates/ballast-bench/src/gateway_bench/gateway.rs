@@ -52,7 +52,11 @@ impl BenchGateway {
     /// As [`start`](Self::start), the system a provider as banks are:
     /// reached over TLS, trusting the CA in `ca_file` only, with an OAuth
     /// 2.0 token from the upstream's `/token`.
-    pub fn provider(upstream: SocketAddr, workers: Option<usize>, ca_file: &Path) -> anyhow::Result<BenchGateway> {
+    pub fn provider(
+        upstream: SocketAddr,
+        workers: Option<usize>,
+        ca_file: &Path,
+    ) -> anyhow::Result<BenchGateway> {
         let system = SYSTEM_CONFIG.replace("http://{upstream}", &format!("https://{upstream}")).replace(
             "{upstream}",
             &upstream.to_string(),
@@ -65,7 +69,11 @@ impl BenchGateway {
         Self::launch(&system, workers, PROVIDER_THREAD_NAME)
     }
 
-    fn launch(system: &str, workers: Option<usize>, thread_name: &'static str) -> anyhow::Result<BenchGateway> {
+    fn launch(
+        system: &str,
+        workers: Option<usize>,
+        thread_name: &'static str,
+    ) -> anyhow::Result<BenchGateway> {
         let dir = tempfile::tempdir().context("a temp dir for the gateway's queue")?;
         let workers = workers.map(|n| format!("workers = {n}\n")).unwrap_or_default();
         let text = format!(
@@ -73,7 +81,8 @@ impl BenchGateway {
             dir.path().join("queue.db").display(),
         );
         let config = Config::parse("gateway-bench.toml", text)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name(thread_name).build()?;
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().enable_all().thread_name(thread_name).build()?;
         let server = runtime.block_on(Server::bind(&config, prometheus(), None))?;
         let addr = server.gateway_addr().context("the configuration has a [gateway]")?;
         let stop = CancellationToken::new();

@@ -130,7 +130,12 @@ where
                 );
                 Response::new(Full::new(Bytes::from(token)))
             }
-            Some(_) if !request.headers().get(AUTHORIZATION).is_some_and(|v| v.as_bytes().starts_with(b"Bearer bench-")) => {
+            Some(_)
+                if !request
+                    .headers()
+                    .get(AUTHORIZATION)
+                    .is_some_and(|v| v.as_bytes().starts_with(b"Bearer bench-")) =>
+            {
                 let mut refused = Response::new(Full::new(Bytes::new()));
                 *refused.status_mut() = hyper::StatusCode::UNAUTHORIZED;
                 refused

@@ -13,6 +13,11 @@ import type { Task } from './client.js';
  * | `rate_limited` | 503 + `Retry-After` | the system's rate limit had no permit; the next frees after `Retry-After` |
  * | `timeout` | 504 | an attempt or the whole call timed out |
  * | `transport` | 502 | no complete answer after the last attempt (`sent` says whether it may have arrived) |
+ * | `tls_untrusted`, `tls_expired`, `tls_name_mismatch`, `tls_client_cert_refused`, `tls_protocol` | 502 | the TLS handshake with the system failed: nothing was sent, and it was not retried (R-RES-RE-X2); the detail names the `[systems.NAME.tls]` key that fixes it |
+ * | `proxy_refused` | 502 + `Retry-After` | the egress proxy could not be reached or refused the tunnel: nothing reached the system, safe to send again |
+ * | `proxy_auth_required` | 502 | the egress proxy wants credentials (`proxy_auth_env`) |
+ * | `token_unavailable` | 503 + `Retry-After` | no OAuth 2.0 token for the system (its token endpoint down): nothing was sent |
+ * | `token_refused` | 502 | the token endpoint refused the gateway's client credentials |
  * | `unknown_system`, `not_found` | 404 | no such system; no deferred write of that handle, or a path the gateway does not serve |
  * | `bad_key`, `bad_path`, `bad_request`, `seal_key_missing` | 400 | refused unsent |
  * | `key_required` | 400 | the route is declared `keyed_write` and the write carried no key: refused unsent (R-RES-RE-1) |
@@ -39,6 +44,15 @@ export const REASONS = [
   'rate_limited',
   'timeout',
   'transport',
+  'tls_untrusted',
+  'tls_expired',
+  'tls_name_mismatch',
+  'tls_client_cert_refused',
+  'tls_protocol',
+  'proxy_refused',
+  'proxy_auth_required',
+  'token_unavailable',
+  'token_refused',
   'unknown_system',
   'bad_key',
   'key_required',
@@ -87,7 +101,7 @@ export interface Problem {
     attempts: number;
     /** The rule that decided the outcome, e.g. `R-RES-RE-X1`. */
     rule?: string;
-    /** For `transport`: whether the request may have reached the system. */
+    /** For `transport` and the TLS, proxy and token reasons: whether the request may have reached the system. */
     sent?: boolean;
     /** The route of `ballast.toml` the request matched, `POST /payments`, when it matched one. */
     route?: string;

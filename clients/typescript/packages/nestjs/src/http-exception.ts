@@ -67,6 +67,21 @@ const MAPPINGS: Readonly<Record<Reason, Mapping>> = {
       `${system(e)} gave no complete answer (${e.attempts} attempt(s)): ` +
       (e.sent === false ? 'nothing was sent' : 'the request may have arrived'),
   },
+  tls_expired: {
+    status: HttpStatus.BAD_GATEWAY,
+    programmingError: false,
+    says: (e) => `${system(e)}'s TLS certificate has expired or is not valid yet: nothing was sent`,
+  },
+  proxy_refused: {
+    status: HttpStatus.BAD_GATEWAY,
+    programmingError: false,
+    says: (e) => `the egress proxy did not lead to ${system(e)}: nothing was sent; safe to send again`,
+  },
+  token_unavailable: {
+    status: HttpStatus.SERVICE_UNAVAILABLE,
+    programmingError: false,
+    says: (e) => `no access token for ${system(e)} (its token endpoint is down): nothing was sent; ${wait(e)}`,
+  },
   internal: {
     status: HttpStatus.BAD_GATEWAY,
     programmingError: false,
@@ -98,6 +113,14 @@ const MAPPINGS: Readonly<Record<Reason, Mapping>> = {
   cross_site: bug(() => 'the gateway refused a cross-site request'),
   unauthorized: bug(() => "the gateway refused this app's token"),
   unknown_host: bug(() => 'the gateway refused the Host the app sent'),
+  tls_untrusted: bug((e) => `the gateway does not trust ${system(e)}'s certificate: its CA belongs in [systems.NAME.tls] ca_file`),
+  tls_name_mismatch: bug((e) => `${system(e)}'s certificate is for another name: set [systems.NAME.tls] server_name`),
+  tls_client_cert_refused: bug(
+    (e) => `${system(e)} refused the gateway's client certificate, or wants one: [systems.NAME.tls] cert_file and key_file`,
+  ),
+  tls_protocol: bug((e) => `the gateway and ${system(e)} share no TLS version or cipher`),
+  proxy_auth_required: bug(() => 'the egress proxy wants credentials: [systems.NAME] proxy_auth_env'),
+  token_refused: bug((e) => `the token endpoint refused the gateway's client credentials for ${system(e)}`),
 };
 
 /**
@@ -167,14 +190,15 @@ export const BALLAST_HTTP_STATUS: Readonly<Record<Reason | 'gateway_unreachable'
  * | from | status | headers, body |
  * |---|---|---|
  * | `breaker_open`, `bulkhead_full`, `budget_exhausted`, `rate_limited` ({@link SystemUnavailableError}) | 503 | `Retry-After` |
- * | `queue_unavailable`, `too_many_waiters`, `token_throttled` | 503 | `Retry-After` when the gateway sent one |
+ * | `queue_unavailable`, `too_many_waiters`, `token_throttled`, `token_unavailable` | 503 | `Retry-After` when the gateway sent one |
  * | `timeout` | 504 | |
  * | `transport` | 502 | `sent`: whether the request may have arrived |
+ * | `proxy_refused`, `tls_expired` | 502 | nothing was sent |
  * | `internal` (a deferral broken midway) | 502 | |
  * | `sequence_pending` | 409 | |
  * | `not_found` (a task handle) | 404 | |
  * | {@link GatewayUnreachableError} | 503 | `sent`, `outcomeUnknown` |
- * | `unknown_system`, `bad_key`, `key_required`, `key_reused`, `unrouted`, `bad_path`, `bad_request`, `bad_callback`, `method_not_allowed`, `seal_key_missing`, `loop_detected`, `body_timeout`, `too_large`, `cross_site`, `unauthorized`, `unknown_host` | 500 | the message names the programming error |
+ * | `unknown_system`, `bad_key`, `key_required`, `key_reused`, `unrouted`, `bad_path`, `bad_request`, `bad_callback`, `method_not_allowed`, `seal_key_missing`, `loop_detected`, `body_timeout`, `too_large`, `cross_site`, `unauthorized`, `unknown_host`, `tls_untrusted`, `tls_name_mismatch`, `tls_client_cert_refused`, `tls_protocol`, `proxy_auth_required`, `token_refused` | 500 | the message names the programming error (the gateway's configuration, for TLS, proxy and token) |
  *
  * The body is Nest's `{ statusCode, message, error }` with the `reason`, the
  * `system` and, where they apply, `retryAfter`, `sent`, `outcomeUnknown` and

@@ -31,6 +31,15 @@ const PROBLEM_STATUS: Readonly<Record<Reason, number>> = {
   rate_limited: 503,
   timeout: 504,
   transport: 502,
+  tls_untrusted: 502,
+  tls_expired: 502,
+  tls_name_mismatch: 502,
+  tls_client_cert_refused: 502,
+  tls_protocol: 502,
+  proxy_refused: 502,
+  proxy_auth_required: 502,
+  token_unavailable: 503,
+  token_refused: 502,
   unknown_system: 404,
   bad_key: 400,
   key_required: 400,
@@ -63,6 +72,8 @@ const WAIT_AFTER: ReadonlySet<Reason> = new Set<Reason>([
   'rate_limited',
   'too_many_waiters',
   'token_throttled',
+  'token_unavailable',
+  'proxy_refused',
 ]);
 
 /** The rule the gateway cites for a problem, when the test does not say. */
@@ -71,6 +82,13 @@ const RULE: Partial<Record<Reason, string>> = {
   key_required: 'R-RES-RE-1',
   key_reused: 'R-RES-RE-1',
   unrouted: 'R-RES-RE-1',
+  tls_untrusted: 'R-RES-RE-X2',
+  tls_expired: 'R-RES-RE-X2',
+  tls_name_mismatch: 'R-RES-RE-X2',
+  tls_client_cert_refused: 'R-RES-RE-X2',
+  tls_protocol: 'R-RES-RE-X2',
+  proxy_auth_required: 'R-RES-RE-X2',
+  token_refused: 'R-RES-RE-X2',
 };
 
 /** A call the fake gateway received. */
