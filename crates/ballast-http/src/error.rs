@@ -254,12 +254,18 @@ impl Classify for HttpError {
                 Classification { class: *class, retry_after: *retry_after, throttled, elsewhere: false }
             }
             // Nothing reached the system past its proxy or for want of a
-            // token: its breaker is not told.
-            HttpError::Transport {
-                class: Class::Transient,
-                kind: TransportKind::Proxy | TransportKind::Credential,
-                ..
-            } => Classification::transient().outside_the_system(),
+            // token, or the configuration stood in the way (TLS, the proxy's
+            // or the token endpoint's refusal): its breaker is not told, as
+            // the system may be well.
+            HttpError::Transport { class, kind, .. }
+                if kind.is_configuration() || matches!(kind, TransportKind::Proxy | TransportKind::Credential) =>
+            {
+                let classification = match class {
+                    Class::Transient => Classification::transient(),
+                    Class::Permanent => Classification::permanent(),
+                };
+                classification.outside_the_system()
+            }
             HttpError::Transport { class: Class::Transient, .. } | HttpError::Panicked { .. } => {
                 Classification::transient()
             }
