@@ -258,7 +258,8 @@ impl Classify for HttpError {
             // or the token endpoint's refusal): its breaker is not told, as
             // the system may be well.
             HttpError::Transport { class, kind, .. }
-                if kind.is_configuration() || matches!(kind, TransportKind::Proxy | TransportKind::Credential) =>
+                if kind.is_configuration()
+                    || matches!(kind, TransportKind::Proxy | TransportKind::Credential) =>
             {
                 let classification = match class {
                     Class::Transient => Classification::transient(),
