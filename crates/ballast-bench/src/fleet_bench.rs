@@ -91,6 +91,7 @@ async fn configuration(
                 version: "bench".into(),
                 config_digest: format!("{rate}"),
                 admin: format!("replica {n}"),
+                queue_schema: None,
             };
             let member = Fleet::join(url, me).await?;
             members.push(member.run(Arc::new(One(policy.clone())), stop.clone()));

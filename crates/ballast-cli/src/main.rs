@@ -14,6 +14,7 @@ mod explain;
 mod fleet;
 mod format;
 mod lint;
+mod migrate;
 mod openapi;
 mod queue;
 mod serve;

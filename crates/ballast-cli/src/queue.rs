@@ -77,6 +77,15 @@ enum Action {
         /// The task's id.
         id: i64,
     },
+    /// Apply the queue's migrations this version knows (as `ballast serve`
+    /// does at start), unless a live replica of the fleet would stop working
+    /// on them; `--check` applies nothing and says which are pending and
+    /// whether the running replicas can take them (exit 1 if not).
+    Migrate {
+        /// Say, apply nothing.
+        #[arg(long)]
+        check: bool,
+    },
     /// Delete completed, failed and cancelled tasks finalized more than
     /// DURATION ago.
     ///
@@ -93,7 +102,7 @@ enum Action {
 impl Action {
     /// Whether the action only reads the queue.
     fn reads_only(&self) -> bool {
-        matches!(self, Action::Stats | Action::List { .. })
+        matches!(self, Action::Stats | Action::List { .. } | Action::Migrate { .. })
     }
 }
 
@@ -107,18 +116,18 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// What an action has to say, in both formats. `nothing` says why the action
 /// found nothing to act on (exit 1).
-struct Output {
+pub(crate) struct Output {
     human: String,
     json: Value,
     nothing: Option<String>,
 }
 
 impl Output {
-    fn done(human: String, json: Value) -> Self {
+    pub(crate) fn done(human: String, json: Value) -> Self {
         Self { human, json, nothing: None }
     }
 
-    fn nothing(why: String, json: Value) -> Self {
+    pub(crate) fn nothing(why: String, json: Value) -> Self {
         Self { human: String::new(), json, nothing: Some(why) }
     }
 }
@@ -151,10 +160,13 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
                     anyhow::Error::new(other).context(format!("cannot open the queue database at {shown}"))
                 }
             })?;
-        if !reader
-            .is_migrated()
-            .await
-            .with_context(|| format!("cannot read the queue database at {shown}"))?
+        // A database behind this version's schema is what `migrate` is for.
+        let migrating = matches!(args.action, Action::Migrate { .. });
+        if !migrating
+            && !reader
+                .is_migrated()
+                .await
+                .with_context(|| format!("cannot read the queue database at {shown}"))?
         {
             bail!(
                 "no {TABLE} table in {shown}: is this the queue's database? \
@@ -169,7 +181,7 @@ pub fn run(args: &QueueArgs) -> anyhow::Result<ExitCode> {
                 .map_err(unreachable)?
                 .with_context(|| format!("cannot open the queue at {shown}"))?
         };
-        act(&queue, &args.action).await
+        act(&queue, &args.action, (&url, &shown)).await
     })?;
     let mut stdout = std::io::stdout().lock();
     match args.format {
@@ -195,8 +207,10 @@ fn queue_url(db: &str) -> String {
     }
 }
 
-async fn act(queue: &Queue, action: &Action) -> anyhow::Result<Output> {
+/// Does `action` on `queue`, opened from `url` (shown as `shown`).
+async fn act(queue: &Queue, action: &Action, (url, shown): (&str, &str)) -> anyhow::Result<Output> {
     Ok(match action {
+        Action::Migrate { check } => crate::migrate::migrate(url, shown, queue, *check).await?,
         Action::Stats => stats(&queue.stats().await?),
         Action::List { state, kind, limit, after } => {
             let filter = ListFilter {

@@ -92,9 +92,11 @@ async fn serve(config: &Config, listen: Option<SocketAddr>, traces: ResolvedTele
 
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
+    let drain = server.drain().clone();
     let summary = server.run(shutdown).await;
     telemetry.shutdown(TRACE_FLUSH).await;
     let summary = summary?;
+    eprintln!("ballast serve: {}", drain.summary());
     eprintln!(
         "ballast serve: stopped; {} delivered, {} rescheduled, {} failed, {} released to other workers",
         summary.completed, summary.rescheduled, summary.failed, summary.released
@@ -102,7 +104,7 @@ async fn serve(config: &Config, listen: Option<SocketAddr>, traces: ResolvedTele
     Ok(())
 }
 
-/// Cancels `shutdown` on SIGTERM or Ctrl-C.
+/// Cancels `shutdown` — the drain begins — on SIGTERM or Ctrl-C.
 async fn stop_on_signal(shutdown: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -123,6 +125,8 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-    tracing::info!("shutting down: finishing or releasing in-flight deliveries");
+    tracing::info!(
+        "shutting down: draining (readiness fails now; the listeners serve on for [serve] drain_delay)"
+    );
     shutdown.cancel();
 }

@@ -52,6 +52,14 @@ pub struct ServeSection {
     /// unless the system is named here; its deliveries are then held until a
     /// system of that name returns or they age out (`[queue] max_age`).
     pub remove_systems: Option<Vec<String>>,
+    /// `drain_delay`: after SIGTERM (or `POST /admin/drain`), how long the
+    /// listeners keep accepting and serving while readiness already answers
+    /// 503, so load balancers stop sending (default 5 s).
+    pub drain_delay: Option<ConfigDuration>,
+    /// `drain_timeout`: once the listeners stop accepting, how long calls in
+    /// flight may take to finish before each is answered at the deadline
+    /// (default 25 s).
+    pub drain_timeout: Option<ConfigDuration>,
 }
 
 pub(crate) const KEYS: &[(&str, Schema)] = &[
@@ -65,6 +73,8 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("allowed_hosts", Value),
     ("session_ttl", Value),
     ("remove_systems", Value),
+    ("drain_delay", Value),
+    ("drain_timeout", Value),
 ];
 
 /// The `[serve]` section's values.
@@ -108,6 +118,25 @@ pub(crate) fn rules(s: &ServeSection) -> Vec<KeyFinding> {
             ));
         }
     }
+    if s.drain_timeout.is_some_and(|d| d.get().is_zero()) {
+        out.push(KeyFinding::error(
+            None,
+            vec!["serve".to_owned(), "drain_timeout".to_owned()],
+            "`drain_timeout` is zero: every call in flight at a restart would be cut short".into(),
+            "give calls time to finish, e.g. \"25s\" (the default); each one still running then is answered, never reset",
+        ));
+    }
+    let drain = s.drain_delay.map_or(DEFAULT_DRAIN_DELAY, |d| d.get())
+        + s.drain_timeout.map_or(DEFAULT_DRAIN_TIMEOUT, |d| d.get());
+    if drain > Duration::from_secs(600) {
+        out.push(KeyFinding::at(
+            None,
+            ballast::Severity::Warning,
+            vec!["serve".to_owned(), "drain_timeout".to_owned()],
+            format!("a drain may take {}: a deploy waits that long for each replica", crate::duration::display(drain)),
+            "keep drain_delay + drain_timeout within a few minutes, and terminationGracePeriodSeconds above it",
+        ));
+    }
     if s.stats_interval.is_some_and(|d| d.get() < Duration::from_secs(1)) {
         out.push(KeyFinding::error(
             None,
@@ -142,6 +171,11 @@ pub struct ServeSettings {
     pub allowed_hosts: Vec<String>,
     /// How long a dashboard session lasts.
     pub session_ttl: Duration,
+    /// How long the listeners keep serving after a drain begins, readiness
+    /// already 503.
+    pub drain_delay: Duration,
+    /// How long calls in flight may take once the listeners stop accepting.
+    pub drain_timeout: Duration,
 }
 
 impl Default for ServeSettings {
@@ -158,9 +192,22 @@ impl Default for ServeSettings {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             allowed_hosts: Vec::new(),
             session_ttl: DEFAULT_SESSION_TTL,
+            drain_delay: DEFAULT_DRAIN_DELAY,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
         }
     }
 }
+
+/// How long the listeners keep serving after a drain begins unless
+/// `[serve] drain_delay` says otherwise (5 s: a load balancer polling
+/// readiness every second or two has stopped sending by then).
+pub const DEFAULT_DRAIN_DELAY: Duration = Duration::from_secs(5);
+
+/// How long calls in flight may take to finish in a drain unless
+/// `[serve] drain_timeout` says otherwise (25 s: with the default delay a
+/// drain ends within 30 s; Kubernetes' `terminationGracePeriodSeconds`
+/// should then be at least 35).
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// How long a client may take to send a request's body, on both listeners,
 /// unless `body_read_timeout` says otherwise (10 s: nginx's `client_body_timeout` is 60 s for the
@@ -187,6 +234,8 @@ impl Config {
             body_read_timeout: serve.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
             allowed_hosts: serve.allowed_hosts.clone().unwrap_or_default(),
             session_ttl: serve.session_ttl.map_or(defaults.session_ttl, |d| d.get()),
+            drain_delay: serve.drain_delay.map_or(defaults.drain_delay, |d| d.get()),
+            drain_timeout: serve.drain_timeout.map_or(defaults.drain_timeout, |d| d.get()),
         })
     }
 }

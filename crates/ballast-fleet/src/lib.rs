@@ -31,6 +31,7 @@
 //!     version: "0.1.0".into(),
 //!     config_digest: "4be1…".into(),
 //!     admin: "10.0.0.5:9464".into(),
+//!     queue_schema: Some(7),
 //! };
 //! let fleet = Fleet::join("postgres://ballast@db/ballast", me).await?;
 //! let stop = CancellationToken::new();

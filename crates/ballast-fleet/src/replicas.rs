@@ -36,6 +36,8 @@ pub struct Identity {
     pub config_digest: String,
     /// Its admin listener's address, for an operator to find it.
     pub admin: String,
+    /// The queue schema it speaks (the migrations its version knows).
+    pub queue_schema: Option<i64>,
 }
 
 /// Whether a replica still heartbeats.
@@ -73,6 +75,8 @@ pub struct Replica {
     pub config_digest: String,
     /// Its admin listener.
     pub admin: String,
+    /// The queue schema it speaks (none: a replica of a version that did not say).
+    pub queue_schema: Option<i64>,
     /// When it joined.
     #[serde(with = "epoch_seconds")]
     pub started_at: SystemTime,
@@ -98,8 +102,8 @@ mod epoch_seconds {
 pub(crate) async fn register(pool: &PgPool, me: &Identity) -> Result<Uuid, FleetError> {
     let id = Uuid::now_v7();
     sqlx::query(
-        "INSERT INTO ballast_fleet_replicas (id, host, pid, version, config_digest, admin, clock_skew_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $7 - extract(epoch FROM clock_timestamp()) * 1000)",
+        "INSERT INTO ballast_fleet_replicas (id, host, pid, version, config_digest, admin, clock_skew_ms, queue_schema)
+         VALUES ($1, $2, $3, $4, $5, $6, $7 - extract(epoch FROM clock_timestamp()) * 1000, $8)",
     )
     .bind(id)
     .bind(&me.host)
@@ -108,6 +112,7 @@ pub(crate) async fn register(pool: &PgPool, me: &Identity) -> Result<Uuid, Fleet
     .bind(&me.config_digest)
     .bind(&me.admin)
     .bind(epoch_ms(SystemTime::now()))
+    .bind(me.queue_schema)
     .execute(pool)
     .await?;
     Ok(id)
@@ -146,7 +151,7 @@ pub(crate) async fn leave(pool: &PgPool, id: Uuid) -> Result<(), FleetError> {
 /// state and flags.
 pub(crate) async fn list(pool: &PgPool, since: Duration) -> Result<Vec<Replica>, FleetError> {
     let rows = sqlx::query(
-        "SELECT id, host, pid, version, config_digest, admin,
+        "SELECT id, host, pid, version, config_digest, admin, queue_schema,
                 extract(epoch FROM started_at)::float8 AS started,
                 extract(epoch FROM now() - heartbeat_at)::float8 AS age,
                 clock_skew_ms, stopped_at IS NOT NULL AS stopped
@@ -169,6 +174,7 @@ pub(crate) async fn list(pool: &PgPool, since: Duration) -> Result<Vec<Replica>,
             version: row.try_get("version")?,
             config_digest: row.try_get("config_digest")?,
             admin: row.try_get("admin")?,
+            queue_schema: row.try_get("queue_schema")?,
             started_at: UNIX_EPOCH + Duration::from_secs_f64(row.try_get::<f64, _>("started")?.max(0.0)),
             heartbeat_age: age,
             clock_skew_ms: skew,
@@ -214,6 +220,7 @@ mod tests {
             version: "0.1.0".into(),
             config_digest: digest.into(),
             admin: String::new(),
+            queue_schema: Some(6),
             started_at: UNIX_EPOCH,
             heartbeat_age: Duration::ZERO,
             clock_skew_ms: 0.0,

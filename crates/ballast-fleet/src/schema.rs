@@ -6,7 +6,10 @@ use sqlx::PgPool;
 
 use crate::error::FleetError;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/0001_fleet.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/0001_fleet.sql")),
+    (2, include_str!("../migrations/0002_queue_schema.sql")),
+];
 
 /// Serializes concurrent migrations across replicas (apart from the queue's).
 const LOCK: i64 = 0x6261_6c6c_6173_7402;

@@ -25,6 +25,7 @@ fn me(digest: &str) -> Identity {
         version: "0.1.0".into(),
         config_digest: digest.into(),
         admin: "127.0.0.1:9464".into(),
+        queue_schema: Some(6),
     }
 }
 

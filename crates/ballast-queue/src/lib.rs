@@ -78,6 +78,7 @@ mod handover;
 mod lease;
 /// The queue's Prometheus metrics: names, labels, and when they are updated.
 pub mod metrics;
+pub mod migrations;
 mod monitor;
 mod outcome;
 mod periodic;
@@ -105,6 +106,7 @@ pub use alert::{Alert, FailReason, FailedTask, LogAlert};
 pub use error::{Error, Result};
 pub use handler::{Handler, TaskContext, TaskEnd};
 pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
+pub use migrations::SCHEMA;
 pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
 pub use periodic::{CatchUp, Periodic, PeriodicStatus, Schedule, ScheduleError, MAX_CATCH_UP, MIN_PERIOD};
 pub use queue::{Queue, TxConnection};

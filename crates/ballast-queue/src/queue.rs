@@ -304,6 +304,12 @@ impl Queue {
         self.store.is_migrated().await
     }
 
+    /// The schema of the database: the highest migration applied (0 before
+    /// the first; see [`migrations`](crate::migrations)). Reads only.
+    pub async fn applied_schema(&self) -> Result<i64> {
+        self.store.applied_schema().await
+    }
+
     /// Creates or upgrades the `ballast_tasks` table. Safe to run on every
     /// start, from several processes at once.
     pub async fn migrate(&self) -> Result<()> {

@@ -1,4 +1,6 @@
-//! The admin listener's routes: Prometheus metrics, liveness and readiness.
+//! The admin listener's routes: Prometheus metrics, liveness and readiness,
+//! and `POST /admin/drain`, which begins the drain a SIGTERM would
+//! ([`crate::drain`]).
 //!
 //! Nothing here touches the database: the queue's counts and reachability
 //! come from a [`QueueMonitor`] snapshot refreshed in the background, so a
@@ -43,6 +45,10 @@ pub struct Admin {
     monitor: QueueMonitor,
     /// Asked of scrapers and probes too, when set.
     token: Option<Token>,
+    /// The process's drain: readiness fails once it begins.
+    drain: crate::drain::Drain,
+    /// The listener's token, which `/admin/drain` always asks for.
+    drain_token: Option<Token>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -66,6 +72,9 @@ impl std::fmt::Debug for Admin {
 pub struct Readiness {
     /// The queue database answers and stores.
     pub ready: bool,
+    /// The process is draining (a deploy, a SIGTERM): load balancers should
+    /// send elsewhere; calls already here are still served.
+    pub draining: bool,
     /// Each external system: its status and breaker (not part of `ready`).
     pub systems: Vec<SystemHealth>,
     /// The queue database, as the monitor last saw it.
@@ -94,7 +103,22 @@ impl Admin {
     /// `systems` (their breakers, as they are after any reload) and
     /// `monitor` (the queue).
     pub fn new(prometheus: PrometheusHandle, systems: Systems, monitor: QueueMonitor) -> Self {
-        Self { prometheus, systems, monitor, token: None }
+        Self {
+            prometheus,
+            systems,
+            monitor,
+            token: None,
+            drain: crate::drain::Drain::default(),
+            drain_token: None,
+        }
+    }
+
+    /// Follows `drain`: readiness answers 503 once it begins, and `POST
+    /// /admin/drain` begins it, asking for `token` when the listener has one.
+    pub fn drain(mut self, drain: crate::drain::Drain, token: Option<Token>) -> Self {
+        self.drain = drain;
+        self.drain_token = token;
+        self
     }
 
     /// Asks `/metrics` and `/health/*` for `token` (`Authorization: Bearer`).
@@ -111,6 +135,7 @@ impl Admin {
             .route("/health/ready", get(ready))
             .route("/health/systems", get(systems))
             .route_layer(axum::middleware::from_fn_with_state(self.clone(), admit))
+            .route("/admin/drain", axum::routing::post(drain))
             .with_state(self)
     }
 
@@ -124,8 +149,9 @@ impl Admin {
             checked_at: snapshot.checked_at.map(seconds),
             storage_error: snapshot.storage_error.clone(),
         };
-        let ready = queue.reachable && queue.storage_error.is_none();
-        Readiness { ready, systems: systems.systems, queue }
+        let draining = self.drain.is_draining();
+        let ready = queue.reachable && queue.storage_error.is_none() && !draining;
+        Readiness { ready, draining, systems: systems.systems, queue }
     }
 
     /// Each external system's status, as `/health/systems` serves it, and
@@ -171,13 +197,47 @@ async fn live() -> &'static str {
     "live\n"
 }
 
-/// 200 when ready, 503 while the queue database does not answer or the
-/// queue cannot store a task (a full disk, a removed SQLite file); the body
-/// says which, and how each external system is.
+/// 200 when ready, 503 while the queue database does not answer, the
+/// queue cannot store a task (a full disk, a removed SQLite file) or the
+/// process drains; the body says which, and how each external system is.
 async fn ready(State(admin): State<Admin>) -> impl IntoResponse {
     let report = admin.readiness();
     let status = if report.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(report))
+}
+
+/// Begins the drain (`202`, the drain's phase in the body); the listener's
+/// token is asked for when it has one, and a request a browser marks as
+/// another site's is refused.
+async fn drain(State(admin): State<Admin>, request: axum::extract::Request) -> axum::response::Response {
+    if let Some(refused) = crate::origin::from_another_site(request.headers()) {
+        return refused;
+    }
+    match admin.drain_token.as_ref().map(|t| t.check_bearer(request.headers(), crate::auth::peer(&request))) {
+        Some(Check::Refused) => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "draining asks for `Authorization: Bearer <token>`\n",
+            )
+                .into_response()
+        }
+        Some(Check::Throttled(wait)) => {
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, wait.as_secs().max(1).to_string())],
+                "too many wrong tokens lately; try again later\n",
+            )
+                .into_response()
+        }
+        Some(Check::Admitted) | None => {}
+    }
+    let began = admin.drain.begin();
+    if began {
+        tracing::info!("drain asked for on /admin/drain");
+    }
+    let body = serde_json::json!({ "draining": true, "began_now": began, "phase": format!("{:?}", admin.drain.phase()).to_lowercase() });
+    (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
 /// Each external system `up`, `degraded` or `unavailable`: 503 while a

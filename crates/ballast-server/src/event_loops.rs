@@ -92,12 +92,15 @@ pub struct Loops {
 
 impl Loops {
     /// Serves `router` on every socket, each loop within its share of
-    /// `limits.max_connections`, until `shutdown` is cancelled.
+    /// `limits.max_connections`, until `shutdown` is cancelled; then each
+    /// loop lets its requests in flight finish for `grace` at most
+    /// ([`listener::serve`]).
     pub fn start(
         sockets: Sockets,
         router: &Router,
         limits: Limits,
         shutdown: &CancellationToken,
+        grace: std::time::Duration,
     ) -> io::Result<Self> {
         let count = sockets.sockets.len();
         let share = Limits { max_connections: limits.max_connections.div_ceil(count).max(1), ..limits };
@@ -118,7 +121,7 @@ impl Loops {
             let thread = std::thread::Builder::new().name(name).spawn(move || {
                 runtime.block_on(async move {
                     match tokio::net::TcpListener::from_std(socket) {
-                        Ok(socket) => listener::serve(socket, router, share, shutdown).await,
+                        Ok(socket) => listener::serve(socket, router, share, shutdown, grace).await,
                         Err(e) => tracing::error!(error = %e, "a gateway event loop cannot take its socket"),
                     }
                     let _ = done.send(());

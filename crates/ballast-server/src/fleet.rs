@@ -51,6 +51,7 @@ pub(crate) async fn join(
         version: env!("CARGO_PKG_VERSION").to_owned(),
         config_digest: digest(config_text),
         admin,
+        queue_schema: Some(ballast_queue::SCHEMA),
     };
     Fleet::join(url, me).await
 }

@@ -37,6 +37,7 @@ pub mod alerts;
 pub mod auth;
 pub mod build;
 mod certificates;
+pub mod drain;
 pub mod event_loops;
 mod fleet;
 pub mod gateway;
@@ -152,6 +153,8 @@ pub struct Server {
     background: CancellationToken,
     /// Where alerts go, for the certificates' expiry.
     webhooks: Webhooks,
+    /// The drain a SIGTERM or `/admin/drain` begins.
+    drain: drain::Drain,
 }
 
 impl Server {
@@ -239,6 +242,9 @@ impl Server {
                 Some((gateway, sockets, limits))
             }
         };
+        let drain = drain::Drain::new(settings.drain_delay, settings.drain_timeout);
+        let gateway =
+            gateway.map(|(gateway, sockets, limits)| (gateway.drain(drain.clone()), sockets, limits));
         let addr = listen.unwrap_or(settings.listen);
         // Refused before anything listens: beyond loopback only with a token.
         let admin_token = Token::for_listener("serve", addr, settings.token_env.as_deref())?;
@@ -272,7 +278,8 @@ impl Server {
                 Admin::new(prometheus.clone(), systems.clone(), monitor).protected(token.clone())
             }
             _ => Admin::new(prometheus.clone(), systems.clone(), monitor),
-        };
+        }
+        .drain(drain.clone(), admin_token.clone());
         Ok(Server {
             worker,
             admin,
@@ -289,7 +296,14 @@ impl Server {
             fleet,
             background,
             webhooks: alerting,
+            drain,
         })
+    }
+
+    /// The drain that stopping this server goes through ([`drain`]): its
+    /// summary says what it did with the calls it met.
+    pub fn drain(&self) -> &drain::Drain {
+        &self.drain
     }
 
     /// This replica in the fleet of its PostgreSQL queue, if it is on one.
@@ -324,51 +338,90 @@ impl Server {
     }
 
     /// Runs the worker, the admin listener and the gateway until `shutdown`
-    /// is cancelled; then the worker finishes or releases its in-flight
-    /// deliveries and the listeners let their requests finish. On SIGHUP
-    /// the configuration file is read again ([`reload`]).
+    /// is cancelled (or `POST /admin/drain` is asked); then drains in
+    /// phases ([`drain`]): readiness fails at once while the listeners
+    /// serve on for `[serve] drain_delay`; then the gateway stops
+    /// accepting, the worker finishes or releases its in-flight deliveries
+    /// and calls in flight get `[serve] drain_timeout` — any still running
+    /// then is answered, never cut; last the admin listener stops. On
+    /// SIGHUP the configuration file is read again ([`reload`]).
     pub async fn run(self, shutdown: CancellationToken) -> Result<RunSummary, ServeError> {
         let _stop_background = self.background.drop_guard();
+        let drain = self.drain.clone();
+        tokio::spawn(drain.clone().run());
+        // The listeners stop accepting, the worker claiming, the waiters waiting.
+        let closing = CancellationToken::new();
+        {
+            let (drain, shutdown, closing) = (drain.clone(), shutdown.clone(), closing.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = shutdown.cancelled() => {
+                        drain.begin();
+                    }
+                    () = drain.reached(drain::Phase::Draining) => {}
+                }
+                drain.reached(drain::Phase::Closing).await;
+                closing.cancel();
+            });
+        }
+        // Everything that lives as long as the process serves.
+        let done = CancellationToken::new();
         let mut gateway = match self.gateway {
             None => None,
             Some((gateway, sockets, limits)) => {
-                let router = gateway.stopping(shutdown.clone()).router();
-                let loops = event_loops::Loops::start(sockets, &router, limits, &shutdown)
+                let router = gateway.stopping(closing.clone()).router();
+                let loops = event_loops::Loops::start(sockets, &router, limits, &closing, drain.grace())
                     .map_err(ServeError::EventLoop)?;
                 Some(loops)
             }
         };
-        tokio::spawn(upkeep(self.prometheus, shutdown.clone()));
-        let fleet = self.fleet.map(|fleet| fleet.run(fleet::members(&self.systems), shutdown.clone()));
+        tokio::spawn(upkeep(self.prometheus, done.clone()));
+        let fleet = self.fleet.map(|fleet| fleet.run(fleet::members(&self.systems), done.clone()));
         tokio::spawn(certificates::watch(
             self.systems.clone(),
             self.queue.clone(),
             self.webhooks,
-            shutdown.clone(),
+            done.clone(),
         ));
-        tokio::spawn(reload::on_sighup(self.config, self.systems, self.queue, shutdown.clone()));
-        tokio::spawn(self.ui.clone().sample_rates(shutdown.clone()));
-        let worker = tokio::spawn(self.worker.run(shutdown.clone()));
+        tokio::spawn(reload::on_sighup(self.config, self.systems, self.queue, done.clone()));
+        tokio::spawn(self.ui.clone().sample_rates(done.clone()));
+        let worker = tokio::spawn(self.worker.run(closing.clone()));
         let router = self
             .admin
             .router()
             .merge(self.ui.router())
             .layer(axum::middleware::from_fn_with_state(self.hosts, origin::admit_host));
-        listener::serve(self.listener, router, self.limits, shutdown).await;
+        // Readiness answers (503) through the whole drain: the admin
+        // listener stops last.
+        let admin_stop = CancellationToken::new();
+        let admin = tokio::spawn(listener::serve(
+            self.listener,
+            router,
+            self.limits,
+            admin_stop.clone(),
+            ADMIN_GRACE,
+        ));
+        closing.cancelled().await;
         if let Some(loops) = gateway.as_mut() {
             loops.served().await;
         }
+        let summary = worker.await.map_err(|_| ServeError::WorkerPanicked);
+        admin_stop.cancel();
+        let _ = admin.await;
+        done.cancel();
         // Marks this replica stopped: the others see it gone at once.
         if let Some(fleet) = fleet {
             let _ = fleet.await;
         }
-        let summary = worker.await.map_err(|_| ServeError::WorkerPanicked);
         if let Some(loops) = gateway {
             tokio::task::spawn_blocking(move || loops.release()).await.ok();
         }
         summary
     }
 }
+
+/// How long the admin listener's last requests may take once the drain is done.
+const ADMIN_GRACE: Duration = Duration::from_secs(2);
 
 /// Says at start which waiting deliveries were sealed with a key none of
 /// the configured ones is: they are held, not sent, until it comes back

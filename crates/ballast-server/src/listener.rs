@@ -49,9 +49,6 @@ use tokio::sync::Semaphore;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 
-/// How long in-flight requests may finish after shutdown is asked for.
-const DRAIN: Duration = Duration::from_secs(5);
-
 /// Pause after an accept error such as "too many open files", so that the
 /// loop does not spin while descriptors are short.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -137,8 +134,17 @@ impl Connections {
 }
 
 /// Serves `router` on `listener` within `limits` until `shutdown` is
-/// cancelled, then lets in-flight requests finish (5 s at most).
-pub async fn serve(listener: TcpListener, router: Router, limits: Limits, shutdown: CancellationToken) {
+/// cancelled; then stops accepting (the socket closed: new connections are
+/// refused), closes idle kept-alive connections, and lets requests in
+/// flight finish — their answers carrying `Connection: close` — for `grace`
+/// at most.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    shutdown: CancellationToken,
+    grace: Duration,
+) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let reserve = Arc::new(Semaphore::new(limits.probe_reserve));
     let connections = Arc::new(Connections::default());
@@ -194,8 +200,9 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, shutdo
             drop(slot);
         });
     }
-    if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
-        tracing::debug!("connections still open after {DRAIN:?}; closing them");
+    drop(listener);
+    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+        tracing::debug!("connections still open after {grace:?}; closing them");
     }
 }
 

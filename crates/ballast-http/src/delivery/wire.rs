@@ -133,6 +133,9 @@ pub enum DeferredBecause {
     /// The system accepted it (`202 Accepted` with a status URL) and works
     /// on it: its route follows the operation to its end.
     Accepted,
+    /// The gateway that was sending it shut down before an answer came:
+    /// it may have been applied, and is sent again with its key.
+    Draining,
 }
 
 impl DeferredBecause {
@@ -165,6 +168,7 @@ impl DeferredBecause {
             DeferredBecause::Timeout => "timeout",
             DeferredBecause::SequencePending => "sequence_pending",
             DeferredBecause::Accepted => "accepted",
+            DeferredBecause::Draining => "draining",
         }
     }
 }

@@ -55,6 +55,9 @@ impl Store for AnyStore {
     async fn is_migrated(&self) -> Result<bool> {
         dispatch!(self, s => s.is_migrated())
     }
+    async fn applied_schema(&self) -> Result<i64> {
+        dispatch!(self, s => s.applied_schema())
+    }
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
         dispatch!(self, s => s.enqueue(tasks))
     }

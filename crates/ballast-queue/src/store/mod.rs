@@ -96,6 +96,9 @@ pub(crate) trait Store: Send + Sync {
     /// Whether every migration this version knows has been applied; reads
     /// only, never creates.
     async fn is_migrated(&self) -> Result<bool>;
+
+    /// The highest migration applied (0 before the first); reads only.
+    async fn applied_schema(&self) -> Result<i64>;
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>>;
     /// Writes `outcomes` (each fenced by its lease; a failure's follow-ups
     /// only with it) and claims up to `claim.limit` due tasks (pending and

@@ -185,17 +185,36 @@ async fn planned(
             return answer(Err(Failure::unsent(pending)), system);
         }
     }
-    let mut response = if deferrable {
-        let mut options = ballast_http::delivery::DeferOptions::default();
-        if let Some(url) = defer.flatten() {
-            options = options.callback(url);
+    let at_the_cut = super::cut::AtTheCut::of(
+        &request,
+        key,
+        plan.is_deduplicated_write(),
+        matches!(plan.operation(), ballast::Operation::Read),
+        sequence.clone(),
+        defer.clone().filter(|_| deferrable),
+    );
+    let call = async {
+        if deferrable {
+            let mut options = ballast_http::delivery::DeferOptions::default();
+            if let Some(url) = defer.flatten() {
+                options = options.callback(url);
+            }
+            deferred(gateway, system, plan, request, &options).await
+        } else {
+            // The call's future is large (the policy's state, the attempt, the
+            // transport's): boxed here once, the handler's stays small, so the
+            // router's layers move a pointer instead of copying it each.
+            answer(Box::pin(system.send_planned(plan, request)).await, system)
         }
-        deferred(gateway, system, plan, request, &options).await
-    } else {
-        // The call's future is large (the policy's state, the attempt, the
-        // transport's): boxed here once, the handler's stays small, so the
-        // router's layers move a pointer instead of copying it each.
-        answer(Box::pin(system.send_planned(plan, request)).await, system)
+    };
+    let drain = gateway.drain_state();
+    let mut response = tokio::select! {
+        biased;
+        response = call => {
+            drain.finished();
+            response
+        }
+        () = drain.reached(crate::drain::Phase::Cut) => at_the_cut.answer(gateway, system).await,
     };
     if let Some(route) = route {
         response.headers_mut().insert(ROUTE, route);
@@ -299,50 +318,53 @@ async fn deferred(
 ) -> Response {
     match system.write_or_defer_planned_with(plan, gateway.queue(), request, options).await {
         Ok(Handover::Done(response)) => upstream(response),
-        Ok(Handover::Deferred { task_id, attempts }) => {
-            // The task may be an earlier one with the same key: its handle is its own.
-            let stored = gateway.queue().get(task_id).await.ok().flatten();
-            let handle = stored.as_ref().and_then(|task| {
-                serde_json::from_value::<ballast_http::Delivery>(task.payload.clone())
-                    .ok()
-                    .and_then(|delivery| delivery.handle(task_id))
-            });
-            // Deferred all the same; without a handle (a task stored by an
-            // older version) there is only nothing to point at.
-            let view = match (&stored, &handle) {
-                (Some(task), Some(handle)) => {
-                    Some(ballast_http::TaskView::of(handle, task, gateway.systems()))
-                }
-                _ => None,
-            };
-            let next = view.as_ref().and_then(|v| v.next_attempt_at);
-            let body = serde_json::json!({
-                "task_id": handle,
-                "state": "pending",
-                "deferred_because": view.as_ref().and_then(|v| v.deferred_because),
-                "next_attempt_at": next,
-            });
-            let mut response = (
-                StatusCode::ACCEPTED,
-                [(header::HeaderName::from_static("preference-applied"), RESPOND_ASYNC.to_owned())],
-                axum::Json(body),
-            )
-                .into_response();
-            if let Some(location) = handle.and_then(|h| HeaderValue::from_str(&format!("/tasks/{h}")).ok()) {
-                response.headers_mut().insert(header::LOCATION, location);
-            }
-            if let Some(at) = next {
-                response.headers_mut().insert(header::RETRY_AFTER, super::tasks::until(at));
-            }
-            response.headers_mut().insert(ATTEMPTS, HeaderValue::from(attempts));
-            response
-        }
+        Ok(Handover::Deferred { task_id, attempts }) => accepted(gateway, task_id, attempts).await,
         Err(HandoverError::Failed(failure)) => answer(Err(failure), system),
         Err(HandoverError::Enqueue { failure, error }) => {
             let detail = format!("{failure}; deferring it to the queue failed too: {error}");
             Problem::new(Reason::QueueUnavailable, detail).attempts(failure.attempts()).into_response()
         }
     }
+}
+
+/// `202 Accepted` for a write the queue took over as task `task_id`, after
+/// `attempts` in memory: its handle in `Location` and the body, when it is
+/// due in `Retry-After`.
+pub(super) async fn accepted(gateway: &Gateway, task_id: i64, attempts: u32) -> Response {
+    // The task may be an earlier one with the same key: its handle is its own.
+    let stored = gateway.queue().get(task_id).await.ok().flatten();
+    let handle = stored.as_ref().and_then(|task| {
+        serde_json::from_value::<ballast_http::Delivery>(task.payload.clone())
+            .ok()
+            .and_then(|delivery| delivery.handle(task_id))
+    });
+    // Deferred all the same; without a handle (a task stored by an
+    // older version) there is only nothing to point at.
+    let view = match (&stored, &handle) {
+        (Some(task), Some(handle)) => Some(ballast_http::TaskView::of(handle, task, gateway.systems())),
+        _ => None,
+    };
+    let next = view.as_ref().and_then(|v| v.next_attempt_at);
+    let body = serde_json::json!({
+        "task_id": handle,
+        "state": "pending",
+        "deferred_because": view.as_ref().and_then(|v| v.deferred_because),
+        "next_attempt_at": next,
+    });
+    let mut response = (
+        StatusCode::ACCEPTED,
+        [(header::HeaderName::from_static("preference-applied"), RESPOND_ASYNC.to_owned())],
+        axum::Json(body),
+    )
+        .into_response();
+    if let Some(location) = handle.and_then(|h| HeaderValue::from_str(&format!("/tasks/{h}")).ok()) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    if let Some(at) = next {
+        response.headers_mut().insert(header::RETRY_AFTER, super::tasks::until(at));
+    }
+    response.headers_mut().insert(ATTEMPTS, HeaderValue::from(attempts));
+    response
 }
 
 /// The response to send for a call's outcome: the upstream's answer as it

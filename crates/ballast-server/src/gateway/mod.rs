@@ -13,6 +13,7 @@
 //! ([`problem`]); every response carries `Ballast-Attempts`.
 
 mod call;
+mod cut;
 mod headers;
 pub mod problem;
 mod tasks;
@@ -74,6 +75,9 @@ struct GatewayState {
     callbacks: CallbackPolicy,
     /// Cancelled when the gateway shuts down: waiting callers are answered.
     stopping: tokio_util::sync::CancellationToken,
+    /// The process's drain: answers carry `Connection: close` once it
+    /// begins, and calls in flight at its deadline are answered by it.
+    drain: crate::drain::Drain,
 }
 
 /// The answer bodies read whole unless configured: larger ones stream.
@@ -98,8 +102,19 @@ impl Gateway {
             waiters: Arc::new(waiters::Waiters::new(queue.clone(), DEFAULT_MAX_WAITERS)),
             callbacks: CallbackPolicy::new(Vec::<String>::new(), Vec::new()),
             stopping: tokio_util::sync::CancellationToken::new(),
+            drain: crate::drain::Drain::default(),
             queue,
         }))
+    }
+
+    /// Follows `drain` ([`crate::drain`]): from its start every answer
+    /// carries `Connection: close`; at its deadline a call still in flight
+    /// is answered (a keyed write handed to the queue with its key) rather
+    /// than cut.
+    pub fn drain(self, drain: crate::drain::Drain) -> Self {
+        let mut inner = Arc::unwrap_or_clone(self.0);
+        inner.drain = drain;
+        Self(Arc::new(inner))
     }
 
     /// Takes a `Ballast-Callback` (where to `POST` when a deferred write
@@ -188,6 +203,10 @@ impl Gateway {
         &self.0.stopping
     }
 
+    fn drain_state(&self) -> &crate::drain::Drain {
+        &self.0.drain
+    }
+
     fn callback_policy(&self) -> &CallbackPolicy {
         &self.0.callbacks
     }
@@ -258,7 +277,10 @@ async fn front(State(gateway): State<Gateway>, request: Request, next: Next) -> 
             Some(Check::Admitted) | None => next.run(request).await,
         }
     };
-    if let Some(hint) = &gateway.0.keep_alive {
+    if gateway.0.drain.is_draining() {
+        // Kept-alive callers reconnect, and find a replica that serves on.
+        response.headers_mut().insert(axum::http::header::CONNECTION, HeaderValue::from_static("close"));
+    } else if let Some(hint) = &gateway.0.keep_alive {
         response.headers_mut().insert(HeaderName::from_static("keep-alive"), hint.clone());
     }
     response

@@ -111,6 +111,11 @@ pub enum Reason {
     /// The gateway failed on its own (a deferral that stopped midway):
     /// whether the write reached the system is unknown.
     Internal,
+    /// The gateway is shutting down and the call did not finish by the
+    /// drain's deadline: a read may be asked again (another replica), a
+    /// keyed write resent with its key; any other write's outcome is
+    /// unknown (`sent: true`, with the call's id).
+    Draining,
 }
 
 impl Reason {
@@ -130,7 +135,8 @@ impl Reason {
             | Reason::RateLimited
             | Reason::BudgetExhausted
             | Reason::QueueUnavailable
-            | Reason::TooManyWaiters => StatusCode::SERVICE_UNAVAILABLE,
+            | Reason::TooManyWaiters
+            | Reason::Draining => StatusCode::SERVICE_UNAVAILABLE,
             Reason::KeyRequired
             | Reason::Unrouted
             | Reason::BadKey
@@ -170,8 +176,8 @@ impl Reason {
 struct Detail {
     reason: Reason,
     attempts: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rule: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "rule_id")]
+    rule: Option<Rule>,
     /// For `transport`: whether the request may have reached the system
     /// (false: the connection never opened, nothing was sent).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -179,6 +185,15 @@ struct Detail {
     /// The route the request matched, `POST /payments`.
     #[serde(skip_serializing_if = "Option::is_none")]
     route: Option<String>,
+    /// For a write whose outcome is unknown: the id the gateway's log
+    /// names it by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    call_id: Option<uuid::Uuid>,
+}
+
+/// A rule as its id, `R-RES-RE-1`.
+fn rule_id<S: serde::Serializer>(rule: &Option<Rule>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(rule.map_or("", Rule::id))
 }
 
 /// A problem document, ready to send.
@@ -188,7 +203,7 @@ pub struct Problem {
     status: StatusCode,
     #[serde(skip)]
     retry_after: Option<Duration>,
-    title: String,
+    title: &'static str,
     #[serde(rename = "status")]
     code: u16,
     detail: String,
@@ -202,10 +217,10 @@ impl Problem {
         Self {
             status,
             retry_after: None,
-            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            title: status.canonical_reason().unwrap_or("Error"),
             code: status.as_u16(),
             detail: detail.into(),
-            ballast: Detail { reason, attempts: 0, rule: None, sent: None, route: None },
+            ballast: Detail { reason, attempts: 0, rule: None, sent: None, route: None, call_id: None },
         }
     }
 
@@ -217,7 +232,7 @@ impl Problem {
 
     /// The rule that decided the outcome.
     pub fn rule(mut self, rule: Option<Rule>) -> Self {
-        self.ballast.rule = rule.map(Rule::id);
+        self.ballast.rule = rule;
         self
     }
 
@@ -230,6 +245,12 @@ impl Problem {
     /// Whether the request may have reached the system.
     pub fn sent(mut self, sent: bool) -> Self {
         self.ballast.sent = Some(sent);
+        self
+    }
+
+    /// The id the gateway's log names the call by.
+    pub fn call_id(mut self, id: uuid::Uuid) -> Self {
+        self.ballast.call_id = Some(id);
         self
     }
 

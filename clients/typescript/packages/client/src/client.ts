@@ -83,6 +83,8 @@ export type WriteOrDeferInit = WriteInit & {
  * | `timeout` | the call's `timeout.total` ran out |
  * | `sequence_pending` | an earlier write of its `Ballast-Sequence` waits in the queue: queued behind it |
  * | `already_deferred` | a write with the same key was already deferred: this request joined that task |
+ * | `accepted` | the system accepted it (`202` with a status URL): the gateway follows it to its end |
+ * | `draining` | the gateway was restarted while the write was in flight: it may have been applied, and is sent again with its key |
  *
  * (A request that joins an earlier deferral of its key gets that task's
  * handle; a gateway that does not say `already_deferred` gives that task's
@@ -96,7 +98,9 @@ export type DeferReason =
   | 'attempts_exhausted'
   | 'timeout'
   | 'sequence_pending'
-  | 'already_deferred';
+  | 'already_deferred'
+  | 'accepted'
+  | 'draining';
 
 /**
  * What `writeOrDefer` did: the upstream answered (`deferred: false`), or the

@@ -33,6 +33,7 @@ import type { Task } from './client.js';
  * | `queue_unavailable` | 503 | a write to defer could not be stored |
  * | `too_many_waiters` | 503 + `Retry-After` | `GET /tasks/{handle}?wait=` while the listener holds as many waiting requests as it may ({@link BallastClient.waitForTask} waits `Retry-After` and asks again) |
  * | `internal` | 500 | the gateway failed midway through a deferral: whether the write arrived is unknown |
+ * | `draining` | 503 + `Retry-After` | the gateway was shutting down and the call did not finish in time: a read may be asked again (another replica), a keyed write resent with its key; any other write's outcome is unknown (`sent: true`, `call_id`) |
  */
 export type Reason = (typeof REASONS)[number];
 
@@ -75,6 +76,7 @@ export const REASONS = [
   'queue_unavailable',
   'too_many_waiters',
   'internal',
+  'draining',
 ] as const;
 
 /** The reasons that mean "the system is unavailable now; ask again after `retryAfter`". */
@@ -105,6 +107,8 @@ export interface Problem {
     sent?: boolean;
     /** The route of `ballast.toml` the request matched, `POST /payments`, when it matched one. */
     route?: string;
+    /** For a write whose outcome is unknown (`draining`): the id the gateway's log names it by. */
+    call_id?: string;
   };
 }
 

@@ -77,6 +77,14 @@ const MAPPINGS: Readonly<Record<Reason, Mapping>> = {
     programmingError: false,
     says: (e) => `the egress proxy did not lead to ${system(e)}: nothing was sent; safe to send again`,
   },
+  draining: {
+    status: HttpStatus.SERVICE_UNAVAILABLE,
+    programmingError: false,
+    says: (e) =>
+      e.sent
+        ? `the gateway restarted while the write to ${system(e)} was in flight: its outcome is unknown`
+        : `the gateway is restarting: ${wait(e)}`,
+  },
   token_unavailable: {
     status: HttpStatus.SERVICE_UNAVAILABLE,
     programmingError: false,
@@ -190,7 +198,7 @@ export const BALLAST_HTTP_STATUS: Readonly<Record<Reason | 'gateway_unreachable'
  * | from | status | headers, body |
  * |---|---|---|
  * | `breaker_open`, `bulkhead_full`, `budget_exhausted`, `rate_limited` ({@link SystemUnavailableError}) | 503 | `Retry-After` |
- * | `queue_unavailable`, `too_many_waiters`, `token_throttled`, `token_unavailable` | 503 | `Retry-After` when the gateway sent one |
+ * | `queue_unavailable`, `too_many_waiters`, `token_throttled`, `token_unavailable`, `draining` | 503 | `Retry-After` when the gateway sent one |
  * | `timeout` | 504 | |
  * | `transport` | 502 | `sent`: whether the request may have arrived |
  * | `proxy_refused`, `tls_expired` | 502 | nothing was sent |
@@ -238,7 +246,7 @@ export function toHttpException(error: unknown): BallastHttpException | undefine
     reason: error.reason,
     ...(error.system !== undefined && { system: error.system }),
     ...(mapping.status === HttpStatus.SERVICE_UNAVAILABLE && error.retryAfter !== undefined && { retryAfter: error.retryAfter }),
-    ...(error.reason === 'transport' && error.sent !== undefined && { sent: error.sent }),
+    ...(error.sent !== undefined && { sent: error.sent }),
     ...(error.rule !== undefined && { rule: error.rule }),
   };
   const headers: Record<string, string> = {};

@@ -42,6 +42,7 @@ const EXPECTED = {
   tls_expired: 502,
   proxy_refused: 502,
   token_unavailable: 503,
+  draining: 503,
   tls_untrusted: 500,
   tls_name_mismatch: 500,
   tls_client_cert_refused: 500,

@@ -127,17 +127,21 @@ impl Store for PgStore {
     }
 
     async fn is_migrated(&self) -> Result<bool> {
+        Ok(self.applied_schema().await? >= MIGRATIONS.len() as i64)
+    }
+
+    async fn applied_schema(&self) -> Result<i64> {
         let mut conn = self.pool.acquire().await?;
         // Resolved through search_path, as the queue's own statements are.
         let has_table: bool = sqlx::query_scalar("SELECT to_regclass('ballast_migrations') IS NOT NULL")
             .fetch_one(&mut *conn)
             .await?;
         if !has_table {
-            return Ok(false);
+            return Ok(0);
         }
-        let applied: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM ballast_migrations").fetch_one(&mut *conn).await?;
-        Ok(applied >= MIGRATIONS.len() as i64)
+        let applied: Option<i64> =
+            sqlx::query_scalar("SELECT max(version) FROM ballast_migrations").fetch_one(&mut *conn).await?;
+        Ok(applied.unwrap_or(0))
     }
 
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {

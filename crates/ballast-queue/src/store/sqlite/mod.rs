@@ -195,6 +195,10 @@ impl Store for SqliteStore {
     }
 
     async fn is_migrated(&self) -> Result<bool> {
+        Ok(self.applied_schema().await? >= MIGRATIONS.len() as i64)
+    }
+
+    async fn applied_schema(&self) -> Result<i64> {
         let mut conn = self.pool.acquire().await?;
         let has_table: Option<i32> = sqlx::query_scalar(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ballast_migrations'",
@@ -202,11 +206,11 @@ impl Store for SqliteStore {
         .fetch_optional(&mut *conn)
         .await?;
         if has_table.is_none() {
-            return Ok(false);
+            return Ok(0);
         }
-        let applied: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM ballast_migrations").fetch_one(&mut *conn).await?;
-        Ok(applied >= MIGRATIONS.len() as i64)
+        let applied: Option<i64> =
+            sqlx::query_scalar("SELECT max(version) FROM ballast_migrations").fetch_one(&mut *conn).await?;
+        Ok(applied.unwrap_or(0))
     }
 
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {

@@ -62,6 +62,7 @@ const PROBLEM_STATUS: Readonly<Record<Reason, number>> = {
   queue_unavailable: 503,
   too_many_waiters: 503,
   internal: 500,
+  draining: 503,
 };
 
 /** The problems the gateway sends a `Retry-After` with; the fake sends 1 s unless told. */
@@ -74,6 +75,7 @@ const WAIT_AFTER: ReadonlySet<Reason> = new Set<Reason>([
   'token_throttled',
   'token_unavailable',
   'proxy_refused',
+  'draining',
 ]);
 
 /** The rule the gateway cites for a problem, when the test does not say. */
