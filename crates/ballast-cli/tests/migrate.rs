@@ -33,7 +33,11 @@ async fn a_check_says_what_is_pending_and_the_migration_applies_it() {
         .unwrap();
     for (version, sql) in (1..).zip(SQLITE) {
         sqlx::raw_sql(sql).execute(&pool).await.unwrap();
-        sqlx::query("INSERT INTO ballast_migrations (version) VALUES (?1)").bind(version).execute(&pool).await.unwrap();
+        sqlx::query("INSERT INTO ballast_migrations (version) VALUES (?1)")
+            .bind(version)
+            .execute(&pool)
+            .await
+            .unwrap();
     }
     pool.close().await;
     let db = format!("sqlite://{}", path.display());
@@ -52,7 +56,11 @@ async fn a_check_says_what_is_pending_and_the_migration_applies_it() {
     assert_eq!((report["applied"].as_i64(), report["fleet_can_take_them"].as_bool()), (Some(5), Some(true)));
 
     let applied = ballast(&["queue", "--db", &db, "migrate"]);
-    assert!(said(&applied).contains("applied 1 migration(s): the database is at schema 6"), "{}", said(&applied));
+    assert!(
+        said(&applied).contains("applied 1 migration(s): the database is at schema 6"),
+        "{}",
+        said(&applied)
+    );
     let again = ballast(&["queue", "--db", &db, "migrate", "--check"]);
     assert!(said(&again).contains("nothing to apply"), "{}", said(&again));
 }

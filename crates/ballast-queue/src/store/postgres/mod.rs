@@ -98,10 +98,14 @@ fn task_info(row: &PgRow) -> Result<TaskInfo> {
     })
 }
 
-impl Store for PgStore {
-    async fn migrate(&self) -> Result<()> {
+impl PgStore {
+    /// Every pending migration, in one transaction.
+    async fn migrate_once(&self) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(MIGRATION_LOCK).execute(&mut *tx).await?;
+        sqlx::query(&format!("SET LOCAL lock_timeout = '{}ms'", MIGRATION_LOCK_WAIT.as_millis()))
+            .execute(&mut *tx)
+            .await?;
         sqlx::raw_sql(
             "CREATE TABLE IF NOT EXISTS ballast_migrations (
                 version BIGINT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
@@ -124,6 +128,44 @@ impl Store for PgStore {
         }
         tx.commit().await?;
         Ok(())
+    }
+}
+
+/// How long a migration waits for a lock the running workers hold.
+const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// SQLSTATE of a lock not granted within `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// Tries of a migration that met the running workers' locks, and the waits between.
+const MIGRATION_TRIES: u32 = 10;
+const MIGRATION_BACKOFF: Duration = Duration::from_millis(100);
+const MIGRATION_BACKOFF_CAP: Duration = Duration::from_secs(5);
+
+impl Store for PgStore {
+    async fn migrate(&self) -> Result<()> {
+        // Replicas of the previous version keep working while a new one
+        // migrates (a rolling upgrade): a migration that needs a table lock
+        // waits for it at most MIGRATION_LOCK_WAIT, so it never stalls their
+        // statements queued behind it for long, and one that deadlocks with
+        // them or waits too long is rolled back and tried again.
+        let mut wait = MIGRATION_BACKOFF;
+        let mut tries = 0;
+        loop {
+            match self.migrate_once().await {
+                Err(crate::Error::Database(sqlx::Error::Database(e)))
+                    if tries < MIGRATION_TRIES
+                        && e.code()
+                            .is_some_and(|c| RETRIED_STATES.contains(&&*c) || c == LOCK_NOT_AVAILABLE) =>
+                {
+                    tries += 1;
+                    tracing::info!(error = %e, tries, "a migration met the running workers' locks; trying again");
+                    tokio::time::sleep(wait + wait.mul_f64(rand::random::<f64>())).await;
+                    wait = (wait * 2).min(MIGRATION_BACKOFF_CAP);
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn is_migrated(&self) -> Result<bool> {
