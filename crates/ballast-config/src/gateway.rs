@@ -68,7 +68,17 @@ pub struct GatewaySection {
     /// larger one is judged on its status and headers and streamed to the
     /// caller with this much memory.
     pub buffer_answer: Option<ConfigSize>,
+    /// `max_answer`: the most of an answer any system's call reads whole —
+    /// a keyed write's, a deferred write's delivery, a followed status, a
+    /// periodic call's, an alert webhook's (default `"4MiB"`). A larger
+    /// answer fails its attempt as sent (the write may have been applied)
+    /// instead of filling the memory; a read the caller takes as a stream
+    /// streams past `buffer_answer` as before.
+    pub max_answer: Option<ConfigSize>,
 }
+
+/// The largest `[gateway] max_answer`.
+pub const MAX_MAX_ANSWER: u64 = 256 << 20;
 
 /// The most event loops `[gateway] workers` may ask for.
 pub const MAX_WORKERS: u64 = 256;
@@ -90,6 +100,7 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("callback_secret_env", Value),
     ("workers", Value),
     ("buffer_answer", Value),
+    ("max_answer", Value),
 ];
 
 /// The `[gateway]` section's values.
@@ -164,6 +175,14 @@ pub(crate) fn rules(g: &GatewaySection) -> Vec<KeyFinding> {
             vec!["gateway".to_owned(), "buffer_answer".to_owned()],
             "`buffer_answer` is outside 1 byte..=64MiB".into(),
             "buffer what the gateway should judge whole, e.g. \"64KiB\" (the default); larger answers stream",
+        ));
+    }
+    if g.max_answer.is_some_and(|b| b.bytes() == 0 || b.bytes() > MAX_MAX_ANSWER) {
+        out.push(KeyFinding::error(
+            None,
+            vec!["gateway".to_owned(), "max_answer".to_owned()],
+            "`max_answer` is outside 1 byte..=256MiB: every call may hold this much memory while it reads".into(),
+            "read whole what a caller needs whole, e.g. \"4MiB\" (the default); a read taken as a stream streams",
         ));
     }
     if g.max_body.is_some_and(|b| b.bytes() == 0 || b.bytes() > MAX_BODY_LIMIT) {

@@ -26,7 +26,7 @@ use http::{HeaderValue, Method};
 use tokio::time::Instant;
 
 use crate::classify::TransportKind;
-use crate::stream::AnswerBody;
+use crate::stream::{AnswerBody, Reading};
 use crate::transport::{OutBody, Transport};
 
 pub use ballast_tls::Secret;
@@ -363,7 +363,7 @@ impl Tokens {
     async fn request(&self) -> Result<Answered, TokenError> {
         let unavailable = |reason: String| TokenError::Unavailable { system: self.system.clone(), reason };
         let request = self.token_request()?;
-        let answer = self.transport.send(request, Some(MAX_TOKEN_ANSWER)).await.map_err(|e| {
+        let answer = self.transport.send(request, Reading::Whole(MAX_TOKEN_ANSWER)).await.map_err(|e| {
             let kind = crate::classify::transport_kind(&*e.source);
             let kind = if kind == TransportKind::Other { e.kind } else { kind };
             let said = crate::error::chain(&*e.source);

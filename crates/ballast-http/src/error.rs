@@ -349,6 +349,10 @@ pub(crate) fn transport_message(kind: TransportKind) -> &'static str {
         TransportKind::Credential => "not sent",
         TransportKind::CredentialRefused => "not sent, not retried",
         TransportKind::Refused => "the system refused the HTTP/2 stream before processing it (safe to send again)",
+        TransportKind::TooLarge => {
+            "the answer is larger than the client reads whole (max_answer): the request was sent and may have been \
+             applied; not retried, as the next answer would be as large"
+        }
         TransportKind::ReadTimeout => {
             "read timeout: the system went silent; the request may have been applied"
         }

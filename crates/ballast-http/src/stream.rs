@@ -47,14 +47,48 @@ impl Rest {
     }
 }
 
-/// Reads `body` until it ends or more than `buffer` bytes came, each part
-/// within `read` of the one before: whole when it ended, else what came and
-/// the rest.
+/// How much of an answer is read before it is handed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// The whole answer, at most this many bytes: a larger one is an error
+    /// ([`TransportKind::TooLarge`]), its rest never read.
+    Whole(usize),
+    /// Up to this many bytes; the rest of a larger answer streams on.
+    StreamPast(usize),
+}
+
+impl Reading {
+    /// The most bytes read before the answer is handed over.
+    pub(crate) fn limit(self) -> usize {
+        match self {
+            Reading::Whole(cap) | Reading::StreamPast(cap) => cap,
+        }
+    }
+
+    /// The error of an answer over a whole read's cap.
+    pub(crate) fn too_large(cap: usize) -> TransportError {
+        TransportError::new(
+            TransportKind::TooLarge,
+            format!("the answer is over {cap} bytes, the most read whole; the rest was not read"),
+        )
+    }
+}
+
+/// Reads `body` until it ends or more than `reading`'s limit came, each
+/// part within `read` of the one before: whole when it ended; past the
+/// limit, what came and the rest (streaming), or an error (a whole read).
 pub(crate) async fn read_up_to(
     mut body: Incoming,
     read: Duration,
-    buffer: usize,
+    reading: Reading,
 ) -> Result<AnswerBody, TransportError> {
+    let buffer = reading.limit();
+    // An answer that says it is larger than a whole read may be is not read at all.
+    if let Reading::Whole(cap) = reading {
+        if body.size_hint().lower() > cap as u64 {
+            return Err(Reading::too_large(cap));
+        }
+    }
     let late =
         || TransportError::new(TransportKind::ReadTimeout, format!("no part of the body within {read:?}"));
     let timer = tokio::time::sleep(read);
@@ -80,6 +114,9 @@ pub(crate) async fn read_up_to(
                             rest.extend_from_slice(&data);
                         }
                     }
+                }
+                if let (true, Reading::Whole(cap)) = (seen > buffer, reading) {
+                    return Err(Reading::too_large(cap));
                 }
                 if seen > buffer && !body.is_end_stream() {
                     let head = first.unwrap_or_else(|| rest.freeze());

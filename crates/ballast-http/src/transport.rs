@@ -29,7 +29,12 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::classify::TransportKind;
 use crate::proxy::ProxyConnector;
-use crate::stream::AnswerBody;
+use crate::stream::{AnswerBody, Reading};
+
+/// The most of an answer read whole unless a system says otherwise
+/// ([`HttpSystemBuilder::max_answer`](crate::HttpSystemBuilder::max_answer)):
+/// a larger one fails its attempt, never fills the memory.
+pub const DEFAULT_MAX_ANSWER: usize = 4 << 20;
 
 /// A request body: the buffered bytes every attempt resends, or a stream
 /// only a [`write_once`](crate::HttpSystem::write_once) sends.
@@ -434,10 +439,10 @@ impl tower::Service<http::Request<OutBody>> for HyperTransport {
     fn call(&mut self, request: http::Request<OutBody>) -> AnswerFuture {
         let this = self.clone();
         Box::pin(async move {
-            let (parts, body) = this.send(request, None).await?.into_parts();
+            let (parts, body) = this.send(request, Reading::Whole(DEFAULT_MAX_ANSWER)).await?.into_parts();
             let body = match body {
                 AnswerBody::Whole(bytes) => bytes,
-                AnswerBody::Streaming(..) => unreachable!("an answer is streamed only past a buffer"),
+                AnswerBody::Streaming(..) => unreachable!("a whole read never streams"),
             };
             Ok(http::Response::from_parts(parts, body))
         })
@@ -445,12 +450,12 @@ impl tower::Service<http::Request<OutBody>> for HyperTransport {
 }
 
 impl HyperTransport {
-    /// Sends `request` on this thread's pool; its body read whole, or, past
-    /// `stream_past` bytes, its first part read and the rest left to stream.
+    /// Sends `request` on this thread's pool; its body read as `reading`
+    /// says: whole up to a cap, or its first part and the rest left to stream.
     async fn send(
         &self,
         mut request: http::Request<OutBody>,
-        stream_past: Option<usize>,
+        reading: Reading,
     ) -> Result<http::Response<AnswerBody>, TransportError> {
         let read = self.read_timeout;
         if let Some(auth) = self.pools.shared.routes.http_auth(request.uri()) {
@@ -462,7 +467,7 @@ impl HyperTransport {
             Err(elapsed) => return Err(TransportError::new(TransportKind::ReadTimeout, elapsed)),
         };
         let (parts, body) = response.into_parts();
-        let body = crate::stream::read_up_to(body, read, stream_past.unwrap_or(usize::MAX)).await?;
+        let body = crate::stream::read_up_to(body, read, reading).await?;
         Ok(http::Response::from_parts(parts, body))
     }
 }
@@ -505,26 +510,39 @@ impl tower::Service<http::Request<OutBody>> for ReqwestTransport {
     }
 
     fn call(&mut self, request: http::Request<OutBody>) -> AnswerFuture {
-        let client = self.0.clone();
-        Box::pin(async move {
-            let (parts, body) = request.into_parts();
-            let body = match body {
-                OutBody::Full(bytes) => reqwest::Body::from(bytes),
-                OutBody::Stream(body) => body,
-            };
-            let request = reqwest::Request::try_from(http::Request::from_parts(parts, body))
-                .map_err(|e| TransportError::new(TransportKind::Other, e))?;
-            let failed = |e: reqwest::Error| TransportError::new(crate::classify::transport_kind(&e), e);
-            let response = client.execute(request).await.map_err(failed)?;
-            let (status, headers, version) =
-                (response.status(), response.headers().clone(), response.version());
-            let bytes = response.bytes().await.map_err(failed)?;
-            let mut out = http::Response::new(bytes);
-            *out.status_mut() = status;
-            *out.headers_mut() = headers;
-            *out.version_mut() = version;
-            Ok(out)
-        })
+        Box::pin(self.clone().send(request, DEFAULT_MAX_ANSWER))
+    }
+}
+
+impl ReqwestTransport {
+    /// Sends `request` and reads its answer whole, at most `cap` bytes of it.
+    async fn send(
+        self,
+        request: http::Request<OutBody>,
+        cap: usize,
+    ) -> Result<http::Response<Bytes>, TransportError> {
+        let (parts, body) = request.into_parts();
+        let body = match body {
+            OutBody::Full(bytes) => reqwest::Body::from(bytes),
+            OutBody::Stream(body) => body,
+        };
+        let request = reqwest::Request::try_from(http::Request::from_parts(parts, body))
+            .map_err(|e| TransportError::new(TransportKind::Other, e))?;
+        let failed = |e: reqwest::Error| TransportError::new(crate::classify::transport_kind(&e), e);
+        let mut response = self.0.execute(request).await.map_err(failed)?;
+        let (status, headers, version) = (response.status(), response.headers().clone(), response.version());
+        let mut body = bytes::BytesMut::new();
+        while let Some(part) = response.chunk().await.map_err(failed)? {
+            if body.len() + part.len() > cap {
+                return Err(Reading::too_large(cap));
+            }
+            body.extend_from_slice(&part);
+        }
+        let mut out = http::Response::new(body.freeze());
+        *out.status_mut() = status;
+        *out.headers_mut() = headers;
+        *out.version_mut() = version;
+        Ok(out)
     }
 }
 
@@ -553,19 +571,26 @@ impl std::fmt::Debug for Transport {
 }
 
 impl Transport {
-    /// Sends `request` and reads its answer: whole, or past `stream_past`
-    /// bytes streamed (ballast's own transport; the others read it whole).
+    /// Sends `request` and reads its answer as `reading` says: whole up to
+    /// a cap, or past a buffer streamed (ballast's own transport; the others
+    /// read it whole, up to the limit).
     pub(crate) async fn send(
         &self,
         request: http::Request<OutBody>,
-        stream_past: Option<usize>,
+        reading: Reading,
     ) -> Result<http::Response<AnswerBody>, TransportError> {
         use tower::ServiceExt as _;
         let whole = |response: http::Response<Bytes>| response.map(AnswerBody::Whole);
         match self {
-            Transport::Hyper(t) => t.send(request, stream_past).await,
-            Transport::Reqwest(t) => t.clone().oneshot(request).await.map(whole),
-            Transport::Service(t) => t.clone().oneshot(request).await.map(whole),
+            Transport::Hyper(t) => t.send(request, reading).await,
+            Transport::Reqwest(t) => t.clone().send(request, reading.limit()).await.map(whole),
+            Transport::Service(t) => {
+                let response = t.clone().oneshot(request).await?;
+                if response.body().len() > reading.limit() {
+                    return Err(Reading::too_large(reading.limit()));
+                }
+                Ok(whole(response))
+            }
         }
     }
 }

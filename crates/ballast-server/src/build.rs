@@ -173,6 +173,9 @@ fn from_settings(settings: HttpSettings, file: &str) -> Result<HttpSystem, Build
     if let Some(bytes) = settings.keep_answer {
         builder = builder.keep_answer(bytes);
     }
+    if let Some(bytes) = settings.max_answer {
+        builder = builder.max_answer(bytes);
+    }
     builder = builder.seal_answers(settings.seal_answers);
     if let Some(url) = &settings.callback {
         builder = builder.default_callback(url);

@@ -28,6 +28,7 @@
 //! ```
 
 mod drip;
+mod filler;
 pub mod otlp;
 pub mod pki;
 mod proxy;

@@ -26,6 +26,19 @@ pub enum Reply {
     /// never silent long enough for a read timeout, slower than an attempt
     /// timeout.
     Drip(Duration, Box<Reply>),
+    /// An answer with `status`, `headers` and a body of `size` bytes made as
+    /// it is sent (never held whole by the upstream).
+    Large {
+        /// Its status.
+        status: u16,
+        /// Its headers besides `content-length`.
+        headers: Vec<(String, String)>,
+        /// The body's length.
+        size: u64,
+        /// Whether the length is left out of the head (sent chunked), as a
+        /// stream of unknown length is.
+        chunked: bool,
+    },
 }
 
 impl Reply {
@@ -39,9 +52,24 @@ impl Reply {
         Reply::With { status, headers: Vec::new(), body: body.into() }
     }
 
+    /// An answer with `status` and a body of `size` bytes, made as it is sent.
+    pub fn large(status: u16, size: u64) -> Reply {
+        Reply::Large { status, headers: Vec::new(), size, chunked: false }
+    }
+
+    /// This large answer sent chunked, its length not in its head.
+    pub fn chunked(self) -> Reply {
+        match self {
+            Reply::Large { status, headers, size, .. } => {
+                Reply::Large { status, headers, size, chunked: true }
+            }
+            other => other,
+        }
+    }
+
     /// This answer with a header added.
     pub fn header(mut self, name: &str, value: &str) -> Reply {
-        if let Reply::With { headers, .. } = &mut self {
+        if let Reply::With { headers, .. } | Reply::Large { headers, .. } = &mut self {
             headers.push((name.to_owned(), value.to_owned()));
         }
         self

@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
-use http_body_util::{BodyExt, Either, Full};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::drip::Drip;
+use crate::filler::Filler;
 use crate::tls::{Accepted, ServerTls};
 use crate::{Reply, Seen};
 
@@ -183,7 +184,16 @@ async fn serve(
                         drip = Some(every);
                         reply = *then;
                     }
-                    Reply::With { status, headers, body } => return Ok(answer(status, &headers, body, drip)),
+                    Reply::With { status, headers, body } => {
+                        let body = match drip {
+                            Some(every) => Answer::Drip(Drip::new(Bytes::from(body), every)),
+                            None => Answer::Full(Full::new(Bytes::from(body))),
+                        };
+                        return Ok(answer(status, &headers, body));
+                    }
+                    Reply::Large { status, headers, size, chunked } => {
+                        return Ok(answer(status, &headers, Answer::Large(Filler::new(size, chunked))));
+                    }
                     Reply::Reset => {
                         let _ = socket2::SockRef::from(&*dup).set_linger(Some(Duration::ZERO));
                         return Err(NoAnswer);
@@ -202,18 +212,46 @@ async fn serve(
     }
 }
 
-type Answer = Either<Full<Bytes>, Drip>;
+/// An answer's body: whole, dripped, or large and made as it is sent.
+enum Answer {
+    Full(Full<Bytes>),
+    Drip(Drip),
+    Large(Filler),
+}
 
-fn answer(
-    status: u16,
-    headers: &[(String, String)],
-    body: String,
-    drip: Option<Duration>,
-) -> http::Response<Answer> {
-    let body = match drip {
-        Some(every) => Either::Right(Drip::new(Bytes::from(body), every)),
-        None => Either::Left(Full::new(Bytes::from(body))),
-    };
+impl hyper::body::Body for Answer {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            Answer::Full(b) => std::pin::Pin::new(b).poll_frame(cx),
+            Answer::Drip(b) => std::pin::Pin::new(b).poll_frame(cx),
+            Answer::Large(b) => std::pin::Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Answer::Full(b) => b.is_end_stream(),
+            Answer::Drip(b) => b.is_end_stream(),
+            Answer::Large(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            Answer::Full(b) => b.size_hint(),
+            Answer::Drip(b) => b.size_hint(),
+            Answer::Large(b) => b.size_hint(),
+        }
+    }
+}
+
+fn answer(status: u16, headers: &[(String, String)], body: Answer) -> http::Response<Answer> {
     let mut response = http::Response::new(body);
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (name, value) in headers {

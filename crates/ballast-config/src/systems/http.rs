@@ -54,6 +54,8 @@ pub struct HttpSettings {
     pub keep_answer: Option<usize>,
     /// `[queue] seal_answers`.
     pub seal_answers: bool,
+    /// `[gateway] max_answer`, in bytes, if given: the most of an answer read whole.
+    pub max_answer: Option<usize>,
     /// How the system is reached: TLS, proxy, HTTP/2, OAuth 2.0.
     pub connection: crate::systems::connection::ConnectionSettings,
 }
@@ -131,6 +133,12 @@ impl Config {
                 .and_then(|q| q.keep_answer)
                 .map(|b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
             seal_answers: queue.and_then(|q| q.seal_answers).unwrap_or(false),
+            max_answer: self
+                .file
+                .gateway
+                .as_ref()
+                .and_then(|g| g.max_answer)
+                .map(|b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
             connection: crate::systems::connection::settings(&self.dir(), system),
         })
     }

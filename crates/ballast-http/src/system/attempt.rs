@@ -14,7 +14,7 @@ use crate::in_flight::{joined, Turn};
 use crate::plan::Plan;
 use crate::request::{Head, Request, StreamingRequest};
 use crate::routes::Route;
-use crate::stream::AnswerBody;
+use crate::stream::{AnswerBody, Reading};
 use crate::transport::{OutBody, TransportError};
 use crate::verdict::{failed, verdict, AllAnswersGood};
 use crate::{Fingerprint, HttpError, Response};
@@ -39,7 +39,7 @@ impl HttpSystem {
                     keyed_write: false,
                     attempt: ctx.attempt(),
                     route_timeout,
-                    stream_past: head.stream_past,
+                    reading: self.reading(head.stream_past),
                 };
                 let attempt = self.attempt(&head.method, uri, headers, body, which);
                 unknown_if_panicked(attempt).await.and_then(failed)
@@ -92,11 +92,11 @@ impl HttpSystem {
         let Prepared { uri, headers, route_timeout } = self.prepare(head, &plan).map_err(Failure::unsent)?;
         let keyed_write = plan.is_deduplicated_write();
         // A keyed write's answer is shared with its joiners: always whole.
-        let stream_past = head.stream_past.filter(|_| plan.operation().key().is_none());
+        let reading = self.reading(head.stream_past.filter(|_| plan.operation().key().is_none()));
         let body = &request.body;
         let attempt = |ctx: ballast::AttemptContext| {
             let (uri, headers, body) = (uri.clone(), headers.clone(), OutBody::Full(body.clone()));
-            let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout, stream_past };
+            let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout, reading };
             unknown_if_panicked(self.attempt(&head.method, uri, headers, body, which))
         };
         let policy = &self.inner.system_policy;
@@ -216,7 +216,7 @@ impl HttpSystem {
         if let Some(trace) = span.as_ref().and_then(crate::otel::trace_headers) {
             request.headers_mut().extend(trace);
         }
-        let sent = self.send_credentialed(request, which.stream_past);
+        let sent = self.send_credentialed(request, which.reading);
         // A route's own attempt timeout, inside the system's: the answer's
         // head and body within it, or the attempt failed as a read timeout.
         let sent = async move {
@@ -283,6 +283,15 @@ impl HttpSystem {
 }
 
 impl HttpSystem {
+    /// How an answer is read: past `stream_past` bytes streamed, or whole
+    /// up to the system's `max_answer`.
+    fn reading(&self, stream_past: Option<usize>) -> Reading {
+        match stream_past {
+            Some(buffer) => Reading::StreamPast(buffer),
+            None => Reading::Whole(self.inner.max_answer),
+        }
+    }
+
     /// Sends `request` with the system's access token, when it has an OAuth
     /// 2.0 grant: asked for just before sending, so it is never older than
     /// the grant allows. A `401` answer means the system refused the
@@ -291,10 +300,10 @@ impl HttpSystem {
     async fn send_credentialed(
         &self,
         mut request: http::Request<OutBody>,
-        stream_past: Option<usize>,
+        reading: Reading,
     ) -> Result<http::Response<AnswerBody>, TransportError> {
         let transport = &self.inner.transport;
-        let Some(tokens) = &self.inner.tokens else { return transport.send(request, stream_past).await };
+        let Some(tokens) = &self.inner.tokens else { return transport.send(request, reading).await };
         let token = |e: crate::credential::TokenError| TransportError::new(e.kind(), e);
         let bearer = tokens.bearer().await.map_err(token)?;
         request.headers_mut().insert(http::header::AUTHORIZATION, bearer.value.clone());
@@ -307,7 +316,7 @@ impl HttpSystem {
             )),
             OutBody::Stream(_) => None,
         };
-        let answer = transport.send(request, stream_past).await?;
+        let answer = transport.send(request, reading).await?;
         let Some((method, uri, headers, body)) =
             again.filter(|_| answer.status() == http::StatusCode::UNAUTHORIZED)
         else {
@@ -325,7 +334,7 @@ impl HttpSystem {
         *resend.uri_mut() = uri;
         *resend.headers_mut() = headers;
         resend.headers_mut().insert(http::header::AUTHORIZATION, renewed.value);
-        transport.send(resend, stream_past).await
+        transport.send(resend, reading).await
     }
 }
 
@@ -387,6 +396,7 @@ struct Which {
     attempt: u32,
     /// The route's own attempt timeout, if any.
     route_timeout: Option<Duration>,
-    /// Past this many bytes the answer's body is streamed.
-    stream_past: Option<usize>,
+    /// How much of the answer is read: whole up to the system's
+    /// `max_answer`, or past a buffer streamed.
+    reading: Reading,
 }

@@ -79,6 +79,15 @@ pub struct HttpSystemBuilder {
     /// (default: the policy's attempt timeout).
     #[setters(generate, strip_option)]
     read_timeout: Option<Duration>,
+    /// The most of an answer read whole (default
+    /// [`DEFAULT_MAX_ANSWER`](crate::transport::DEFAULT_MAX_ANSWER), 4 MiB):
+    /// a larger answer fails its attempt as sent — the request may have
+    /// been applied ([`TransportKind::TooLarge`](crate::TransportKind)) —
+    /// and is never read whole into memory. A call that takes a stream
+    /// ([`Request::stream_answer_past`](crate::Request::stream_answer_past))
+    /// streams past its buffer instead.
+    #[setters(generate)]
+    max_answer: usize,
     /// How the system's TLS is spoken: the roots and CA file its server
     /// certificate chains to, the client certificate it asks for (mutual
     /// TLS), the name verified, the lowest version (default: Mozilla's
@@ -210,6 +219,7 @@ impl HttpSystemBuilder {
             header: DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
             connect_timeout: None,
             read_timeout: None,
+            max_answer: crate::transport::DEFAULT_MAX_ANSWER,
             tls: None,
             proxy: None,
             http2: None,
@@ -461,6 +471,7 @@ impl HttpSystemBuilder {
                 routes: self.routes,
                 transport,
                 tokens,
+                max_answer: self.max_answer,
                 system_policy,
                 critical: self.critical,
                 key_ttl: self.key_ttl,
@@ -472,7 +483,8 @@ impl HttpSystemBuilder {
                 #[cfg(feature = "queue")]
                 sealed: self.sealed,
                 #[cfg(feature = "queue")]
-                keep_answer: self.keep_answer,
+                // A kept answer is one read whole: never more than that.
+                keep_answer: self.keep_answer.min(self.max_answer),
                 #[cfg(feature = "queue")]
                 seal_answers: self.seal_answers,
                 #[cfg(feature = "queue")]

@@ -52,6 +52,8 @@ struct SystemState {
     transport: Transport,
     /// The access tokens of an OAuth 2.0 grant, when the system has one.
     tokens: Option<Arc<crate::credential::Tokens>>,
+    /// The most of an answer read whole.
+    max_answer: usize,
     system_policy: SystemPolicy,
     critical: bool,
     key_ttl: Option<Duration>,

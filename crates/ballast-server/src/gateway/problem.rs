@@ -58,6 +58,9 @@ pub enum Reason {
     TlsClientCertRefused,
     /// No TLS version or cipher both sides speak, or no TLS at all.
     TlsProtocol,
+    /// The system's answer was larger than `[gateway] max_answer`, the most
+    /// read whole: the request was sent and may have been applied.
+    AnswerTooLarge,
     /// The egress proxy could not be reached or refused the tunnel, after
     /// the last attempt: nothing reached the system.
     ProxyRefused,
@@ -149,6 +152,7 @@ impl Reason {
             Reason::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Reason::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Reason::Transport
+            | Reason::AnswerTooLarge
             | Reason::TlsUntrusted
             | Reason::TlsExpired
             | Reason::TlsNameMismatch
@@ -299,6 +303,15 @@ impl Problem {
                 HttpError::SealKeyMissing { .. } => Problem::new(Reason::SealKeyMissing, said),
                 _ => Problem::new(Reason::BadRequest, said),
             },
+            _ if failure.error().and_then(HttpError::transport_kind) == Some(TransportKind::TooLarge) => {
+                let detail = format!(
+                    "{said}. The request reached {system}: a write carrying an Idempotency-Key to a system that \
+                     deduplicates by it is safe to send again with the same key; any other write's outcome is \
+                     unknown. Raise [gateway] max_answer if such answers are expected, or read them as a stream \
+                     (a read without Prefer: respond-async streams past [gateway] buffer_answer)"
+                );
+                Problem::new(Reason::AnswerTooLarge, detail).sent(true)
+            }
             _ => match failure.error().and_then(HttpError::transport_kind) {
                 Some(kind)
                     if kind.nothing_sent()

@@ -15,6 +15,7 @@
 //! | no access token to be had (the token endpoint down; nothing was sent) | transient | [`RetryOn::connect`] |
 //! | an HTTP/2 stream refused (`REFUSED_STREAM`, past a `GOAWAY`): not processed | transient | [`RetryOn::connect`] |
 //! | a TLS failure: the server's certificate untrusted, expired or for another name, the client certificate refused, no common protocol | permanent, never retried: it will not verify on the next attempt either | — |
+//! | an answer larger than the client reads whole (`max_answer`): the request was sent | permanent: the next answer is as large | — |
 //! | the proxy or the token endpoint refusing our credentials (407, `invalid_client`) | permanent: a configuration error | — |
 //! | every other 4xx, protocol errors, anything else | permanent, never retried | — |
 
@@ -220,6 +221,7 @@ impl RetryOn {
             TransportKind::Tls(_)
             | TransportKind::ProxyAuth
             | TransportKind::CredentialRefused
+            | TransportKind::TooLarge
             | TransportKind::Other => false,
         })
     }
@@ -265,6 +267,10 @@ pub enum TransportKind {
     /// An HTTP/2 stream the server refused (`REFUSED_STREAM`) or dropped
     /// with a `GOAWAY` before processing it: safe to send again.
     Refused,
+    /// The answer was larger than the client reads whole (`max_answer`):
+    /// the request was sent and may have been applied; asking again gets
+    /// as large an answer.
+    TooLarge,
     /// Anything else (a protocol error, an invalid request): not worth another attempt.
     Other,
 }
@@ -308,6 +314,7 @@ impl TransportKind {
             TransportKind::Credential => "credential",
             TransportKind::CredentialRefused => "credential_refused",
             TransportKind::Refused => "refused_stream",
+            TransportKind::TooLarge => "too_large",
             TransportKind::Other => "other",
         }
     }

@@ -13,6 +13,7 @@ import type { Task } from './client.js';
  * | `rate_limited` | 503 + `Retry-After` | the system's rate limit had no permit; the next frees after `Retry-After` |
  * | `timeout` | 504 | an attempt or the whole call timed out |
  * | `transport` | 502 | no complete answer after the last attempt (`sent` says whether it may have arrived) |
+ * | `answer_too_large` | 502 | the system's answer was larger than `[gateway] max_answer`: the request was sent (`sent: true`); a keyed write may be resent with its key |
  * | `tls_untrusted`, `tls_expired`, `tls_name_mismatch`, `tls_client_cert_refused`, `tls_protocol` | 502 | the TLS handshake with the system failed: nothing was sent, and it was not retried (R-RES-RE-X2); the detail names the `[systems.NAME.tls]` key that fixes it |
  * | `proxy_refused` | 502 + `Retry-After` | the egress proxy could not be reached or refused the tunnel: nothing reached the system, safe to send again |
  * | `proxy_auth_required` | 502 | the egress proxy wants credentials (`proxy_auth_env`) |
@@ -45,6 +46,7 @@ export const REASONS = [
   'rate_limited',
   'timeout',
   'transport',
+  'answer_too_large',
   'tls_untrusted',
   'tls_expired',
   'tls_name_mismatch',

@@ -67,6 +67,11 @@ const MAPPINGS: Readonly<Record<Reason, Mapping>> = {
       `${system(e)} gave no complete answer (${e.attempts} attempt(s)): ` +
       (e.sent === false ? 'nothing was sent' : 'the request may have arrived'),
   },
+  answer_too_large: {
+    status: HttpStatus.BAD_GATEWAY,
+    programmingError: false,
+    says: (e) => `${system(e)}'s answer was larger than the gateway reads whole: the request was sent`,
+  },
   tls_expired: {
     status: HttpStatus.BAD_GATEWAY,
     programmingError: false,
@@ -202,6 +207,7 @@ export const BALLAST_HTTP_STATUS: Readonly<Record<Reason | 'gateway_unreachable'
  * | `timeout` | 504 | |
  * | `transport` | 502 | `sent`: whether the request may have arrived |
  * | `proxy_refused`, `tls_expired` | 502 | nothing was sent |
+ * | `answer_too_large` | 502 | `sent`: the request was sent |
  * | `internal` (a deferral broken midway) | 502 | |
  * | `sequence_pending` | 409 | |
  * | `not_found` (a task handle) | 404 | |

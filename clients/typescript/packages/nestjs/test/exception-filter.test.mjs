@@ -40,6 +40,7 @@ const EXPECTED = {
   transport: 502,
   internal: 502,
   tls_expired: 502,
+  answer_too_large: 502,
   proxy_refused: 502,
   token_unavailable: 503,
   draining: 503,

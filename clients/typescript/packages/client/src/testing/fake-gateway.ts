@@ -31,6 +31,7 @@ const PROBLEM_STATUS: Readonly<Record<Reason, number>> = {
   rate_limited: 503,
   timeout: 504,
   transport: 502,
+  answer_too_large: 502,
   tls_untrusted: 502,
   tls_expired: 502,
   tls_name_mismatch: 502,
