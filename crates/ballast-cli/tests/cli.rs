@@ -560,7 +560,7 @@ half_open_after = "1s"
         assert_eq!(gateway.requests_with(&a), 1);
         let ok = r#"ballast_calls_total{system="pay",kind="keyed_write",outcome="ok"}"#;
         eventually("the call is counted", || async { sample(&get(&metrics_url).await.1, ok) == 1.0 }).await;
-        let completed = r#"ballast_queue_tasks{kind="ballast.http.delivery",state="completed"}"#;
+        let completed = r#"ballast_queue_tasks{kind="ballast.http.delivery/pay",state="completed"}"#;
         // The queue's counts are refreshed in the background, not by the scrape.
         eventually("the queue is counted", || async {
             try_sample(&get(&metrics_url).await.1, completed) == Some(1.0)

@@ -162,7 +162,7 @@ async fn eventually_failed(served: &Served) -> i64 {
     let failed = || {
         support::queued(served.dir.path())
             .into_iter()
-            .find(|t| t["state"] == "failed" && t["kind"] == "ballast.http.delivery")
+            .find(|t| t["state"] == "failed" && t["kind"] == "ballast.http.delivery/pay")
             .and_then(|t| t["id"].as_i64())
     };
     eventually("v1 fails for good", || async { failed().is_some() }).await;

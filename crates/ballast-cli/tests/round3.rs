@@ -129,7 +129,293 @@ attempt = "5s"
     );
     let failed = support::queued(served.dir.path())
         .into_iter()
-        .filter(|t| t["kind"] == "ballast.http.delivery" && t["state"] == "failed")
+        .filter(|t| t["kind"] == "ballast.http.delivery/pay" && t["state"] == "failed")
         .count();
     assert!(failed >= 4, "a delivery whose answer is too large fails (and alerts), never loops");
+}
+
+/// Two systems behind one upstream, `pay` under `/pay/` and `crm` under
+/// `/crm/`, both deduplicating, both ordering writes to a customer by
+/// `sequence` (a template).
+fn two_systems(sequence: &str) -> String {
+    let mut text = String::new();
+    for system in ["pay", "crm"] {
+        text.push_str(&format!(
+            r#"
+[systems.{system}]
+base_url = "http://{{up}}/{system}/"
+dedupes_by_key = true
+key_ttl = "1h"
+bulkhead = "none"
+
+[systems.{system}.retry]
+max_attempts = 1
+
+[systems.{system}.routes]
+"POST /payments" = "keyed_write"
+"PUT /customers/{{id}}" = {{ kind = "keyed_write", sequence = "{sequence}" }}
+"#
+        ));
+    }
+    text
+}
+
+async fn send(
+    served: &Served,
+    method: reqwest::Method,
+    path: &str,
+    key: &str,
+    body: &str,
+    defer: bool,
+) -> (u16, String, Value) {
+    let mut request = client()
+        .request(method, format!("{}/call/{path}", served.gateway))
+        .header("idempotency-key", key)
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if defer {
+        request = request.header("prefer", "respond-async");
+    }
+    let answer = request.send().await.unwrap();
+    let status = answer.status().as_u16();
+    let location =
+        answer.headers().get("location").map(|l| l.to_str().unwrap().to_owned()).unwrap_or_default();
+    (status, location, answer.json().await.unwrap_or_default())
+}
+
+/// R2: a key is the system's own. `pay`'s write waits in the queue under
+/// key K; `crm`'s write with K and the same body is sent to crm (not
+/// handed pay's task), and with another body it is sent too (no 422 for a
+/// key crm never saw).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r2_the_same_key_to_another_system_is_that_system_s_write() {
+    let upstream = Upstream::start(|seen, _| match seen.target.as_str() {
+        "/pay/payments" => Reply::status(503),
+        _ => Reply::status(201),
+    })
+    .await;
+    let served = Served::start(&upstream, "", &two_systems("customer/{id}"));
+    let post = reqwest::Method::POST;
+    let (status, pay_handle, _) =
+        send(&served, post.clone(), "pay/payments", "K-1", r#"{"amount":5}"#, true).await;
+    assert_eq!(status, 202, "pay is down: its write waits in the queue");
+
+    let (status, location, body) =
+        send(&served, post.clone(), "crm/payments", "K-1", r#"{"amount":5}"#, true).await;
+    assert_eq!(status, 201, "crm's write with pay's key is crm's own: {body}");
+    assert_ne!(location, pay_handle, "never pay's task");
+    let (status, _, body) = send(&served, post, "crm/payments", "K-1", r#"{"amount":6}"#, true).await;
+    assert_eq!(status, 201, "no 422: crm never saw K-1 in the queue: {body}");
+    let to_crm = upstream.requests().iter().filter(|s| s.target == "/crm/payments").count();
+    assert_eq!(to_crm, 2, "both of crm's writes reached crm");
+    let shown = served.task(&pay_handle).await;
+    assert_eq!(shown["system"], "pay", "pay's task is still pay's: {shown}");
+}
+
+/// R3: sequences are the system's own, spelled as numbers. `crm`'s write
+/// to customer 42 fails for good and holds crm's `customer/42`; its alert
+/// names the sequence and how to release it. `pay`'s write to customer 42
+/// goes out live meanwhile, and crm's `customers/0042` waits behind crm's
+/// failed head — the same customer — until `ballast queue release`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r3_a_failed_write_holds_its_own_system_s_sequence_alone() {
+    let tried = std::sync::Mutex::new(std::collections::HashSet::new());
+    let upstream = Upstream::start(move |seen, _| {
+        let key = seen.key().unwrap_or_default().to_owned();
+        match seen.target.as_str() {
+            "/crm/customers/42" if tried.lock().unwrap().insert(key) => Reply::status(503),
+            "/crm/customers/42" => Reply::body(400, r#"{"error":"bad email"}"#),
+            _ => Reply::status(200),
+        }
+    })
+    .await;
+    let alerts = upstream.url("/alerts");
+    let served = Served::start_with(
+        &upstream,
+        "",
+        &format!(
+            "[[alerts.webhook]]\nurl_env = \"ALERT_URL\"\nformat = \"json\"\n{}",
+            two_systems("customer/{id:int}")
+        ),
+        &[("ALERT_URL", alerts)],
+    );
+    let put = reqwest::Method::PUT;
+    let (status, failing, _) = send(&served, put.clone(), "crm/customers/42", "crm-v1", "{}", true).await;
+    assert_eq!(status, 202);
+    eventually("crm's write fails for good", || async { served.task(&failing).await["state"] == "failed" })
+        .await;
+    let alert = eventually_alert(&upstream).await;
+    let summary = alert["summary"].as_str().unwrap();
+    assert!(summary.contains("holds sequence crm:customer/42"), "{summary}");
+    assert!(summary.contains("ballast queue release"), "{summary}");
+
+    let (status, _, body) = send(&served, put.clone(), "pay/customers/42", "pay-v1", "{}", true).await;
+    assert_eq!(status, 200, "pay's customer/42 is not crm's: sent live, {body}");
+    let (status, held, body) = send(&served, put, "crm/customers/0042", "crm-v2", "{}", true).await;
+    assert_eq!((status, body["deferred_because"].as_str()), (202, Some("sequence_pending")), "{body}");
+    assert!(!upstream.requests().iter().any(|s| s.target == "/crm/customers/0042"), "0042 is 42: held");
+
+    let failed_id = failing.trim_start_matches("/tasks/").split('.').next().unwrap().to_owned();
+    let db = format!("sqlite://{}", served.dir.path().join("tasks.db").display());
+    let released = support::ballast(&["queue", "--db", &db, "release", &failed_id]);
+    assert!(released.status.success(), "{}", String::from_utf8_lossy(&released.stderr));
+    eventually("the held write goes on", || async { served.task(&held).await["state"] == "completed" }).await;
+}
+
+/// The first alert the upstream's `/alerts` received, as JSON.
+async fn eventually_alert(upstream: &Upstream) -> Value {
+    let alert = || {
+        upstream
+            .requests()
+            .iter()
+            .find(|s| s.target == "/alerts")
+            .and_then(|s| serde_json::from_str::<Value>(&s.text()).ok())
+    };
+    eventually("an alert is posted", || async { alert().is_some() }).await;
+    alert().unwrap()
+}
+
+/// Every byte of the served queue's SQLite files.
+fn stored_bytes(served: &Served) -> Vec<u8> {
+    std::fs::read_dir(served.dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tasks.db"))
+        .flat_map(|e| std::fs::read(e.path()).unwrap_or_default())
+        .collect()
+}
+
+/// R4: a reader of the queue's database gets nothing past the seal. The
+/// fingerprint is keyed (a SHA-256 of a guessed body does not match it),
+/// no access secret is stored (a handle built from the row opens nothing),
+/// and the callback URL with its token is sealed — while the caller's
+/// handle still shows the task and the callback still arrives with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_a_database_reader_cannot_test_a_body_make_a_handle_or_read_a_callback() {
+    let upstream = Upstream::start(|seen, _| match seen.target.as_str() {
+        "/hooks" => Reply::status(204),
+        _ => Reply::status(503),
+    })
+    .await;
+    let hooks = format!("{}:{}", upstream.addr.ip(), upstream.addr.port());
+    let served = Served::start_with(
+        &upstream,
+        "seal_key_env = \"R4_SEAL_KEY\"\n",
+        &format!(
+            "callback_hosts = [\"{hooks}\"]\ncallback_secret_env = \"R4_CALLBACK\"\n\n[systems.pay]\n\
+             base_url = \"http://{{up}}/\"\ndedupes_by_key = true\nkey_ttl = \"1h\"\nretry = \"none\"\n"
+        ),
+        &[("R4_SEAL_KEY", "ab".repeat(32)), ("R4_CALLBACK", "a-callback-secret-of-some-length".into())],
+    );
+    let body = r#"{"amount":4200,"cvv":"731"}"#;
+    let answer = client()
+        .post(format!("{}/call/pay/payments", served.gateway))
+        .header("idempotency-key", "r4-1")
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer caller-a")
+        .header("prefer", "respond-async")
+        .header("ballast-callback", format!("http://{hooks}/hooks?token=cb-token-r4"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 202);
+    let handle = answer.headers()["location"].to_str().unwrap().trim_start_matches("/tasks/").to_owned();
+
+    let rows = support::queued(served.dir.path());
+    let row = rows.iter().find(|t| t["key"] == "r4-1").expect("the deferred write");
+    let payload = &row["payload"];
+    let guessed = ballast_http::Fingerprint::of(
+        &ballast_http::Request::post("payments").header("content-type", "application/json").body(body),
+    );
+    let stored = payload["fingerprint"].as_str().unwrap_or_default();
+    assert!(
+        !stored.is_empty() && stored != guessed.as_str(),
+        "a guessed body does not test against {stored}"
+    );
+    assert!(stored.starts_with("k:"), "keyed: {stored}");
+    let bytes = stored_bytes(&served);
+    assert!(!bytes.windows(11).any(|w| w == b"cb-token-r4"), "the callback's token is sealed");
+    assert!(!bytes.windows(8).any(|w| w == b"caller-a"), "the caller's token is sealed");
+    if let Some(access) = payload["access"].as_str() {
+        let built = format!("{}/tasks/{}.{access}", served.gateway, row["id"]);
+        assert_eq!(client().get(built).send().await.unwrap().status(), 404, "a handle built from the row");
+    }
+    assert!(payload.get("access").is_none(), "no access secret is stored: {payload}");
+
+    let shown = served.task(&format!("/tasks/{handle}")).await;
+    assert_eq!(shown["state"], "pending", "the caller's handle shows its task: {shown}");
+    upstream.rescript(|_, _| Reply::status(201));
+    eventually("the callback arrives", || async {
+        upstream.requests().iter().any(|s| s.target == "/hooks?token=cb-token-r4")
+    })
+    .await;
+    let callback = upstream.requests().into_iter().find(|s| s.target.starts_with("/hooks")).unwrap();
+    assert_eq!(
+        callback.header("ballast-task"),
+        Some(handle.as_str()),
+        "the callback names the caller's handle"
+    );
+    let bytes = stored_bytes(&served);
+    assert!(!bytes.windows(11).any(|w| w == b"cb-token-r4"), "nor is it stored with the callback task");
+}
+
+/// R5: a join asks who is asking. Caller B, without A's token, sends A's
+/// key and body while A's write is in flight: B's request goes to the
+/// system on its own (B never sees A's answer echoing A's token). Then A's
+/// write waits in the queue, and B's same request is not handed A's task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_another_caller_with_the_same_key_is_never_joined() {
+    let upstream = Upstream::start(|seen, _| {
+        let echo = format!(r#"{{"auth":"{}"}}"#, seen.header("authorization").unwrap_or(""));
+        match seen.target.as_str() {
+            "/slow" => Reply::body(201, echo).after(Duration::from_millis(600)),
+            _ => Reply::status(503),
+        }
+    })
+    .await;
+    let served = Served::start_with(
+        &upstream,
+        "seal_key_env = \"R5_SEAL_KEY\"\n",
+        "[systems.pay]\nbase_url = \"http://{up}/\"\ndedupes_by_key = true\nkey_ttl = \"1h\"\nretry = \"none\"\n",
+        &[("R5_SEAL_KEY", "cd".repeat(32))],
+    );
+    let call = |path: &'static str, auth: Option<&'static str>, defer: bool| {
+        let gateway = served.gateway.clone();
+        async move {
+            let mut request = client()
+                .post(format!("{gateway}/call/pay/{path}"))
+                .header("idempotency-key", "shared-key")
+                .body(r#"{"amount":1}"#);
+            if let Some(auth) = auth {
+                request = request.header("authorization", auth);
+            }
+            if defer {
+                request = request.header("prefer", "respond-async");
+            }
+            let answer = request.send().await.unwrap();
+            let location = answer.headers().get("location").map(|l| l.to_str().unwrap().to_owned());
+            (answer.status().as_u16(), location, answer.text().await.unwrap_or_default())
+        }
+    };
+    let a = tokio::spawn(call("slow", Some("Bearer token-of-a"), false));
+    eventually("A's write is in flight", || async { upstream.count() == 1 }).await;
+    let (status, _, body) = call("slow", None, false).await;
+    assert!(!body.contains("token-of-a"), "B never gets A's answer: {status} {body}");
+    assert_eq!(upstream.count(), 2, "B's request went to the system on its own");
+    assert!(a.await.unwrap().2.contains("token-of-a"), "A gets its own answer");
+
+    let (status, a_handle, _) = call("later", Some("Bearer token-of-a"), true).await;
+    assert_eq!(status, 202);
+    let (status, b_handle, body) = call("later", None, true).await;
+    assert!(b_handle.is_none() || b_handle != a_handle, "B is not handed A's task: {status} {body}");
+    assert!(!body.contains(a_handle.as_deref().unwrap().trim_start_matches("/tasks/")), "{body}");
+    let from_b = upstream
+        .requests()
+        .iter()
+        .filter(|s| s.target == "/later" && s.header("authorization").is_none())
+        .count();
+    assert_eq!(from_b, 1, "B's request went its own way");
+    let (status, again, _) = call("later", Some("Bearer token-of-a"), true).await;
+    assert_eq!((status, again), (202, a_handle), "A's own retry still joins its task");
 }

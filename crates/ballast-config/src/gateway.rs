@@ -75,6 +75,11 @@ pub struct GatewaySection {
     /// instead of filling the memory; a read the caller takes as a stream
     /// streams past `buffer_answer` as before.
     pub max_answer: Option<ConfigSize>,
+    /// `tenant_headers`: headers that say which tenant or account a caller
+    /// speaks for, besides its credentials (`Authorization`, `Cookie`,
+    /// `Proxy-Authorization`, `X-Api-Key`): a keyed write joins another
+    /// in flight or deferred with its key only when these match too.
+    pub tenant_headers: Option<Vec<String>>,
 }
 
 /// The largest `[gateway] max_answer`.
@@ -101,6 +106,7 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("workers", Value),
     ("buffer_answer", Value),
     ("max_answer", Value),
+    ("tenant_headers", Value),
 ];
 
 /// The `[gateway]` section's values.
@@ -184,6 +190,16 @@ pub(crate) fn rules(g: &GatewaySection) -> Vec<KeyFinding> {
             "`max_answer` is outside 1 byte..=256MiB: every call may hold this much memory while it reads".into(),
             "read whole what a caller needs whole, e.g. \"4MiB\" (the default); a read taken as a stream streams",
         ));
+    }
+    for name in g.tenant_headers.iter().flatten() {
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            out.push(KeyFinding::error(
+                None,
+                vec!["gateway".to_owned(), "tenant_headers".to_owned()],
+                format!("`tenant_headers` holds {name:?}, which is no header name"),
+                "name headers as a caller sends them, e.g. [\"x-tenant-id\"]",
+            ));
+        }
     }
     if g.max_body.is_some_and(|b| b.bytes() == 0 || b.bytes() > MAX_BODY_LIMIT) {
         out.push(KeyFinding::error(

@@ -35,32 +35,34 @@ pub struct Fingerprint(String);
 impl Fingerprint {
     /// The fingerprint of `request`.
     pub fn of(request: &Request) -> Self {
-        let head = &request.head;
-        let mut digest = Sha256::new();
-        // Each part framed by its length, so no two requests share a text.
-        let mut part = |bytes: &[u8]| {
-            digest.update((bytes.len() as u64).to_be_bytes());
-            digest.update(bytes);
-        };
-        part(head.method.as_str().as_bytes());
-        part(head.path.as_bytes());
-        part(head.raw_query.as_deref().unwrap_or("").as_bytes());
-        for (name, value) in &head.query {
-            part(name.as_bytes());
-            part(value.as_bytes());
-        }
-        for name in &MEANINGFUL {
-            for value in head.headers.get_all(name) {
-                part(name.as_str().as_bytes());
-                part(value.as_bytes());
-            }
-        }
-        part(&request.body);
-        let hash = digest.finalize();
-        Self(hash[..16].iter().map(|b| format!("{b:02x}")).collect())
+        Self(digest(request)[..16].iter().map(|b| format!("{b:02x}")).collect())
     }
 
-    /// The fingerprint as stored: 32 hex digits.
+    /// The fingerprint of `request` to `system` as a deferred write stores
+    /// it with a seal key: keyed with a key derived from it
+    /// ([`SealKey`](crate::SealKey)), `k:{key id}:{32 hex digits}`, so that
+    /// a reader of the queue's table cannot test a guess of the body (an
+    /// amount, a card number) against it.
+    #[cfg(feature = "queue")]
+    pub(crate) fn sealed(seal: &crate::SealKey, system: &str, request: &Request) -> Self {
+        Self(seal.digest(PURPOSE, &[system.as_bytes(), &digest(request)]))
+    }
+
+    /// Whether this stored fingerprint is that of the request whose
+    /// [`digest`] is `asked`, to `system`: keyed ([`sealed`](Self::sealed))
+    /// under any key of `seal`'s ring, or plain ([`of`](Self::of)) as
+    /// stored without a seal key or before fingerprints were keyed.
+    #[cfg(feature = "queue")]
+    pub(crate) fn is_of(&self, system: &str, asked: &[u8; 32], seal: Option<&crate::SealKey>) -> bool {
+        if self.0.starts_with("k:") {
+            return seal
+                .is_some_and(|seal| seal.digest_matches(&self.0, PURPOSE, &[system.as_bytes(), asked]));
+        }
+        let plain: String = asked[..16].iter().map(|b| format!("{b:02x}")).collect();
+        self.0 == plain
+    }
+
+    /// The fingerprint as stored: 32 hex digits (keyed: `k:…`).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -69,6 +71,36 @@ impl Fingerprint {
     pub fn from_stored(text: impl Into<String>) -> Self {
         Self(text.into())
     }
+}
+
+/// What a keyed fingerprint is for, in its digest.
+#[cfg(feature = "queue")]
+const PURPOSE: &str = "ballast.fingerprint";
+
+/// A SHA-256 over what `request` asks for.
+pub(crate) fn digest(request: &Request) -> [u8; 32] {
+    let head = &request.head;
+    let mut digest = Sha256::new();
+    // Each part framed by its length, so no two requests share a text.
+    let mut part = |bytes: &[u8]| {
+        digest.update((bytes.len() as u64).to_be_bytes());
+        digest.update(bytes);
+    };
+    part(head.method.as_str().as_bytes());
+    part(head.path.as_bytes());
+    part(head.raw_query.as_deref().unwrap_or("").as_bytes());
+    for (name, value) in &head.query {
+        part(name.as_bytes());
+        part(value.as_bytes());
+    }
+    for name in &MEANINGFUL {
+        for value in head.headers.get_all(name) {
+            part(name.as_str().as_bytes());
+            part(value.as_bytes());
+        }
+    }
+    part(&request.body);
+    digest.finalize().into()
 }
 
 impl std::fmt::Display for Fingerprint {

@@ -3,7 +3,9 @@
 //! retry) joins it — one upstream call, and each caller gets its answer —
 //! instead of reaching the system beside it, where it would meet a 409
 //! "in flight"; another request under the same key is refused unsent
-//! ([`HttpError::KeyReused`], R-RES-RE-1).
+//! ([`HttpError::KeyReused`], R-RES-RE-1). Both only for the same caller
+//! ([`crate::caller`]): another caller's request with the key is neither
+//! joined nor refused, but goes its own way.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +13,7 @@ use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::watch;
 
+use crate::caller::Caller;
 use crate::{Fingerprint, HttpError, Response};
 
 /// The keys of one system's keyed writes in flight.
@@ -24,6 +27,7 @@ pub(crate) struct InFlight {
 struct Flight {
     id: u64,
     fingerprint: Fingerprint,
+    caller: Caller,
     answer: watch::Receiver<Option<Response>>,
 }
 
@@ -33,6 +37,9 @@ pub(crate) enum Turn<'a> {
     Lead(Lead<'a>),
     /// The same request is in flight: its answer, once it has one to share.
     Join(watch::Receiver<Option<Response>>),
+    /// Another caller's request with this key is in flight: send this one
+    /// on its own, neither joined to it nor in its place.
+    Alone,
 }
 
 /// The flight this call leads; leaves the table when dropped.
@@ -64,11 +71,20 @@ impl Drop for Lead<'_> {
 }
 
 impl InFlight {
-    /// The turn of a write with `key` asking for `fingerprint`; refused when
-    /// another request with the same key is in flight.
-    pub(crate) fn turn(&self, key: &str, fingerprint: &Fingerprint) -> Result<Turn<'_>, HttpError> {
+    /// The turn of `caller`'s write with `key` asking for `fingerprint`;
+    /// refused when the same caller's other request with the same key is
+    /// in flight.
+    pub(crate) fn turn(
+        &self,
+        key: &str,
+        fingerprint: &Fingerprint,
+        caller: &Caller,
+    ) -> Result<Turn<'_>, HttpError> {
         let mut flights = self.flights.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(flight) = flights.get(key) {
+            if flight.caller != *caller {
+                return Ok(Turn::Alone);
+            }
             if flight.fingerprint != *fingerprint {
                 return Err(HttpError::KeyReused { key: key.to_owned(), first_in: "in flight" });
             }
@@ -76,7 +92,9 @@ impl InFlight {
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (answer, receiver) = watch::channel(None);
-        flights.insert(key.to_owned(), Flight { id, fingerprint: fingerprint.clone(), answer: receiver });
+        let flight =
+            Flight { id, fingerprint: fingerprint.clone(), caller: caller.clone(), answer: receiver };
+        flights.insert(key.to_owned(), flight);
         Ok(Turn::Lead(Lead { table: self, key: key.to_owned(), id, answer }))
     }
 
@@ -102,14 +120,32 @@ mod tests {
         Fingerprint::of(&Request::post("payments").body(body))
     }
 
+    fn caller(token: &'static str) -> Caller {
+        let names = [http::header::AUTHORIZATION];
+        Caller::of(&Request::post("payments").header("authorization", token), &names)
+    }
+
+    /// The turn of caller A.
+    fn turn<'a>(table: &'a InFlight, key: &str, fingerprint: &Fingerprint) -> Result<Turn<'a>, HttpError> {
+        table.turn(key, fingerprint, &caller("a"))
+    }
+
+    #[test]
+    fn another_caller_s_request_with_the_key_goes_its_own_way() {
+        let table = InFlight::default();
+        let Ok(Turn::Lead(_lead)) = turn(&table, "k1", &fp("a")) else { panic!("the first leads") };
+        assert!(matches!(table.turn("k1", &fp("a"), &caller("b")), Ok(Turn::Alone)), "not joined");
+        assert!(matches!(table.turn("k1", &fp("b"), &caller("b")), Ok(Turn::Alone)), "not refused either");
+    }
+
     #[tokio::test]
     async fn the_same_request_joins_another_is_refused_and_the_table_empties() {
         let table = InFlight::default();
-        let Ok(Turn::Lead(lead)) = table.turn("k1", &fp("a")) else { panic!("the first leads") };
-        let Ok(Turn::Join(waiting)) = table.turn("k1", &fp("a")) else { panic!("the same request joins") };
-        let refused = table.turn("k1", &fp("b")).err().expect("another request under the key");
+        let Ok(Turn::Lead(lead)) = turn(&table, "k1", &fp("a")) else { panic!("the first leads") };
+        let Ok(Turn::Join(waiting)) = turn(&table, "k1", &fp("a")) else { panic!("the same request joins") };
+        let refused = turn(&table, "k1", &fp("b")).err().expect("another request under the key");
         assert!(refused.to_string().contains("R-RES-RE-1"), "{refused}");
-        assert!(matches!(table.turn("k2", &fp("b")), Ok(Turn::Lead(_))), "another key is its own flight");
+        assert!(matches!(turn(&table, "k2", &fp("b")), Ok(Turn::Lead(_))), "another key is its own flight");
         let answer = Response {
             status: http::StatusCode::CREATED,
             headers: http::HeaderMap::new(),
@@ -128,10 +164,10 @@ mod tests {
     #[tokio::test]
     async fn a_flight_without_an_answer_lets_the_joined_call_send_its_own() {
         let table = InFlight::default();
-        let Ok(Turn::Lead(lead)) = table.turn("k1", &fp("a")) else { panic!("the first leads") };
-        let Ok(Turn::Join(waiting)) = table.turn("k1", &fp("a")) else { panic!("joins") };
+        let Ok(Turn::Lead(lead)) = turn(&table, "k1", &fp("a")) else { panic!("the first leads") };
+        let Ok(Turn::Join(waiting)) = turn(&table, "k1", &fp("a")) else { panic!("joins") };
         lead.land(None);
         assert!(joined(waiting).await.is_none());
-        assert!(matches!(table.turn("k1", &fp("a")), Ok(Turn::Lead(_))));
+        assert!(matches!(turn(&table, "k1", &fp("a")), Ok(Turn::Lead(_))));
     }
 }

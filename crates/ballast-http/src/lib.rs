@@ -56,6 +56,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod build_error;
+pub mod caller;
 pub mod classify;
 pub mod credential;
 mod decode;
@@ -111,6 +112,9 @@ pub mod otel;
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub mod seal;
 
+#[cfg(feature = "queue")]
+#[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+pub use delivery::{delivery_kind, is_delivery_kind};
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub use delivery::{

@@ -52,6 +52,9 @@ pub struct SealKey(Arc<[Key]>);
 struct Key {
     id: String,
     cipher: XChaCha20Poly1305,
+    /// The key of the digests made under this one ([`SealKey::digest`]):
+    /// derived from it, never the key itself.
+    mac: [u8; 32],
 }
 
 impl std::fmt::Debug for SealKey {
@@ -154,6 +157,54 @@ impl SealKey {
     }
 }
 
+impl SealKey {
+    /// A keyed digest of `parts` for `purpose` — HMAC-SHA-256 under a key
+    /// derived from the sealing key — as stored: `k:{key id}:{32 hex
+    /// digits}`. Someone who reads the table without the key can neither
+    /// compute it nor test a guess against it (an amount, a card number).
+    pub(crate) fn digest(&self, purpose: &str, parts: &[&[u8]]) -> String {
+        let key = &self.0[0];
+        format!("k:{}:{}", key.id, mac(key, purpose, parts))
+    }
+
+    /// Whether `stored` ([`digest`](Self::digest)) is that of `parts` for
+    /// `purpose`, under whichever key of the ring made it; compared in
+    /// constant time.
+    pub(crate) fn digest_matches(&self, stored: &str, purpose: &str, parts: &[&[u8]]) -> bool {
+        let Some((id, hex)) = stored.strip_prefix("k:").and_then(|rest| rest.split_once(':')) else {
+            return false;
+        };
+        self.0.iter().find(|k| k.id == id).is_some_and(|key| {
+            bool::from(subtle::ConstantTimeEq::ct_eq(mac(key, purpose, parts).as_bytes(), hex.as_bytes()))
+        })
+    }
+
+    /// A secret of `parts` for `purpose` under the key `id` names (the
+    /// sealing key without one): 32 hex digits, never stored — made again
+    /// from the same parts by whoever holds the key. `None` when `id`
+    /// names no key on the ring.
+    pub(crate) fn secret(&self, id: Option<&str>, purpose: &str, parts: &[&[u8]]) -> Option<String> {
+        let key = match id {
+            Some(id) => self.0.iter().find(|k| k.id == id)?,
+            None => &self.0[0],
+        };
+        Some(mac(key, purpose, parts))
+    }
+}
+
+/// HMAC-SHA-256 of `parts`, each framed by its length, under `key`'s
+/// digest key for `purpose`: 16 bytes in hex.
+fn mac(key: &Key, purpose: &str, parts: &[&[u8]]) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&key.mac)
+        .unwrap_or_else(|_| unreachable!("HMAC takes any key"));
+    for part in std::iter::once(purpose.as_bytes()).chain(parts.iter().copied()) {
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part);
+    }
+    mac.finalize().into_bytes()[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn key(text: &str) -> Result<Key, SealError> {
     let bytes = if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
         (0..32).map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16)).collect::<Result<Vec<u8>, _>>().ok()
@@ -165,7 +216,9 @@ fn key(text: &str) -> Result<Key, SealError> {
             let cipher = XChaCha20Poly1305::new_from_slice(&bytes).map_err(|_| SealError::BadKey)?;
             let digest = Sha256::new().chain_update(b"ballast.seal.key-id\0").chain_update(&bytes).finalize();
             let id = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-            Ok(Key { id, cipher })
+            let mac =
+                Sha256::new().chain_update(b"ballast.seal.digest-key\0").chain_update(&bytes).finalize();
+            Ok(Key { id, cipher, mac: mac.into() })
         }
         _ => Err(SealError::BadKey),
     }

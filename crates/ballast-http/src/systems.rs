@@ -47,6 +47,30 @@ impl Systems {
         self.current().keys().cloned().collect()
     }
 
+    /// The handle of delivery task `task` ([`HttpSystem::handle`]), made
+    /// with its system's seal key; `None` for a task that is no delivery,
+    /// or whose system or key is gone.
+    #[cfg(feature = "queue")]
+    pub fn handle_of(&self, task: &ballast_queue::TaskInfo) -> Option<String> {
+        if !crate::delivery::is_delivery_kind(&task.kind) {
+            return None;
+        }
+        let delivery: crate::Delivery = serde_json::from_value(task.payload.clone()).ok()?;
+        if let Some(handle) = delivery.handle(task.id) {
+            return Some(handle);
+        }
+        let key = ballast::IdempotencyKey::parse(task.key.as_deref()?).ok()?;
+        self.get(&delivery.system)?.handle(&key, &delivery, task.id)
+    }
+
+    /// Whether `handle` is that of delivery task `task`, compared in
+    /// constant time: what `GET /tasks/{handle}` asks before it shows a task.
+    #[cfg(feature = "queue")]
+    pub fn opens(&self, handle: &str, task: &ballast_queue::TaskInfo) -> bool {
+        self.handle_of(task)
+            .is_some_and(|own| bool::from(subtle::ConstantTimeEq::ct_eq(own.as_bytes(), handle.as_bytes())))
+    }
+
     /// Replaces the whole set.
     pub fn replace(&self, systems: impl IntoIterator<Item = HttpSystem>) {
         *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(by_name(systems));

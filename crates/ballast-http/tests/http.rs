@@ -486,7 +486,10 @@ mod delivery {
         assert_eq!(server.count(), 3, "the same request joins its deferred task: nothing sent");
         assert_eq!(queue.list(&ballast_queue::ListFilter::default()).await.unwrap().len(), 1);
         let task = queue.get(deferred).await.unwrap().unwrap();
-        assert_eq!((task.kind.as_str(), task.key.as_deref()), (DELIVERY_KIND, Some(key.as_str())));
+        assert_eq!(
+            (task.kind.as_str(), task.key.as_deref()),
+            (ballast_http::delivery_kind("sber").as_str(), Some(key.as_str()))
+        );
         let stored: Delivery = serde_json::from_value(task.payload).unwrap();
         let captured = stored.first_attempt_at.expect("the first attempt's time is stored");
         assert!(captured <= now_millis() && captured + 60_000 > now_millis(), "{captured}");
@@ -494,6 +497,7 @@ mod delivery {
         let expected = Delivery {
             first_attempt_at: stored.first_attempt_at,
             access: stored.access.clone(),
+            caller: stored.caller.clone(),
             deferred_because: Some(ballast_http::DeferredBecause::AttemptsExhausted),
             ..Delivery::from_request("sber", &pay()).unwrap()
         };
@@ -559,6 +563,40 @@ mod delivery {
         assert!(answer.verdict().is_some_and(|v| !v.is_transient()), "a contract error: {answer:?}");
         assert_eq!(server.count(), 2);
         assert!(tasks(&queue).await.is_empty());
+    }
+
+    /// A delivery stored when every system's deliveries shared one kind
+    /// (before R2's fix) is its own system's alone: that system's same
+    /// request joins it, another system's request with the same key is
+    /// that system's own write, and a worker runs both kinds.
+    #[tokio::test]
+    async fn a_delivery_stored_under_the_shared_kind_is_its_system_s_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = queue(&dir).await;
+        let up = Arc::new(Mutex::new(false));
+        let applied: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+        let server = gateway(Arc::clone(&up), Arc::clone(&applied)).await;
+        let sber = system("sber", &server, policy("sber")).dedupes_by_key(true).build().unwrap();
+        let crm = system("crm", &server, policy("crm")).dedupes_by_key(true).build().unwrap();
+        let key = IdempotencyKey::v5("order-46", "register-payment");
+        let pay = || Request::post("payments").json(&serde_json::json!({ "amount": 100 }));
+        let mut stored = sber.capture(&key, &pay()).unwrap();
+        stored.fingerprint = Some(ballast_http::Fingerprint::of(&pay()));
+        let legacy = queue.enqueue(NewTask::new(DELIVERY_KIND, &stored).key(key.clone())).await.unwrap().id;
+
+        let joined = sber.write_or_defer(&key, &queue, pay()).await.unwrap();
+        assert!(matches!(joined, Handover::Deferred { task_id, .. } if task_id == legacy), "{joined:?}");
+        assert_eq!(server.count(), 0, "joined: nothing sent");
+        let own = crm.write_or_defer(&key, &queue, pay()).await.unwrap();
+        let Handover::Deferred { task_id: crm_task, .. } = own else { panic!("crm is down too: {own:?}") };
+        assert_ne!(crm_task, legacy, "crm's write is its own task");
+        assert!(server.count() > 0, "crm's write was tried");
+
+        *up.lock().unwrap() = true;
+        let done = work_off(&queue, DeliveryHandler::new([sber, crm])).await;
+        assert!(done.iter().all(|t| t.state == TaskState::Completed), "{done:#?}");
+        let kinds: Vec<_> = done.iter().map(|t| t.kind.as_str()).collect();
+        assert_eq!(kinds, [DELIVERY_KIND, "ballast.http.delivery/crm"]);
     }
 
     #[tokio::test]

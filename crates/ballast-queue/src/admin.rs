@@ -14,7 +14,8 @@ impl Queue {
         self.store.stats().await
     }
 
-    /// How many unfinished (pending or running) tasks of `kind` there are
+    /// How many unfinished (pending or running) tasks of `kind` (and of its
+    /// members, `{kind}/…`: [`Handler::family`](crate::Handler::family)) there are
     /// for each value of their payload's top-level `field` (a task whose
     /// payload has no such string counts under `""`). `field` is a plain
     /// name: ASCII letters, digits and `_`. One grouped scan of the kind's
@@ -57,7 +58,8 @@ impl Queue {
         Ok(self.store.retry(Some(id), None).await? == 1)
     }
 
-    /// [`retry`](Self::retry) for every failed task of `kind`; returns how many.
+    /// [`retry`](Self::retry) for every failed task of `kind` and of its
+    /// members (`{kind}/…`); returns how many.
     pub async fn retry_failed(&self, kind: &str) -> Result<u64> {
         self.store.retry(None, Some(kind)).await
     }

@@ -78,6 +78,11 @@ pub struct FailedTask {
     /// Identifies this failure: the lease of the attempt that failed, so a
     /// task an operator retried that fails again is a new failure.
     pub failure_id: Uuid,
+    /// The sequence the task belongs to, if any: a failed task holds its
+    /// sequence — the writes behind it wait — until an operator retries it
+    /// or releases it from the sequence (`ballast queue release ID`,
+    /// [`Queue::release_from_sequence`](crate::Queue::release_from_sequence)).
+    pub sequence: Option<String>,
 }
 
 impl FailedTask {
@@ -94,6 +99,7 @@ impl FailedTask {
             error: String::new(),
             failed_at: SystemTime::UNIX_EPOCH,
             failure_id: Uuid::nil(),
+            sequence: None,
         }
     }
 
@@ -142,8 +148,14 @@ impl Alert for LogAlert {
             max_attempts = task.max_attempts,
             reason = ?task.reason,
             error = %task.error,
-            "task failed for good; a human must look at it ({}): retry it with Queue::retry once the cause is fixed",
+            sequence = task.sequence.as_deref().unwrap_or(""),
+            "task failed for good; a human must look at it ({}): retry it with Queue::retry once the cause is fixed{}",
             Rule::Re5.id(),
+            if task.sequence.is_some() {
+                "; it holds its sequence (the writes behind it wait) until retried or released with Queue::release_from_sequence"
+            } else {
+                ""
+            },
         );
     }
 }

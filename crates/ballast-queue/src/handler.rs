@@ -78,6 +78,17 @@ pub trait Handler: Send + Sync + 'static {
         let _ = end;
         Vec::new()
     }
+
+    /// Whether the kind this handler is registered for is a family: the
+    /// handler then also runs every kind `{family}/{member}` no handler of
+    /// its own is registered for — the way one handler runs tasks whose
+    /// keys must not collide across its members (a key names one task of a
+    /// kind), such as `ballast.http.delivery/pay` and
+    /// `ballast.http.delivery/crm`, members added while the worker runs
+    /// included. `false` by default.
+    fn family(&self) -> bool {
+        false
+    }
 }
 
 /// How a task ended, for [`Handler::on_end`].
@@ -210,6 +221,7 @@ pub(crate) type AttemptFuture = Pin<Box<dyn Future<Output = Result<(), AttemptEr
 pub(crate) trait ErasedHandler: Send + Sync {
     fn call(&self, task: TaskContext, payload: &str) -> AttemptFuture;
     fn on_end(&self, end: &TaskEnd<'_>) -> Vec<crate::NewTask>;
+    fn family(&self) -> bool;
 }
 
 pub(crate) struct Erased<H>(pub Arc<H>);
@@ -217,6 +229,10 @@ pub(crate) struct Erased<H>(pub Arc<H>);
 impl<H: Handler> ErasedHandler for Erased<H> {
     fn on_end(&self, end: &TaskEnd<'_>) -> Vec<crate::NewTask> {
         self.0.on_end(end)
+    }
+
+    fn family(&self) -> bool {
+        self.0.family()
     }
 
     fn call(&self, task: TaskContext, payload: &str) -> AttemptFuture {

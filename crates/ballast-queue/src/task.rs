@@ -29,6 +29,12 @@ pub fn check_kind(kind: &str) -> Result<()> {
     }
 }
 
+/// The family of a member kind (`ballast.http.delivery` of
+/// `ballast.http.delivery/pay`): its part before the first `/`.
+pub(crate) fn family_of(kind: &str) -> Option<&str> {
+    kind.split_once('/').map(|(family, _)| family)
+}
+
 /// What is wrong with `name` as a kind or a sequence name, if anything.
 fn name_problem(name: &str, max: usize, too_long: &'static str) -> Option<&'static str> {
     if name.is_empty() {

@@ -227,7 +227,7 @@ impl KindStats {
 /// in descending order before `before_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListFilter {
-    /// Only this kind.
+    /// Only this kind and its members ([`ListFilter::kind`]).
     pub kind: Option<String>,
     /// Only this state.
     pub state: Option<TaskState>,
@@ -248,7 +248,8 @@ impl Default for ListFilter {
 }
 
 impl ListFilter {
-    /// Only tasks of `kind`.
+    /// Only tasks of `kind`, and of its members (`{kind}/…`: a family's
+    /// name lists every member's tasks).
     pub fn kind(mut self, kind: impl Into<String>) -> Self {
         self.kind = Some(kind.into());
         self

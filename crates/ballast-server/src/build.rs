@@ -183,6 +183,9 @@ fn from_settings(settings: HttpSettings, file: &str) -> Result<HttpSystem, Build
     if !settings.seal_headers.is_empty() {
         builder = builder.seal_headers(&settings.seal_headers);
     }
+    if !settings.tenant_headers.is_empty() {
+        builder = builder.caller_headers(&settings.tenant_headers);
+    }
     if let Some(ttl) = settings.key_ttl {
         builder = builder.key_ttl(ttl);
     }

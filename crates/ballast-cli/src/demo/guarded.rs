@@ -158,7 +158,11 @@ impl Guarded {
     /// Delivery tasks waiting or running.
     pub async fn outstanding(&self) -> anyhow::Result<u64> {
         let stats = self.queue.stats().await?;
-        Ok(stats.iter().filter(|s| s.kind == DELIVERY_KIND).map(|s| s.pending + s.running).sum())
+        Ok(stats
+            .iter()
+            .filter(|s| ballast_http::is_delivery_kind(&s.kind))
+            .map(|s| s.pending + s.running)
+            .sum())
     }
 
     /// Waits until the worker has nothing left to deliver, at most `limit`,

@@ -56,6 +56,8 @@ pub struct HttpSettings {
     pub seal_answers: bool,
     /// `[gateway] max_answer`, in bytes, if given: the most of an answer read whole.
     pub max_answer: Option<usize>,
+    /// `[gateway] tenant_headers`: what says who is asking, besides credentials.
+    pub tenant_headers: Vec<String>,
     /// How the system is reached: TLS, proxy, HTTP/2, OAuth 2.0.
     pub connection: crate::systems::connection::ConnectionSettings,
 }
@@ -139,6 +141,12 @@ impl Config {
                 .as_ref()
                 .and_then(|g| g.max_answer)
                 .map(|b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
+            tenant_headers: self
+                .file
+                .gateway
+                .as_ref()
+                .and_then(|g| g.tenant_headers.clone())
+                .unwrap_or_default(),
             connection: crate::systems::connection::settings(&self.dir(), system),
         })
     }

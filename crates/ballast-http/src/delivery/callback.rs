@@ -34,7 +34,7 @@ use sha2::Sha256;
 
 use crate::Systems;
 
-use super::{Delivery, TaskView, DELIVERY_KIND};
+use super::{Delivery, TaskView};
 
 /// The task kind of a callback: register a [`CallbackHandler`] under it.
 pub const CALLBACK_KIND: &str = "ballast.http.callback";
@@ -54,9 +54,13 @@ const CALLBACK_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Callback {
     /// The delivery task's id.
     pub task_id: i64,
-    /// Its handle, as the 202 gave it.
+    /// Its handle, as the 202 gave it; empty when the handle is made from
+    /// the seal key when the callback is sent (it is never stored then).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub handle: String,
-    /// Where to `POST`.
+    /// Where to `POST`; empty when it is sealed in the delivery's envelope
+    /// and read from there when the callback is sent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub url: String,
     /// `task.completed` or `task.failed`.
     pub event: String,
@@ -71,8 +75,15 @@ impl Callback {
             return None;
         }
         let delivery: Delivery = serde_json::from_str(end.payload).ok()?;
-        let url = delivery.callback.clone()?;
-        let handle = delivery.handle(end.id)?;
+        // A sealed callback and a handle made from the seal key are read
+        // when the callback is sent: neither is stored in clear here.
+        let (url, handle) = match (delivery.callback.clone(), delivery.handle(end.id)) {
+            (Some(url), Some(handle)) => (url, handle),
+            _ if delivery.sealed_parts.iter().any(|part| part == "callback") => {
+                (String::new(), String::new())
+            }
+            _ => return None,
+        };
         let event = match end.state {
             TaskState::Completed => "task.completed",
             _ => "task.failed",
@@ -229,12 +240,24 @@ pub enum CallbackError {
         /// Its status.
         status: u16,
     },
+    /// The callback's URL or handle is sealed with the deferred write and
+    /// cannot be read now (its system or the key that sealed it is not
+    /// configured): tried again, as a reload or the key may bring it back.
+    #[error("the callback of deferred write {task_id} cannot be read: {why}")]
+    Sealed {
+        /// The delivery task's id.
+        task_id: i64,
+        /// Why.
+        why: String,
+    },
 }
 
 impl Classify for CallbackError {
     fn classify(&self) -> Classification {
         match self {
-            CallbackError::Queue(_) | CallbackError::Unanswered { .. } => Classification::transient(),
+            CallbackError::Queue(_) | CallbackError::Unanswered { .. } | CallbackError::Sealed { .. } => {
+                Classification::transient()
+            }
             CallbackError::Answered { status, .. } if *status >= 500 || matches!(status, 408 | 429) => {
                 Classification::transient()
             }
@@ -281,16 +304,52 @@ impl CallbackHandler {
     }
 }
 
+impl CallbackHandler {
+    /// Where `callback` goes and the handle it tells of: as stored, or —
+    /// for a delivery sealed with a seal key — its URL from its envelope
+    /// and its handle made from the key.
+    fn resolve(
+        &self,
+        callback: &Callback,
+        ended: &ballast_queue::TaskInfo,
+    ) -> Result<(String, String), CallbackError> {
+        if !callback.url.is_empty() && !callback.handle.is_empty() {
+            return Ok((callback.url.clone(), callback.handle.clone()));
+        }
+        let sealed = |why: String| CallbackError::Sealed { task_id: callback.task_id, why };
+        let delivery: Delivery = serde_json::from_value(ended.payload.clone())
+            .map_err(|e| sealed(format!("not a delivery: {e}")))?;
+        let system = self
+            .systems
+            .get(&delivery.system)
+            .ok_or_else(|| sealed(format!("its system {} is not configured", delivery.system)))?;
+        let key = ended
+            .key
+            .as_deref()
+            .and_then(|k| ballast::IdempotencyKey::parse(k).ok())
+            .ok_or_else(|| sealed("it has no idempotency key".into()))?;
+        let url = system
+            .callback_of(&key, &delivery)
+            .map_err(|e| sealed(e.to_string()))?
+            .ok_or_else(|| sealed("it asked for no callback".into()))?;
+        let handle = system
+            .handle(&key, &delivery, ended.id)
+            .ok_or_else(|| sealed("the key that sealed it is not configured".into()))?;
+        Ok((url, handle))
+    }
+}
+
 impl Handler for CallbackHandler {
     type Payload = Callback;
     type Error = CallbackError;
 
     async fn handle(&self, task: TaskContext, callback: Callback) -> Result<(), CallbackError> {
-        let url = self.policy.check(&callback.url)?;
-        let shown = ballast::redact_url(url.as_str());
-        let ended = self.queue.get(callback.task_id).await?.filter(|t| t.kind == DELIVERY_KIND);
+        let ended = self.queue.get(callback.task_id).await?.filter(|t| super::is_delivery_kind(&t.kind));
         let ended = ended.ok_or(CallbackError::Gone(callback.task_id))?;
-        let view = TaskView::of(&callback.handle, &ended, &self.systems);
+        let (target, handle) = self.resolve(&callback, &ended)?;
+        let url = self.policy.check(&target)?;
+        let shown = ballast::redact_url(url.as_str());
+        let view = TaskView::of(&handle, &ended, &self.systems);
         let delivery_id = task.key().map_or_else(|| task.id().to_string(), |k| k.as_str().to_owned());
         // The delivery id is in the signed body too: a replayed body cannot
         // pass as another delivery.
@@ -302,7 +361,7 @@ impl Handler for CallbackHandler {
             .post(url)
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(SIGNATURE_HEADER, self.policy.sign(t, &body))
-            .header("ballast-task", &callback.handle)
+            .header("ballast-task", &handle)
             .header("ballast-delivery", &delivery_id)
             .header("idempotency-key", &delivery_id)
             .body(body)

@@ -52,10 +52,26 @@ impl HttpSystem {
     /// Refused ([`HttpError::SealKeyMissing`]) when a credential header
     /// would have to be stored and there is no key: nothing is stored in clear.
     pub fn capture(&self, key: &IdempotencyKey, request: &Request) -> Result<Delivery, HttpError> {
+        self.capture_with(key, request, &DeferOptions::default())
+    }
+
+    /// [`capture`](Self::capture), with what the task asks for besides its
+    /// request: its callback URL, sealed in the envelope with a seal key
+    /// (its query may hold the receiver's token). Without a seal key, the
+    /// fingerprint, the caller's digest and the handle's secret are kept
+    /// as they are; with one, the fingerprint and the caller's digest are
+    /// keyed under it and the handle's secret is not stored at all
+    /// ([`HttpSystem::handle`]): a reader of the queue's table can neither
+    /// test a guess of the body nor make a handle.
+    pub fn capture_with(
+        &self,
+        key: &IdempotencyKey,
+        request: &Request,
+        options: &DeferOptions,
+    ) -> Result<Delivery, HttpError> {
         let mut delivery = Delivery::from_request(self.name(), request)?;
-        let mut access = [0u8; 16];
-        rand::RngCore::fill_bytes(&mut rand::rng(), &mut access);
-        delivery.access = Some(access.iter().map(|b| format!("{b:02x}")).collect());
+        let callback = options.callback.clone();
+        delivery.caller = Some(self.caller(request).stored(self.name(), self.seal_key()));
         let sealed = self.sealed_headers();
         let (secret, plain): (Vec<_>, Vec<_>) = std::mem::take(&mut delivery.headers)
             .into_iter()
@@ -64,16 +80,22 @@ impl HttpSystem {
         #[cfg(feature = "otel")]
         crate::otel::store(&mut delivery.headers);
         let Some(seal) = self.seal_key() else {
-            return match secret.first() {
-                Some((name, _)) => Err(HttpError::SealKeyMissing { header: name.clone() }),
-                None => Ok(delivery),
-            };
+            if let Some((name, _)) = secret.first() {
+                return Err(HttpError::SealKeyMissing { header: name.clone() });
+            }
+            let mut access = [0u8; 16];
+            rand::RngCore::fill_bytes(&mut rand::rng(), &mut access);
+            delivery.access = Some(access.iter().map(|b| format!("{b:02x}")).collect());
+            delivery.callback = callback;
+            return Ok(delivery);
         };
+        delivery.fingerprint = Some(Fingerprint::sealed(seal, self.name(), request));
         let envelope = Envelope {
             headers: secret,
             body: (!request.body.is_empty()).then(|| BASE64.encode(&request.body)),
             raw_query: delivery.raw_query.take(),
             query: std::mem::take(&mut delivery.query),
+            callback,
         };
         delivery.sealed_parts = envelope.headers.iter().map(|(name, _)| name.clone()).collect();
         if envelope.body.is_some() {
@@ -81,6 +103,9 @@ impl HttpSystem {
         }
         if envelope.raw_query.is_some() || !envelope.query.is_empty() {
             delivery.sealed_parts.push("query".to_owned());
+        }
+        if envelope.callback.is_some() {
+            delivery.sealed_parts.push("callback".to_owned());
         }
         delivery.body = None;
         let plain = serde_json::to_vec(&envelope).map_err(HttpError::invalid)?;
@@ -94,13 +119,7 @@ impl HttpSystem {
     /// sealed with a key no longer configured, or changed since it was
     /// stored — is [`HttpError::Unseal`]: never sent.
     pub fn open_delivery(&self, key: &IdempotencyKey, delivery: &Delivery) -> Result<Request, HttpError> {
-        let unsealed = |source| HttpError::Unseal { part: "envelope".to_owned(), source };
-        if let Some(sealed) = &delivery.sealed {
-            let seal = self.seal_key().ok_or(unsealed(SealError::NoKey))?;
-            let opened =
-                seal.open(delivery.seal_key.as_deref(), &delivery.bound(key), sealed).map_err(unsealed)?;
-            let envelope: Envelope = serde_json::from_slice(&opened)
-                .map_err(|e| HttpError::invalid(format!("the sealed envelope: {e}")))?;
+        if let Some(envelope) = self.open_envelope(key, delivery)? {
             let body = envelope.body.map(Body::Base64);
             let plain = Delivery {
                 raw_query: envelope.raw_query,
@@ -117,6 +136,52 @@ impl HttpSystem {
             return Ok(request);
         }
         self.open_first_format(key, delivery)
+    }
+
+    /// The envelope of a sealed `delivery`, opened; `None` when it has none.
+    fn open_envelope(
+        &self,
+        key: &IdempotencyKey,
+        delivery: &Delivery,
+    ) -> Result<Option<Envelope>, HttpError> {
+        let Some(sealed) = &delivery.sealed else { return Ok(None) };
+        let unsealed = |source| HttpError::Unseal { part: "envelope".to_owned(), source };
+        let seal = self.seal_key().ok_or(unsealed(SealError::NoKey))?;
+        let opened =
+            seal.open(delivery.seal_key.as_deref(), &delivery.bound(key), sealed).map_err(unsealed)?;
+        serde_json::from_slice(&opened)
+            .map(Some)
+            .map_err(|e| HttpError::invalid(format!("the sealed envelope: {e}")))
+    }
+
+    /// Where `delivery` (stored with `key`) asks to be told of its end:
+    /// its callback URL, from its envelope when it is sealed there.
+    pub fn callback_of(
+        &self,
+        key: &IdempotencyKey,
+        delivery: &Delivery,
+    ) -> Result<Option<String>, HttpError> {
+        if delivery.callback.is_some() || !delivery.sealed_parts.iter().any(|part| part == "callback") {
+            return Ok(delivery.callback.clone());
+        }
+        Ok(self.open_envelope(key, delivery)?.and_then(|envelope| envelope.callback))
+    }
+
+    /// The handle of task `task_id`, which holds `delivery` with `key`:
+    /// `{task_id}.{secret}`. The secret is the stored one of a delivery
+    /// stored without a seal key; with one, it is made from the key that
+    /// sealed the delivery, the system, the idempotency key and the task
+    /// id, and never stored. `None` when the delivery has no secret, or
+    /// the key that sealed it is no longer configured.
+    pub fn handle(&self, key: &IdempotencyKey, delivery: &Delivery, task_id: i64) -> Option<String> {
+        if let Some(handle) = delivery.handle(task_id) {
+            return Some(handle);
+        }
+        let seal = self.seal_key().filter(|_| delivery.sealed.is_some())?;
+        let id = task_id.to_string();
+        let parts = [self.name().as_bytes(), key.as_str().as_bytes(), id.as_bytes()];
+        let secret = seal.secret(delivery.seal_key.as_deref(), "ballast.handle", &parts)?;
+        Some(format!("{task_id}.{secret}"))
     }
 
     /// A delivery sealed value by value, as deliveries were before the
@@ -221,31 +286,41 @@ impl HttpSystem {
         };
         // Captured before sending: a request that cannot be stored is refused
         // unsent rather than found out after an attempt that may have applied it.
-        let (mut delivery, send_by, fingerprint) = match self.capture(key, &request) {
-            Ok(mut delivery) => {
-                delivery.callback =
-                    options.callback.clone().or_else(|| self.default_callback().map(str::to_owned));
+        let options = DeferOptions {
+            callback: options.callback.clone().or_else(|| self.default_callback().map(str::to_owned)),
+        };
+        let (mut delivery, send_by) = match self.capture_with(key, &request, &options) {
+            Ok(delivery) => {
                 let send_by = delivery.send_by(Some(self), queue.schedule().max_age);
-                let fingerprint = delivery.fingerprint.clone().unwrap_or_else(|| Fingerprint::of(&request));
-                (delivery, send_by, fingerprint)
+                (delivery, send_by)
             }
             Err(error) => return Err(HandoverError::Failed(Failure::unsent(error))),
         };
-        if let Some(joined) = deferred_with(queue, key, &fingerprint).await? {
+        let asking = Asking { asks: crate::fingerprint::digest(&request), caller: self.caller(&request) };
+        if let Some(joined) = self.deferred_with(queue, key, &asking).await? {
             return Ok(joined);
         }
-        let sequence = plan.sequence(&request);
-        if let Some(sequence) = sequence.as_deref() {
+        let named = plan.sequence(&request);
+        let sequence = match named.as_deref() {
+            Some(name) => Some(
+                self.sequence_in(queue, name)
+                    .await
+                    .map_err(|error| HandoverError::Failed(Failure::unsent(error)))?,
+            ),
+            None => None,
+        };
+        if let (Some(name), Some(sequence)) = (named.as_deref(), sequence.as_deref()) {
             // Sent live it would overtake the earlier write: enqueued behind it.
-            if let Some(head) = sequence_head(queue, sequence).await? {
-                let pending = HttpError::SequencePending { sequence: sequence.to_owned(), task_id: head };
+            if let Some(head) = sequence_head(queue, name, sequence).await? {
+                let pending = HttpError::SequencePending { sequence: name.to_owned(), task_id: head };
                 delivery.deferred_because = Some(DeferredBecause::SequencePending);
                 return match queue.enqueue(delivery.task(key).sequence(sequence)).await {
                     Ok(outcome) => {
                         tracing::info!(
                             task_id = outcome.id,
                             behind = head,
-                            sequence,
+                            sequence = name,
+                            system = self.name(),
                             "write deferred behind its sequence"
                         );
                         Ok(Handover::Deferred { task_id: outcome.id, attempts: 0 })
@@ -279,7 +354,7 @@ impl HttpSystem {
             _ => None,
         };
         if let Some(following) = accepted {
-            let accepted = Accepted { following, fingerprint: &fingerprint, answer: outcome };
+            let accepted = Accepted { following, asking: &asking, answer: outcome };
             return self.follow_accepted(queue, key, delivery, sequence.as_deref(), accepted).await;
         }
         delivery.deferred_because = outcome.as_ref().err().map(DeferredBecause::of);
@@ -304,8 +379,8 @@ impl HttpSystem {
             // Another request with this key deferred between the look above
             // and this one's enqueue: its task is not this request's.
             if let Ok(Some(task)) = queue.get(task_id).await {
-                if stored_fingerprint(&task).is_some_and(|stored| stored != fingerprint.as_str()) {
-                    return Err(reused(key));
+                if let Some(error) = self.not_own_task(key, &task, &asking) {
+                    return Err(HandoverError::Failed(Failure::unsent(error)));
                 }
             }
         }
@@ -314,11 +389,19 @@ impl HttpSystem {
 }
 
 /// A write the system accepted with a 202 to follow: where its status is,
-/// the request's fingerprint, and the 202.
+/// who asked for what, and the 202.
 struct Accepted<'a> {
     following: super::Following,
-    fingerprint: &'a Fingerprint,
+    asking: &'a Asking,
     answer: Result<Response, Failure<HttpError>>,
+}
+
+/// A keyed write as the tasks already stored under its key are compared
+/// with: what it asks for, and who asks.
+struct Asking {
+    /// Its fingerprint's digest ([`crate::fingerprint::digest`]).
+    asks: [u8; 32],
+    caller: crate::caller::Caller,
 }
 
 impl HttpSystem {
@@ -333,7 +416,7 @@ impl HttpSystem {
         sequence: Option<&str>,
         accepted: Accepted<'_>,
     ) -> Result<Handover<Response>, HandoverError<HttpError>> {
-        let Accepted { following, fingerprint, answer: accepted } = accepted;
+        let Accepted { following, asking, answer: accepted } = accepted;
         let first_look =
             accepted.as_ref().ok().map(|answer| following.first_look(answer)).unwrap_or_default();
         delivery.deferred_because = Some(DeferredBecause::Accepted);
@@ -347,8 +430,8 @@ impl HttpSystem {
                 // Another request with this key deferred first: its task is not this one's.
                 if !outcome.created {
                     if let Ok(Some(task)) = queue.get(outcome.id).await {
-                        if stored_fingerprint(&task).is_some_and(|stored| stored != fingerprint.as_str()) {
-                            return Err(reused(key));
+                        if let Some(error) = self.not_own_task(key, &task, asking) {
+                            return Err(HandoverError::Failed(Failure::unsent(error)));
                         }
                     }
                 }
@@ -369,48 +452,118 @@ impl HttpSystem {
     }
 }
 
-/// The task that holds `sequence` in the queue, if one does.
-async fn sequence_head(queue: &Queue, sequence: &str) -> Result<Option<i64>, HandoverError<HttpError>> {
-    let unsent = |reason: String| Failure::unsent(HttpError::InvalidRequest { reason });
-    if let Err(error) = ballast_queue::check_sequence(sequence) {
-        return Err(HandoverError::Failed(unsent(error.to_string())));
-    }
+/// The task that holds `sequence` (the route's `name` for it) in the queue, if one does.
+async fn sequence_head(
+    queue: &Queue,
+    name: &str,
+    sequence: &str,
+) -> Result<Option<i64>, HandoverError<HttpError>> {
     queue.sequence_head(sequence).await.map_err(|error| HandoverError::Enqueue {
-        failure: unsent(format!("the queue cannot say whether a write of sequence {sequence:?} waits")),
+        failure: Failure::unsent(HttpError::InvalidRequest {
+            reason: format!("the queue cannot say whether a write of sequence {name:?} waits"),
+        }),
         error,
     })
 }
 
-/// A task already deferred with `key`. The same request's, still to be
-/// delivered, is joined: its handle, nothing sent. Another request's
-/// refuses this one unsent (R-RES-RE-1). A finished task of the same
-/// request lets it go out again: the system deduplicates by the key.
-async fn deferred_with(
-    queue: &Queue,
-    key: &IdempotencyKey,
-    fingerprint: &Fingerprint,
-) -> Result<Option<Handover<Response>>, HandoverError<HttpError>> {
-    let task = match queue.get_by_key(DELIVERY_KIND, key.as_str()).await {
-        Ok(Some(task)) => task,
-        Ok(None) => return Ok(None),
-        Err(error) => {
-            // The enqueue, if the write comes to one, meets the same queue.
-            tracing::warn!(%error, "cannot look for a deferred write with the same key; sending it");
-            return Ok(None);
-        }
-    };
-    match stored_fingerprint(&task) {
-        Some(stored) if stored != fingerprint.as_str() => Err(reused(key)),
-        _ if !task.state.is_final() => Ok(Some(Handover::Deferred { task_id: task.id, attempts: 0 })),
-        _ => Ok(None),
+impl HttpSystem {
+    /// The name this system's sequence `name` has in the queue
+    /// ([`NewTask::sequence`](ballast_queue::NewTask::sequence)): the
+    /// system's own (`pay:customer/42`), so one system's writes never wait
+    /// behind another's — unless writes stored before sequences were per
+    /// system still hold the bare name for this system: they keep it until
+    /// it drains, so the order holds across the upgrade. Refused
+    /// ([`HttpError::InvalidRequest`]) when `name` is no sequence name.
+    pub async fn sequence_in(&self, queue: &Queue, name: &str) -> Result<String, HttpError> {
+        let refused = |reason: String| HttpError::InvalidRequest { reason };
+        ballast_queue::check_sequence(name).map_err(|error| refused(error.to_string()))?;
+        let own = format!("{}:{name}", super::kind_member(self.name()));
+        ballast_queue::check_sequence(&own).map_err(|error| refused(error.to_string()))?;
+        let legacy = match queue.sequence_head(name).await {
+            Ok(Some(head)) => queue.get(head).await.ok().flatten(),
+            _ => None,
+        };
+        let this_system = |task: &ballast_queue::TaskInfo| {
+            task.payload.get("system").and_then(serde_json::Value::as_str) == Some(self.name())
+        };
+        Ok(if legacy.as_ref().is_some_and(this_system) { name.to_owned() } else { own })
     }
 }
 
-fn stored_fingerprint(task: &ballast_queue::TaskInfo) -> Option<&str> {
-    task.payload.get("fingerprint").and_then(serde_json::Value::as_str)
+impl HttpSystem {
+    /// A task already deferred to this system with `key`. The same
+    /// caller's same request, still to be delivered, is joined: its handle,
+    /// nothing sent. The same caller's other request is refused unsent
+    /// (R-RES-RE-1). A finished task of the same request lets it go out
+    /// again: the system deduplicates by the key. Another caller's task is
+    /// neither joined nor a reason to refuse ([`crate::caller`]): the
+    /// request goes its own way. Another system's task with the same key
+    /// is not looked at: keys are the systems' own.
+    async fn deferred_with(
+        &self,
+        queue: &Queue,
+        key: &IdempotencyKey,
+        asking: &Asking,
+    ) -> Result<Option<Handover<Response>>, HandoverError<HttpError>> {
+        let task = match task_with_key(queue, self.name(), key).await {
+            Ok(Some(task)) => task,
+            Ok(None) => return Ok(None),
+            Err(error) => {
+                // The enqueue, if the write comes to one, meets the same queue.
+                tracing::warn!(%error, "cannot look for a deferred write with the same key; sending it");
+                return Ok(None);
+            }
+        };
+        if !self.same_caller(&task, asking) {
+            return Ok(None);
+        }
+        if let Some(error) = self.not_own_task(key, &task, asking) {
+            return Err(HandoverError::Failed(Failure::unsent(error)));
+        }
+        Ok((!task.state.is_final()).then_some(Handover::Deferred { task_id: task.id, attempts: 0 }))
+    }
+
+    /// Whether `task`, found under this request's key, is the same caller's.
+    fn same_caller(&self, task: &ballast_queue::TaskInfo, asking: &Asking) -> bool {
+        let stored = task.payload.get("caller").and_then(serde_json::Value::as_str);
+        stored.is_some_and(|stored| asking.caller.is(stored, self.name(), self.seal_key()))
+    }
+
+    /// Why `task`, found under `key` for `asking`, is not its own — the
+    /// same caller's same request — and the request is refused unsent;
+    /// `None` when it is.
+    fn not_own_task(
+        &self,
+        key: &IdempotencyKey,
+        task: &ballast_queue::TaskInfo,
+        asking: &Asking,
+    ) -> Option<HttpError> {
+        let first_in = if !self.same_caller(task, asking) {
+            "deferred by another caller"
+        } else {
+            let stored = task.payload.get("fingerprint").and_then(serde_json::Value::as_str);
+            let same = stored.is_none_or(|stored| {
+                Fingerprint::from_stored(stored).is_of(self.name(), &asking.asks, self.seal_key())
+            });
+            if same {
+                return None;
+            }
+            "deferred"
+        };
+        Some(HttpError::KeyReused { key: key.as_str().to_owned(), first_in })
+    }
 }
 
-fn reused(key: &IdempotencyKey) -> HandoverError<HttpError> {
-    let error = HttpError::KeyReused { key: key.as_str().to_owned(), first_in: "deferred" };
-    HandoverError::Failed(Failure::unsent(error))
+/// The delivery to `system` stored with `key`: of the system's own kind, or
+/// of the kind every system's deliveries shared before, if it is `system`'s.
+async fn task_with_key(
+    queue: &Queue,
+    system: &str,
+    key: &IdempotencyKey,
+) -> ballast_queue::Result<Option<ballast_queue::TaskInfo>> {
+    if let Some(task) = queue.get_by_key(&super::delivery_kind(system), key.as_str()).await? {
+        return Ok(Some(task));
+    }
+    let shared = queue.get_by_key(DELIVERY_KIND, key.as_str()).await?;
+    Ok(shared.filter(|task| task.payload.get("system").and_then(serde_json::Value::as_str) == Some(system)))
 }

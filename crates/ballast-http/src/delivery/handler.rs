@@ -86,6 +86,12 @@ impl Handler for DeliveryHandler {
         super::callback::Callback::for_end(end).into_iter().collect()
     }
 
+    /// Registered under [`DELIVERY_KIND`](crate::DELIVERY_KIND), it runs
+    /// every system's deliveries ([`delivery_kind`](super::delivery_kind)).
+    fn family(&self) -> bool {
+        true
+    }
+
     async fn handle(&self, task: TaskContext, delivery: Delivery) -> Result<(), DeliveryError> {
         let system = self.systems.get(&delivery.system);
         // An accepted write is not sent again: its follow deadline bounds it.

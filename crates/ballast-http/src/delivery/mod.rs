@@ -45,4 +45,44 @@ pub use view::{ResultView, TaskView};
 pub use wire::{Body, DeferredBecause, Delivery, SealedHeader};
 
 /// The task kind of a [`Delivery`]: register a [`DeliveryHandler`] under it.
+/// It is a family ([`ballast_queue::Handler::family`]): each system's
+/// deliveries are of its own member kind ([`delivery_kind`]), so one
+/// system's key never names another's task; periodic calls, and deliveries
+/// stored before the kinds were per system, are of this kind itself.
 pub const DELIVERY_KIND: &str = "ballast.http.delivery";
+
+/// The task kind of deliveries to `system`: `ballast.http.delivery/{system}`,
+/// a member of [`DELIVERY_KIND`]'s family. A key deduplicates within one
+/// kind, so the same key sent to two systems is two tasks. A name a kind
+/// cannot carry (characters other than `A–Z a–z 0–9 . _ -`, or longer than
+/// 64 bytes) is replaced by a digest of it.
+///
+/// ```
+/// use ballast_http::delivery::delivery_kind;
+///
+/// assert_eq!(delivery_kind("pay"), "ballast.http.delivery/pay");
+/// assert!(delivery_kind("payments (EU)").starts_with("ballast.http.delivery/sha-"));
+/// ```
+pub fn delivery_kind(system: &str) -> String {
+    format!("{DELIVERY_KIND}/{}", kind_member(system))
+}
+
+/// `system` as a name in the queue: itself, or a digest of a name a kind
+/// cannot carry. It never holds a `:` or a `/`, so `{member}:{sequence}`
+/// names one system's sequence and no other's.
+pub(crate) fn kind_member(system: &str) -> String {
+    let plain = !system.is_empty()
+        && system.len() <= 64
+        && system.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if plain {
+        return system.to_owned();
+    }
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(system.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha-{hex}")
+}
+
+/// Whether `kind` is a delivery's: [`DELIVERY_KIND`] or one of its members.
+pub fn is_delivery_kind(kind: &str) -> bool {
+    kind.strip_prefix(DELIVERY_KIND).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}

@@ -14,8 +14,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Fingerprint, HttpError, HttpSystem, Request};
 
-use super::DELIVERY_KIND;
-
 /// A keyed write to a configured system, stored as a task's JSON payload.
 ///
 /// The idempotency key is not part of it: it is the task's own key, so the
@@ -70,9 +68,18 @@ pub struct Delivery {
     /// A random secret ([`HttpSystem::capture`] makes one) that, with the
     /// task's id, forms the task's handle ([`Delivery::handle`]): the gateway
     /// shows a deferred write to whoever holds its handle, never by its
-    /// sequential id alone.
+    /// sequential id alone. Stored only without a seal key: with one, the
+    /// secret is made from the seal key, the system, the key and the task
+    /// id whenever it is needed ([`HttpSystem::handle`]) and never stored,
+    /// so a reader of the table cannot make a handle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<String>,
+    /// Who asked for it ([`crate::caller`]): a digest of its credential and
+    /// tenant headers, keyed under the seal key. A later request with the
+    /// same key joins the task only when it is the same caller's. `None`
+    /// in deliveries stored before it was kept: those are joined by nobody.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
     /// The id of the seal key that sealed [`sealed`](Self::sealed)
     /// ([`SealKey::id`](crate::SealKey::id)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -185,6 +192,10 @@ pub(super) struct Envelope {
     pub(super) raw_query: Option<String>,
     #[serde(default)]
     pub(super) query: Vec<(String, String)>,
+    /// Where to `POST` when the write ends ([`super::callback`]): its
+    /// query may hold the receiver's token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) callback: Option<String>,
 }
 
 /// A header stored sealed: its name in clear, its value sealed.
@@ -263,6 +274,7 @@ impl Delivery {
             body: Body::from_bytes(&request.body),
             first_attempt_at: Some(unix_millis(SystemTime::now())),
             access: None,
+            caller: None,
             seal_key: None,
             sealed: None,
             sealed_parts: Vec::new(),
@@ -282,19 +294,30 @@ impl Delivery {
             parts.push(name);
             parts.push(value);
         }
+        // Bound only where it is kept, so that a delivery stored before
+        // opens as it did: a writer cannot make another caller's request
+        // join the task.
+        if let Some(caller) = &self.caller {
+            parts.push("caller:");
+            parts.push(caller);
+        }
         parts.push("sealed:");
         parts.extend(self.sealed_parts.iter().map(String::as_str));
         crate::seal::bound(&parts)
     }
 
-    /// The handle of the task `task_id` holding this delivery:
-    /// `{task_id}.{access}`, or `None` without an access secret.
+    /// The handle of the task `task_id` holding this delivery, when its
+    /// access secret is stored (a delivery stored without a seal key):
+    /// `{task_id}.{access}`, or `None`. [`HttpSystem::handle`] makes the
+    /// handle of every delivery.
     pub fn handle(&self, task_id: i64) -> Option<String> {
         self.access.as_ref().map(|access| format!("{task_id}.{access}"))
     }
 
     /// Whether `payload` (that of the task [`handle_id`](Self::handle_id)
-    /// names) holds the handle's secret, compared in constant time.
+    /// names) holds the handle's secret, compared in constant time: for a
+    /// delivery whose secret is stored ([`Systems::opens`](crate::Systems::opens)
+    /// checks every delivery).
     pub fn opens(handle: &str, payload: &serde_json::Value) -> bool {
         let Some((_, secret)) = handle.split_once('.') else { return false };
         let stored = payload.get("access").and_then(|a| a.as_str()).unwrap_or_default();
@@ -404,9 +427,11 @@ impl Delivery {
         Ok(request)
     }
 
-    /// The queue task that delivers it with `key`, of kind [`DELIVERY_KIND`](crate::DELIVERY_KIND).
+    /// The queue task that delivers it with `key`, of its system's kind
+    /// ([`delivery_kind`](super::delivery_kind)): the key names one task of
+    /// that system alone.
     pub fn task(&self, key: &IdempotencyKey) -> NewTask {
-        NewTask::new(DELIVERY_KIND, self).key(key.clone())
+        NewTask::new(super::delivery_kind(&self.system), self).key(key.clone())
     }
 }
 

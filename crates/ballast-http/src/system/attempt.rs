@@ -64,9 +64,11 @@ impl HttpSystem {
             return self.run_alone(plan, request, judged).await;
         };
         let fingerprint = Fingerprint::of(&request);
+        let caller = self.caller(&request);
         loop {
-            match self.inner.in_flight.turn(key.as_str(), &fingerprint) {
+            match self.inner.in_flight.turn(key.as_str(), &fingerprint, &caller) {
                 Err(reused) => return Err(Failure::unsent(reused)),
+                Ok(Turn::Alone) => return self.run_alone(plan, request, judged).await,
                 Ok(Turn::Join(answer)) => {
                     if let Some(answer) = joined(answer).await {
                         return Ok(answer);

@@ -196,6 +196,8 @@ pub struct HttpSystemBuilder {
     /// token): errors, logs and spans show only its scheme and host.
     #[setters(generate)]
     secret_url: bool,
+    /// The headers that say who is asking ([`crate::caller`]).
+    caller_headers: Vec<HeaderName>,
     #[cfg(feature = "queue")]
     seal: Option<crate::SealKey>,
     #[cfg(feature = "queue")]
@@ -232,6 +234,10 @@ impl HttpSystemBuilder {
             unrouted: None,
             headers: Ok(HeaderMap::new()),
             secret_url: false,
+            caller_headers: crate::caller::CALLER_BY_DEFAULT
+                .iter()
+                .map(|n| HeaderName::from_static(n))
+                .collect(),
             #[cfg(feature = "queue")]
             seal: None,
             #[cfg(feature = "queue")]
@@ -337,6 +343,32 @@ impl HttpSystemBuilder {
         self
     }
 
+    /// Headers that say which caller — which tenant, which account — a
+    /// request speaks for, besides its credentials
+    /// ([`CALLER_BY_DEFAULT`](crate::caller::CALLER_BY_DEFAULT):
+    /// `Authorization`, `Proxy-Authorization`, `Cookie`, `X-Api-Key`, and
+    /// the [sealed headers](Self::seal_headers)). A keyed write joins
+    /// another in flight or deferred with the same key only when these
+    /// match; otherwise it goes its own way ([`crate::caller`]).
+    ///
+    /// ```
+    /// let pay = ballast_http::HttpSystem::builder("pay", "https://pay.example/")
+    ///     .caller_headers(&["x-tenant-id"])
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = pay;
+    /// ```
+    pub fn caller_headers<S: AsRef<str>>(mut self, names: &[S]) -> Self {
+        for name in names {
+            match HeaderName::from_bytes(name.as_ref().as_bytes()) {
+                Ok(name) if !self.caller_headers.contains(&name) => self.caller_headers.push(name),
+                Ok(_) => {}
+                Err(_) => self.headers = Err(format!("caller header name {:?}", name.as_ref())),
+            }
+        }
+        self
+    }
+
     /// The key that seals the credential headers (and the body) of a write
     /// deferred to the durable queue before it is stored; without one,
     /// deferring a request that carries a credential header is refused unsent.
@@ -355,7 +387,13 @@ impl HttpSystemBuilder {
     pub fn seal_headers<S: AsRef<str>>(mut self, names: &[S]) -> Self {
         for name in names {
             match HeaderName::from_bytes(name.as_ref().as_bytes()) {
-                Ok(name) if !self.sealed.contains(&name) => self.sealed.push(name),
+                Ok(name) if !self.sealed.contains(&name) => {
+                    // A credential sealed is a credential that says who is asking.
+                    if !self.caller_headers.contains(&name) {
+                        self.caller_headers.push(name.clone());
+                    }
+                    self.sealed.push(name);
+                }
                 Ok(_) => {}
                 Err(_) => self.headers = Err(format!("sealed header name {:?}", name.as_ref())),
             }
@@ -477,6 +515,7 @@ impl HttpSystemBuilder {
                 key_ttl: self.key_ttl,
                 headers,
                 secret_url: self.secret_url,
+                caller_headers: self.caller_headers,
                 in_flight: crate::in_flight::InFlight::default(),
                 #[cfg(feature = "queue")]
                 seal: self.seal,

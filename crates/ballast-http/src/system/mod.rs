@@ -59,6 +59,8 @@ struct SystemState {
     key_ttl: Option<Duration>,
     headers: HeaderMap,
     secret_url: bool,
+    /// The headers that say who is asking ([`crate::caller`]).
+    caller_headers: Vec<http::header::HeaderName>,
     /// Keyed writes in flight, by key: joined or refused ([`crate::in_flight`]).
     in_flight: crate::in_flight::InFlight,
     #[cfg(feature = "queue")]
@@ -118,6 +120,11 @@ impl HttpSystem {
     #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
     pub fn seal_key(&self) -> Option<&crate::SealKey> {
         self.inner.seal.as_ref()
+    }
+
+    /// Who is asking with `request` ([`crate::caller`]).
+    pub(crate) fn caller(&self, request: &crate::Request) -> crate::caller::Caller {
+        crate::caller::Caller::of(request, &self.inner.caller_headers)
     }
 
     /// The headers sealed before a deferred write is stored.

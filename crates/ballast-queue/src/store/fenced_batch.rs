@@ -24,6 +24,7 @@ use crate::Queue;
 async fn claim(queue: &Queue, owner: &str) -> Lease {
     let claim = ClaimRequest {
         kinds: vec!["job".to_owned()].into(),
+        families: Vec::new().into(),
         owner: owner.into(),
         limit: 1,
         lease: Duration::from_secs(30),
@@ -43,6 +44,7 @@ fn failed(lease: Lease, alert_key: &str) -> Outcome {
 async fn sweep(queue: &Queue) {
     let sweep = ClaimRequest {
         kinds: vec!["job".to_owned()].into(),
+        families: Vec::new().into(),
         owner: "sweeper".into(),
         limit: 0,
         lease: Duration::from_secs(30),
@@ -76,6 +78,7 @@ async fn two_attempts_in_one_batch(queue: &Queue, expire: impl AsyncFn()) {
         ];
         let nothing = ClaimRequest {
             kinds: vec!["job".to_owned()].into(),
+            families: Vec::new().into(),
             owner: "b".into(),
             limit: 0,
             lease: Duration::from_secs(30),
@@ -116,6 +119,7 @@ async fn two_attempts_in_one_batch(queue: &Queue, expire: impl AsyncFn()) {
             &[Outcome::Released { lease: unknown }],
             &ClaimRequest {
                 kinds: vec!["job".to_owned()].into(),
+                families: Vec::new().into(),
                 owner: "c".into(),
                 limit: 0,
                 lease: Duration::from_secs(30),

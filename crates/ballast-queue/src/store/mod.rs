@@ -60,12 +60,16 @@ pub(crate) struct ClaimedTask {
     pub key: Option<String>,
     pub attempt: i32,
     pub max_attempts: i32,
+    pub sequence: Option<String>,
 }
 
 /// What a worker asks for when it claims.
 #[derive(Debug, Clone)]
 pub(crate) struct ClaimRequest {
     pub kinds: Arc<[String]>,
+    /// Kinds whose members (`{family}/…`) are claimed too
+    /// ([`Handler::family`](crate::Handler::family)).
+    pub families: Arc<[String]>,
     pub owner: Arc<str>,
     pub limit: usize,
     pub lease: Duration,

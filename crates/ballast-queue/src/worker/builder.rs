@@ -181,8 +181,13 @@ impl WorkerBuilder {
         // its tasks would wait forever. Asked with a failure of a kind no
         // alert keeps to itself.
         let probe = crate::alert::FailedTask::probe();
-        let unhandled =
-            |kind: &&str| crate::task::check_kind(kind).is_ok() && !self.handlers.contains_key(*kind);
+        let handled = |kind: &str| {
+            self.handlers.contains_key(kind)
+                || crate::task::family_of(kind)
+                    .and_then(|family| self.handlers.get(family))
+                    .is_some_and(|handler| handler.family())
+        };
+        let unhandled = |kind: &&str| crate::task::check_kind(kind).is_ok() && !handled(kind);
         if let Some(kind) = self.alert.enqueue(&probe).iter().map(|t| t.kind()).find(unhandled) {
             return Err(WorkerBuildError::UnhandledAlert { kind: kind.to_owned() });
         }
@@ -204,6 +209,8 @@ impl WorkerBuilder {
         };
         let mut kinds: Vec<String> = self.handlers.keys().cloned().collect();
         kinds.sort();
+        let families: Vec<String> =
+            kinds.iter().filter(|kind| self.handlers[*kind].family()).cloned().collect();
         Ok(Worker {
             counters: kinds.iter().map(|kind| (kind.clone(), AttemptCounters::register(kind))).collect(),
             attempts: Attempts {
@@ -216,6 +223,7 @@ impl WorkerBuilder {
             },
             claim: ClaimRequest {
                 kinds: kinds.into(),
+                families: families.into(),
                 owner: owner.into(),
                 limit: 0,
                 lease: self.lease,

@@ -40,6 +40,16 @@ pub(super) struct Attempts {
     pub held: Held,
 }
 
+impl Attempts {
+    /// The handler of `kind`: its own, or its family's ([`Handler::family`](crate::Handler::family)).
+    fn handler(&self, kind: &str) -> Option<&Arc<dyn ErasedHandler>> {
+        self.handlers.get(kind).or_else(|| {
+            let family = crate::task::family_of(kind)?;
+            self.handlers.get(family).filter(|handler| handler.family())
+        })
+    }
+}
+
 /// How an attempt came back.
 pub(super) enum Finished {
     /// The handler ran: its outcome, for the completer.
@@ -133,7 +143,7 @@ impl Attempts {
             let (outcome, report) = self.fail(&task, FailReason::LeaseExpired, error);
             return settle(outcome, report);
         }
-        let Some(handler) = self.handlers.get(&task.kind) else {
+        let Some(handler) = self.handler(&task.kind) else {
             // Claims filter on this worker's kinds, so this only follows a kind rename mid-flight.
             let error = format!("no handler registered for kind {:?}", task.kind);
             let (outcome, report) = self.fail(&task, FailReason::Permanent, error);
@@ -220,6 +230,7 @@ impl Attempts {
             error: error.clone(),
             failed_at: SystemTime::now(),
             failure_id: task.lease.token,
+            sequence: task.sequence.clone(),
         };
         let mut follow_ups = self.follow_ups(&failed);
         follow_ups.extend(self.on_end(task, TaskState::Failed, Some(&error)));
@@ -230,7 +241,7 @@ impl Attempts {
     /// validated; one that cannot be stored is logged and left out, so
     /// that the task's end is still recorded.
     fn on_end(&self, task: &ClaimedTask, state: TaskState, error: Option<&str>) -> Vec<ValidTask> {
-        let Some(handler) = self.handlers.get(&task.kind) else { return Vec::new() };
+        let Some(handler) = self.handler(&task.kind) else { return Vec::new() };
         let end = TaskEnd {
             id: task.lease.id,
             kind: &task.kind,

@@ -160,7 +160,8 @@ impl Producer {
             .into_iter()
             .map(|task| {
                 let cancel = CancellationToken::new();
-                let counters = match self.counters.get(&task.kind) {
+                let family = crate::task::family_of(&task.kind).and_then(|f| self.counters.get(f));
+                let counters = match self.counters.get(&task.kind).or(family) {
                     Some(counters) => Arc::clone(counters),
                     // Claims are filtered on the registered kinds; this is only a fallback.
                     None => AttemptCounters::register(&task.kind),

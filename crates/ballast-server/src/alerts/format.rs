@@ -97,9 +97,18 @@ pub fn summary(task: &FailedTask) -> String {
         ballast_queue::FailReason::BadPayload => "its payload does not fit its handler",
         ballast_queue::FailReason::LeaseExpired => "the worker of its last attempt died or hung",
     };
+    let held = match &task.sequence {
+        Some(sequence) => format!(
+            " It holds sequence {sequence}: the writes behind it wait until it is retried, or released \
+             from the sequence with `ballast queue release {}` or the dashboard's \"Release its sequence\" \
+             (they then go on without it).",
+            task.id
+        ),
+        None => String::new(),
+    };
     format!(
         "ballast: task {} ({}) failed for good after attempt {} of {}: {why}: {} ({}). \
-         Fix the cause, then retry it from the dashboard or with `ballast queue retry {}`.",
+         Fix the cause, then retry it from the dashboard or with `ballast queue retry {}`.{held}",
         task.id,
         task.kind,
         task.attempt,
@@ -121,6 +130,7 @@ fn own(task: &FailedTask) -> Value {
             "key": task.key,
             "attempt": task.attempt,
             "max_attempts": task.max_attempts,
+            "sequence": task.sequence,
         },
         "reason": task.reason.as_str(),
         "error": task.error,
@@ -141,6 +151,7 @@ fn alertmanager(task: &FailedTask) -> Value {
             "reason": task.reason.as_str(),
         },
         "annotations": {
+            "sequence": task.sequence.clone().unwrap_or_default(),
             "summary": summary(task),
             "error": task.error,
             "key": task.key.clone().unwrap_or_default(),
@@ -178,6 +189,7 @@ mod tests {
             error: "delivery to pay failed: 503 <@channel> & co".into(),
             failed_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_000_000),
             failure_id: uuid::Uuid::nil(),
+            sequence: None,
         }
     }
 

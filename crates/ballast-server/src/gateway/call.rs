@@ -172,7 +172,11 @@ async fn planned(
     if let Some(sequence) = sequence.as_deref().filter(|_| !deferrable && !request.is_read()) {
         // Sent now, it would overtake an earlier write of its sequence still
         // waiting in the queue.
-        let pending = match gateway.queue().sequence_head(sequence).await {
+        let stored = match system.sequence_in(gateway.queue(), sequence).await {
+            Ok(stored) => stored,
+            Err(e) => return answer(Err(Failure::unsent(e)), system),
+        };
+        let pending = match gateway.queue().sequence_head(&stored).await {
             Ok(head) => {
                 head.map(|task_id| HttpError::SequencePending { sequence: sequence.to_owned(), task_id })
             }
@@ -333,11 +337,7 @@ async fn deferred(
 pub(super) async fn accepted(gateway: &Gateway, task_id: i64, attempts: u32) -> Response {
     // The task may be an earlier one with the same key: its handle is its own.
     let stored = gateway.queue().get(task_id).await.ok().flatten();
-    let handle = stored.as_ref().and_then(|task| {
-        serde_json::from_value::<ballast_http::Delivery>(task.payload.clone())
-            .ok()
-            .and_then(|delivery| delivery.handle(task_id))
-    });
+    let handle = stored.as_ref().and_then(|task| gateway.systems().handle_of(task));
     // Deferred all the same; without a handle (a task stored by an
     // older version) there is only nothing to point at.
     let view = match (&stored, &handle) {

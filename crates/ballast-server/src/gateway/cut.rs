@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use ballast::IdempotencyKey;
+use ballast_http::delivery::DeferOptions;
 use ballast_http::{DeferredBecause, HttpSystem};
 
 use super::problem::{Problem, Reason};
@@ -117,16 +118,22 @@ async fn hand_over(
         system.name(),
         system.name()
     );
-    let stored = match system.capture(key, request) {
+    let callback = accepts.clone().flatten().or_else(|| system.default_callback().map(str::to_owned));
+    let options = callback.map_or_else(DeferOptions::default, |url| DeferOptions::default().callback(url));
+    let stored = match system.capture_with(key, request, &options) {
         Ok(mut delivery) => {
             delivery.deferred_because = Some(DeferredBecause::Draining);
-            delivery.callback =
-                accepts.clone().flatten().or_else(|| system.default_callback().map(str::to_owned));
-            let mut task = delivery.task(key);
-            if let Some(sequence) = sequence {
-                task = task.sequence(sequence);
+            let task = delivery.task(key);
+            let task = match sequence {
+                Some(name) => {
+                    system.sequence_in(gateway.queue(), name).await.map(|stored| task.sequence(stored))
+                }
+                None => Ok(task),
+            };
+            match task {
+                Ok(task) => gateway.queue().enqueue(task).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             }
-            gateway.queue().enqueue(task).await.map_err(|e| e.to_string())
         }
         Err(e) => Err(e.to_string()),
     };

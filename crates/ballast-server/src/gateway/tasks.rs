@@ -9,7 +9,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ballast_http::{Delivery, TaskView, DELIVERY_KIND};
+use ballast_http::{is_delivery_kind, Delivery, TaskView};
 use ballast_queue::TaskInfo;
 use serde::Deserialize;
 
@@ -76,7 +76,7 @@ pub(super) async fn task(
 /// The delivery task `handle` names, or the answer saying why not.
 async fn read(gateway: &Gateway, handle: &str, task_id: i64) -> Result<TaskInfo, Response> {
     match gateway.queue().get(task_id).await {
-        Ok(Some(task)) if task.kind == DELIVERY_KIND && Delivery::opens(handle, &task.payload) => Ok(task),
+        Ok(Some(task)) if is_delivery_kind(&task.kind) && gateway.systems().opens(handle, &task) => Ok(task),
         Ok(_) => Err(not_found(handle)),
         Err(e) => {
             let detail = format!("cannot read the queue: {e}");

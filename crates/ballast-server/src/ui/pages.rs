@@ -310,9 +310,8 @@ pub(super) async fn task(State(ui): State<Ui>, Path(id): Path<i64>, Query(said):
 fn task_page(ui: &Ui, task: &TaskInfo, said: &Said) -> Markup {
     // A delivery's sealed parts and handle secret are shown by name only.
     let shown = match task.kind.as_str() {
-        ballast_http::DELIVERY_KIND | crate::alerts::ALERT_KIND => {
-            ballast_http::Delivery::shown(&task.payload)
-        }
+        kind if ballast_http::is_delivery_kind(kind) => ballast_http::Delivery::shown(&task.payload),
+        crate::alerts::ALERT_KIND => ballast_http::Delivery::shown(&task.payload),
         _ => task.payload.clone(),
     };
     let payload = serde_json::to_string_pretty(&shown).unwrap_or_default();

@@ -348,12 +348,22 @@ impl Route {
     /// so that writes to one customer are applied in the order they were
     /// accepted (see the README's "Order").
     ///
+    /// A value is compared as text: `042` and `42` are two sequences. Where
+    /// the system reads the id as a number, `{id:int}` writes an integer
+    /// value in one spelling — `042`, `+42`, `42.0` and `42` are all `42` —
+    /// and any other value as it is.
+    ///
     /// ```
     /// use ballast_vocab::http::routes::{Route, RouteKind};
     ///
     /// let route = Route::new("PUT", "/customers/{id}", RouteKind::KeyedWrite)?
     ///     .sequence("customer/{id}")?;
     /// assert_eq!(route.sequence_of("customers/42").as_deref(), Some("customer/42"));
+    /// assert_eq!(route.sequence_of("customers/042").as_deref(), Some("customer/042"));
+    /// let numeric = Route::new("PUT", "/customers/{id}", RouteKind::KeyedWrite)?
+    ///     .sequence("customer/{id:int}")?;
+    /// assert_eq!(numeric.sequence_of("customers/0042").as_deref(), Some("customer/42"));
+    /// assert_eq!(numeric.sequence_of("customers/42.0").as_deref(), Some("customer/42"));
     /// assert!(Route::new("PUT", "/customers/{id}", RouteKind::KeyedWrite)?.sequence("customer/{cid}").is_err());
     /// # Ok::<(), ballast_vocab::http::routes::RouteError>(())
     /// ```
@@ -369,9 +379,15 @@ impl Route {
             let Some(close) = after.find('}') else {
                 return Err(bad("a `{` without its `}`".into()));
             };
-            let name = &after[..close];
+            let (name, filter) = placeholder(&after[..close]);
             if !self.segments.iter().any(|s| matches!(s, Segment::Param(p) if p == name)) {
                 return Err(bad(format!("the template {} has no parameter {{{name}}}", self.template)));
+            }
+            if filter.is_some_and(|f| f != "int") {
+                return Err(bad(format!(
+                    "{{{}}}: the only spelling a sequence can normalise is `int` ({{{name}:int}})",
+                    &after[..close]
+                )));
             }
             rest = &after[close + 1..];
         }
@@ -413,8 +429,12 @@ impl Route {
             filled.push_str(&rest[..open]);
             let after = &rest[open + 1..];
             let close = after.find('}')?;
-            let (_, value) = values.iter().find(|(name, _)| *name == &after[..close])?;
-            filled.push_str(value);
+            let (name, filter) = placeholder(&after[..close]);
+            let (_, value) = values.iter().find(|(param, _)| *param == name)?;
+            match filter.and_then(|_| canonical_integer(value)) {
+                Some(number) => filled.push_str(&number),
+                None => filled.push_str(value),
+            }
             rest = &after[close + 1..];
         }
         filled.push_str(rest);
@@ -685,6 +705,35 @@ impl Routes {
     pub fn is_empty(&self) -> bool {
         self.routes.is_empty()
     }
+}
+
+/// A sequence template's `{name}` or `{name:filter}`.
+fn placeholder(inside: &str) -> (&str, Option<&str>) {
+    match inside.split_once(':') {
+        Some((name, filter)) => (name, Some(filter)),
+        None => (inside, None),
+    }
+}
+
+/// `value` in one spelling if it reads as an integer — an optional sign,
+/// digits, and a fraction of zeros (`+042.00` is `42`) — else `None`.
+fn canonical_integer(value: &str) -> Option<String> {
+    let (negative, digits) = match value.as_bytes().first()? {
+        b'-' => (true, &value[1..]),
+        b'+' => (false, &value[1..]),
+        _ => (false, value),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) || !fraction.bytes().all(|b| b == b'0')
+    {
+        return None;
+    }
+    let trimmed = whole.trim_start_matches('0');
+    Some(match (trimmed.is_empty(), negative) {
+        (true, _) => "0".to_owned(),
+        (false, true) => format!("-{trimmed}"),
+        (false, false) => trimmed.to_owned(),
+    })
 }
 
 #[cfg(test)]

@@ -324,7 +324,8 @@ impl Store for PgStore {
     async fn unfinished_by(&self, kind: &str, field: &str) -> Result<BTreeMap<String, u64>> {
         let rows = sqlx::query(
             "SELECT coalesce(payload ->> $2, '') AS value, count(*) AS n
-             FROM ballast_tasks WHERE kind = $1 AND state IN ('pending', 'running') GROUP BY value",
+             FROM ballast_tasks WHERE (kind = $1 OR left(kind, length($1) + 1) = $1 || '/')
+               AND state IN ('pending', 'running') GROUP BY value",
         )
         .bind(kind)
         .bind(field)
@@ -342,7 +343,7 @@ impl Store for PgStore {
         let order = if filter.newest_first { "DESC" } else { "ASC" };
         let sql = format!(
             "SELECT {COLUMNS} FROM ballast_tasks
-             WHERE ($1::text IS NULL OR kind = $1) AND ($2::text IS NULL OR state = $2) AND id > $3 AND id < $5
+             WHERE ($1::text IS NULL OR kind = $1 OR left(kind, length($1) + 1) = $1 || '/') AND ($2::text IS NULL OR state = $2) AND id > $3 AND id < $5
              ORDER BY id {order} LIMIT $4"
         );
         let rows = sqlx::query(&sql)
@@ -392,7 +393,7 @@ impl Store for PgStore {
         let done = sqlx::query(
             "UPDATE ballast_tasks
              SET state = 'pending', attempt = 0, run_at = now(), finalized_at = NULL, updated_at = now()
-             WHERE state = 'failed' AND ($1::bigint IS NULL OR id = $1) AND ($2::text IS NULL OR kind = $2)",
+             WHERE state = 'failed' AND ($1::bigint IS NULL OR id = $1) AND ($2::text IS NULL OR kind = $2 OR left(kind, length($2) + 1) = $2 || '/')",
         )
         .bind(id)
         .bind(kind)

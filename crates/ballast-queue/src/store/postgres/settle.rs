@@ -66,6 +66,7 @@ async fn settle_and_claim(
         .bind(&*claim.owner)
         .bind(duration_micros(claim.lease))
         .bind(&payloads)
+        .bind(&*claim.families)
         .fetch_all(&mut *conn)
         .await?;
     let mut exchange = Exchange::default();
@@ -80,6 +81,7 @@ async fn settle_and_claim(
                 key: row.try_get("idempotency_key")?,
                 attempt: row.try_get("attempt")?,
                 max_attempts: row.try_get("max_attempts")?,
+                sequence: row.try_get("sequence")?,
             });
         } else {
             settled.insert(Lease { id: row.try_get("id")?, token: row.try_get("lease_token")? });

@@ -147,7 +147,7 @@ settled AS (
 ),
 {sweep}picked AS (
     SELECT id FROM ballast_tasks
-    WHERE state = 'pending' AND run_at <= now() AND kind = ANY($8)
+    WHERE state = 'pending' AND run_at <= now() AND (kind = ANY($8) OR split_part(kind, '/', 1) = ANY($12))
       AND (SELECT count(*) FROM settled) >= 0
     ORDER BY run_at
     LIMIT {limit}
@@ -160,10 +160,9 @@ claimed AS (
         updated_at = now()
     WHERE t.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING t.id, t.kind, t.payload::text AS payload, t.idempotency_key, t.attempt,
-              t.max_attempts, t.lease_token
+              t.max_attempts, t.lease_token, t.sequence
 )
-SELECT true AS claimed, id, kind, payload, idempotency_key, attempt, max_attempts, lease_token,
-       NULL::text AS sequence
+SELECT true AS claimed, id, kind, payload, idempotency_key, attempt, max_attempts, lease_token, sequence
 FROM claimed
 UNION ALL
 SELECT false, id, NULL, NULL, NULL, NULL, NULL, token, sequence FROM settled";

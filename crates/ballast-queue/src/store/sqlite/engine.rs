@@ -105,10 +105,12 @@ const CLAIM: &str = "UPDATE ballast_tasks
         SELECT id FROM ballast_tasks INDEXED BY ballast_tasks_live
         WHERE finalized_at IS NULL AND run_at <= ?3
           AND (state = 'pending' OR lease_expires_at <= ?3)
-          AND kind IN (SELECT value FROM json_each(?4))
+          AND (kind IN (SELECT value FROM json_each(?4))
+               OR (instr(kind, '/') > 0
+                   AND substr(kind, 1, instr(kind, '/') - 1) IN (SELECT value FROM json_each(?7))))
           AND id NOT IN (SELECT value FROM json_each(?6))
         ORDER BY run_at LIMIT ?5)
-    RETURNING id, kind, payload, idempotency_key, attempt, max_attempts, lease_token";
+    RETURNING id, kind, payload, idempotency_key, attempt, max_attempts, lease_token, sequence";
 
 const INSERT: &str = super::INSERT;
 
@@ -419,22 +421,28 @@ fn claim_due(
     now: i64,
     exclude: &[i64],
 ) -> rusqlite::Result<Vec<ClaimedTask>> {
-    let kinds = serde_json::to_string(&*claim.kinds)
-        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+    let json = |names: &[String]| {
+        serde_json::to_string(names).map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))
+    };
+    let (kinds, families) = (json(&claim.kinds)?, json(&claim.families)?);
     let exclude =
         serde_json::to_string(exclude).map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
     let expires = now.saturating_add(duration_micros(claim.lease));
     let limit = i64::try_from(claim.limit).unwrap_or(i64::MAX);
     let mut statement = tx.prepare_cached(CLAIM)?;
-    let rows = statement.query_map(params![&*claim.owner, expires, now, kinds, limit, exclude], |row| {
-        Ok(ClaimedTask {
-            lease: Lease { id: row.get(0)?, token: Uuid::from_bytes(row.get::<_, [u8; 16]>(6)?) },
-            kind: row.get(1)?,
-            payload: row.get(2)?,
-            key: row.get(3)?,
-            attempt: row.get(4)?,
-            max_attempts: row.get(5)?,
-        })
-    })?;
+    let rows = statement.query_map(
+        params![&*claim.owner, expires, now, kinds, limit, exclude, families],
+        |row| {
+            Ok(ClaimedTask {
+                lease: Lease { id: row.get(0)?, token: Uuid::from_bytes(row.get::<_, [u8; 16]>(6)?) },
+                kind: row.get(1)?,
+                payload: row.get(2)?,
+                key: row.get(3)?,
+                attempt: row.get(4)?,
+                max_attempts: row.get(5)?,
+                sequence: row.get(7)?,
+            })
+        },
+    )?;
     rows.collect()
 }

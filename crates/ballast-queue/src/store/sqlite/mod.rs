@@ -266,7 +266,8 @@ impl Store for SqliteStore {
     async fn unfinished_by(&self, kind: &str, field: &str) -> Result<BTreeMap<String, u64>> {
         let rows = sqlx::query(
             "SELECT coalesce(json_extract(payload, '$.' || ?2), '') AS value, COUNT(*) AS n
-             FROM ballast_tasks WHERE kind = ?1 AND state IN ('pending', 'running') GROUP BY value",
+             FROM ballast_tasks WHERE (kind = ?1 OR substr(kind, 1, length(?1) + 1) = ?1 || '/')
+               AND state IN ('pending', 'running') GROUP BY value",
         )
         .bind(kind)
         .bind(field)
@@ -285,7 +286,7 @@ impl Store for SqliteStore {
         let order = if filter.newest_first { "DESC" } else { "ASC" };
         let sql = format!(
             "SELECT {COLUMNS} FROM ballast_tasks
-             WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR state = ?2) AND id > ?3 AND id < ?5
+             WHERE (?1 IS NULL OR kind = ?1 OR substr(kind, 1, length(?1) + 1) = ?1 || '/') AND (?2 IS NULL OR state = ?2) AND id > ?3 AND id < ?5
              ORDER BY id {order} LIMIT ?4"
         );
         let rows = sqlx::query(&sql)
@@ -360,7 +361,7 @@ impl Store for SqliteStore {
         let done = sqlx::query(
             "UPDATE ballast_tasks
              SET state = 'pending', attempt = 0, run_at = ?3, finalized_at = NULL, updated_at = ?3
-             WHERE state = 'failed' AND (?1 IS NULL OR id = ?1) AND (?2 IS NULL OR kind = ?2)",
+             WHERE state = 'failed' AND (?1 IS NULL OR id = ?1) AND (?2 IS NULL OR kind = ?2 OR substr(kind, 1, length(?2) + 1) = ?2 || '/')",
         )
         .bind(id)
         .bind(kind)
