@@ -157,6 +157,13 @@ pub enum HttpError {
         /// The header's name.
         header: String,
     },
+    /// The request's [`SendGate`](crate::SendGate) closed before an
+    /// attempt was sent: that attempt sent nothing, and none follows.
+    #[error("not sent: {reason}")]
+    Stopped {
+        /// Why the gate closed.
+        reason: String,
+    },
     /// A sealed part of a stored delivery does not open.
     #[cfg(feature = "queue")]
     #[error("the stored delivery's {part} cannot be opened: {source}")]
@@ -192,7 +199,11 @@ impl HttpError {
     /// deduplication may be sent again (R-RES-RE-X1 forbids repeating a
     /// write that may have been applied, not one that never left).
     pub fn nothing_sent(&self) -> bool {
-        matches!(self, HttpError::Transport { kind, .. } if kind.nothing_sent())
+        match self {
+            HttpError::Transport { kind, .. } => kind.nothing_sent(),
+            HttpError::Stopped { .. } => true,
+            _ => false,
+        }
     }
 
     /// The transport failure's kind, if this is one.
@@ -270,6 +281,8 @@ impl Classify for HttpError {
             HttpError::Transport { class: Class::Transient, .. } | HttpError::Panicked { .. } => {
                 Classification::transient()
             }
+            // The caller stopped it, not the system: its breaker is not told.
+            HttpError::Stopped { .. } => Classification::permanent().outside_the_system(),
             _ => Classification::permanent(),
         }
     }

@@ -93,7 +93,7 @@ pub use health::{Health, HealthReport, SystemHealth, SystemStatus};
 pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
 pub use plan::{Plan, SentOnce};
 pub use proxy::{Proxy, ProxyError, ProxyUrlError};
-pub use request::{OnceRequest, Request, StreamingRequest};
+pub use request::{OnceRequest, Request, SendGate, StreamingRequest};
 pub use response::Response;
 pub use system::{HttpSystem, HttpSystemBuilder};
 pub use system_policy::CallStats;

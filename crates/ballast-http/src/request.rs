@@ -232,12 +232,61 @@ pub struct Request {
     pub(crate) body: Bytes,
     query_endpoint: bool,
     sequence: Option<String>,
+    pub(crate) gate: Option<SendGate>,
+}
+
+/// A check made right before each attempt of a request is sent, and again
+/// before a `401`'s resend: an error closes it, and the attempt fails
+/// unsent ([`HttpError::Stopped`](crate::HttpError::Stopped)) and is not
+/// retried. A durable task's lease is one (`ballast_queue::LeaseGate`,
+/// which the delivery handler puts on every request it sends): a worker
+/// paused past its lease must not send a write that another worker may
+/// have sent, and followed with later writes, since.
+///
+/// ```
+/// use ballast_http::{Request, SendGate};
+///
+/// let open = SendGate::new(|| Ok(()));
+/// let pay = Request::post("payments").gate(open);
+/// # let _ = pay;
+/// ```
+#[derive(Clone)]
+pub struct SendGate(std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>);
+
+impl SendGate {
+    /// A gate that `check` opens (`Ok`) or closes (`Err` with why).
+    pub fn new(check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(check))
+    }
+
+    /// Whether the request may be sent now.
+    pub(crate) fn check(&self) -> Result<(), crate::HttpError> {
+        (self.0)().map_err(|reason| crate::HttpError::Stopped { reason })
+    }
+}
+
+impl std::fmt::Debug for SendGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SendGate")
+    }
 }
 
 impl Request {
     /// A request with any method.
     pub fn new(method: Method, path: &str) -> Self {
-        Self { head: Head::new(method, path), body: Bytes::new(), query_endpoint: false, sequence: None }
+        Self {
+            head: Head::new(method, path),
+            body: Bytes::new(),
+            query_endpoint: false,
+            sequence: None,
+            gate: None,
+        }
+    }
+
+    /// Checks `gate` right before each attempt is sent ([`SendGate`]).
+    pub fn gate(mut self, gate: SendGate) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     /// A GET.

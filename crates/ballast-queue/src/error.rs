@@ -94,6 +94,22 @@ pub enum Error {
     /// An argument an admin call cannot take.
     #[error("{0}")]
     InvalidArgument(String),
+    /// PostgreSQL aborted the statement to break a deadlock or a
+    /// serialization conflict with another transaction, again after it was
+    /// retried: nothing of it was stored. Not a fault of the schema or the
+    /// connection: send it again.
+    #[error(
+        "PostgreSQL aborted {what} to break a deadlock or a serialization conflict with another \
+         transaction ({source}), {tries} times: nothing of it was stored; send it again"
+    )]
+    Conflict {
+        /// What was aborted: `an enqueue`, `a lease renewal`, `a settle`.
+        what: &'static str,
+        /// How many times it was tried.
+        tries: usize,
+        /// PostgreSQL's error.
+        source: sqlx::Error,
+    },
 }
 
 /// Shorthand for results of this crate.

@@ -120,6 +120,73 @@ pub struct TaskContext {
     pub(crate) result: Arc<Mutex<Option<String>>>,
     pub(crate) next_payload: Arc<Mutex<Option<String>>>,
     pub(crate) not_attempted: Arc<AtomicBool>,
+    pub(crate) gate: LeaseGate,
+}
+
+/// Whether a running task's lease still holds, asked right before a side
+/// effect leaves ([`TaskContext::lease`]). The lease's deadline is read on
+/// this process's monotonic clock at the moment of asking — not when a
+/// timer or the watchdog gets round to it — so a process paused past its
+/// lease (`SIGSTOP`, a long GC-like stall, a VM migration) and resumed
+/// sends nothing: by then another worker may hold the task and have sent
+/// the writes after it. The gate is closed a margin before the deadline (a
+/// quarter of the lease), time for the request to leave, and once the
+/// worker told the handler to stop.
+///
+/// ```
+/// # fn f(task: ballast_queue::TaskContext) -> Result<(), ballast_queue::LeaseLost> {
+/// let gate = task.lease();
+/// // … prepare the request …
+/// gate.check()?; // the last thing before it is sent
+/// // … send it …
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LeaseGate {
+    deadline: crate::lease::Deadline,
+    cancel: CancellationToken,
+    margin: std::time::Duration,
+}
+
+impl LeaseGate {
+    pub(crate) fn new(
+        deadline: crate::lease::Deadline,
+        cancel: CancellationToken,
+        margin: std::time::Duration,
+    ) -> Self {
+        Self { deadline, cancel, margin }
+    }
+
+    /// `Ok` while the lease holds for longer than the margin, by the clock
+    /// read now, and the worker has not told the handler to stop.
+    pub fn check(&self) -> Result<(), LeaseLost> {
+        if self.cancel.is_cancelled() {
+            return Err(LeaseLost::Stopped);
+        }
+        let left = self.deadline.get().saturating_duration_since(tokio::time::Instant::now());
+        if left <= self.margin {
+            return Err(LeaseLost::RunningOut { left, margin: self.margin });
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`LeaseGate`] is closed: nothing may be sent for the task now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseLost {
+    /// The worker told the handler to stop: the lease was lost or may have
+    /// run out, or the worker shuts down.
+    #[error("the worker told this attempt to stop (its lease was lost, or the worker is shutting down)")]
+    Stopped,
+    /// The lease runs out within the margin (or ran out: this process was
+    /// paused or overloaded past it).
+    #[error("the task's lease has {left:?} left, within the {margin:?} a send needs: another worker may take the task")]
+    RunningOut {
+        /// What was left of the lease.
+        left: std::time::Duration,
+        /// The margin a send needs.
+        margin: std::time::Duration,
+    },
 }
 
 impl TaskContext {
@@ -148,6 +215,12 @@ impl TaskContext {
     /// (R-RES-RE-1).
     pub fn key(&self) -> Option<&IdempotencyKey> {
         self.key.as_ref()
+    }
+
+    /// The gate to ask right before each side effect leaves ([`LeaseGate`]):
+    /// closed once the lease may run out before the request is out.
+    pub fn lease(&self) -> LeaseGate {
+        self.gate.clone()
     }
 
     /// Cancelled when this attempt should stop: the worker's shutdown grace

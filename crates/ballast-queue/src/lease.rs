@@ -29,6 +29,27 @@ pub(crate) fn deadline(asked: Instant, lease: Duration) -> Instant {
     asked + lease - lease / 500
 }
 
+/// A held lease's deadline ([`deadline`]), shared by the worker that moves
+/// it on at each renewal and the handler that reads it before it sends
+/// ([`LeaseGate`](crate::LeaseGate)).
+#[derive(Debug, Clone)]
+pub(crate) struct Deadline(Arc<Mutex<Instant>>);
+
+impl Deadline {
+    fn new(at: Instant) -> Self {
+        Self(Arc::new(Mutex::new(at)))
+    }
+
+    pub(crate) fn get(&self) -> Instant {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn extend_to(&self, at: Instant) {
+        let mut deadline = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *deadline = (*deadline).max(at);
+    }
+}
+
 /// The tasks a worker holds, with what it needs to renew or abandon them.
 /// A task leaves it when its handler returns (its outcome then waits for the
 /// completer, unrenewed: it is written within milliseconds) or when its
@@ -54,7 +75,7 @@ struct HeldTask {
     cancel: CancellationToken,
     counters: Arc<AttemptCounters>,
     /// See [`deadline`]; moved on by each renewal.
-    deadline: Instant,
+    deadline: Deadline,
     /// A renewal found the lease taken: the handler was told to stop.
     lost: bool,
 }
@@ -74,7 +95,9 @@ impl Held {
         deadline: Instant,
     ) {
         let mut inner = self.inner();
-        inner.tasks.insert(lease, HeldTask { cancel, counters, deadline, lost: false });
+        inner
+            .tasks
+            .insert(lease, HeldTask { cancel, counters, deadline: Deadline::new(deadline), lost: false });
         // A claim's tasks share one deadline, later than any held before:
         // the watchdog is woken only when it would otherwise sleep too long.
         if inner.watching.is_none_or(|at| deadline < at) {
@@ -84,16 +107,19 @@ impl Held {
     }
 
     /// Whether the handler of `lease` may start: yes while the lease cannot
-    /// have run out and the handler was not told to stop already. Otherwise
-    /// the task is forgotten (its lease lapses and any worker may claim it)
-    /// and the answer is how late it is.
-    pub fn start(&self, lease: Lease) -> Result<(), Duration> {
+    /// have run out and the handler was not told to stop already — the
+    /// answer is then the lease's deadline, for the handler to read before
+    /// it sends. Otherwise the task is forgotten (its lease lapses and any
+    /// worker may claim it) and the answer is how late it is.
+    pub fn start(&self, lease: Lease) -> Result<Deadline, Duration> {
         let mut inner = self.inner();
         let now = Instant::now();
         match inner.tasks.get(&lease) {
-            Some(task) if now < task.deadline && !task.cancel.is_cancelled() => Ok(()),
+            Some(task) if now < task.deadline.get() && !task.cancel.is_cancelled() => {
+                Ok(task.deadline.clone())
+            }
             Some(task) => {
-                let late = now.saturating_duration_since(task.deadline);
+                let late = now.saturating_duration_since(task.deadline.get());
                 inner.tasks.remove(&lease);
                 Err(late)
             }
@@ -140,7 +166,7 @@ impl Held {
             // completer, which may have released the lease already.
             let Some(task) = inner.tasks.get_mut(held) else { continue };
             if extended.contains(held) {
-                task.deadline = task.deadline.max(deadline(asked, lease));
+                task.deadline.extend_to(deadline(asked, lease));
             } else if !task.lost {
                 tracing::warn!(
                     task_id = held.id,
@@ -162,15 +188,16 @@ impl Held {
             if task.lost || task.cancel.is_cancelled() {
                 continue;
             }
-            if task.deadline <= now {
+            let at = task.deadline.get();
+            if at <= now {
                 tracing::warn!(
                     task_id = lease.id,
-                    late = ?now - task.deadline,
+                    late = ?now - at,
                     "lease not renewed in time (the database is unreachable or slow, or this process was paused): telling the handler to stop, another worker may claim the task"
                 );
                 task.cancel.cancel();
             } else {
-                next = Some(next.map_or(task.deadline, |at| at.min(task.deadline)));
+                next = Some(next.map_or(at, |next| next.min(at)));
             }
         }
         inner.watching = next;
@@ -269,14 +296,17 @@ mod tests {
         hold(&held, on_time, Instant::now() + LEASE);
         hold(&held, late, Instant::now() + Duration::from_secs(1));
         tokio::time::advance(Duration::from_secs(3)).await;
-        assert_eq!(held.start(on_time), Ok(()));
-        assert_eq!(held.start(late), Err(Duration::from_secs(2)));
+        assert_eq!(
+            held.start(on_time).map(|d| d.get()).ok(),
+            Some(Instant::now() - Duration::from_secs(3) + LEASE)
+        );
+        assert_eq!(held.start(late).err(), Some(Duration::from_secs(2)));
         assert_eq!(held.leases(), vec![on_time], "the late task is no longer held");
-        assert_eq!(held.start(late), Err(Duration::ZERO));
+        assert_eq!(held.start(late).err(), Some(Duration::ZERO));
         // Told to stop (the watchdog fired before a renewal came back): never started.
         let told = lease(3);
         hold(&held, told, Instant::now() + LEASE).cancel();
-        assert_eq!(held.start(told), Err(Duration::ZERO));
+        assert_eq!(held.start(told).err(), Some(Duration::ZERO));
     }
 
     #[tokio::test(start_paused = true)]

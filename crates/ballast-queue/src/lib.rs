@@ -104,7 +104,7 @@ pub use ballast_vocab::queue::{
 
 pub use alert::{Alert, FailReason, FailedTask, LogAlert};
 pub use error::{Error, Result};
-pub use handler::{Handler, TaskContext, TaskEnd};
+pub use handler::{Handler, LeaseGate, LeaseLost, TaskContext, TaskEnd};
 pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
 pub use migrations::SCHEMA;
 pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};

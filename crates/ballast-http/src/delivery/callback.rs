@@ -356,6 +356,10 @@ impl Handler for CallbackHandler {
         let event = serde_json::json!({ "type": callback.event, "delivery": delivery_id, "task": view });
         let body = serde_json::to_vec(&event).unwrap_or_default();
         let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        task.lease().check().map_err(|lost| CallbackError::Unanswered {
+            url: shown.clone(),
+            reason: format!("not sent: {lost}"),
+        })?;
         let sent = self
             .client
             .post(url)

@@ -158,7 +158,7 @@ impl HttpSystem {
                 status_path: following.path.clone(),
             });
         }
-        let mut request = Request::get(following.path.as_str());
+        let mut request = Request::get(following.path.as_str()).gate(super::handler::lease_gate(task));
         if let Some(query) = &following.query {
             request = request.raw_query(query);
         }

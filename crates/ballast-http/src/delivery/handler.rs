@@ -130,7 +130,7 @@ impl Handler for DeliveryHandler {
             return Ok(());
         }
         let request = match system.open_delivery(key, &delivery) {
-            Ok(request) => request,
+            Ok(request) => request.gate(lease_gate(&task)),
             Err(HttpError::Unseal { source, .. }) => {
                 // Held, not failed: the key may come back (a rotation that
                 // dropped the old key too soon); bounded by send_by.
@@ -166,7 +166,13 @@ impl Handler for DeliveryHandler {
         let path = request.path().to_owned();
         let sent = ballast::background(system.send_planned(plan, request));
         let response = sent.instrument(span).await.map_err(|failure| {
-            if matches!(failure, Failure::Rejected { attempts: 0, .. } | Failure::Timeout { attempts: 0, .. })
+            let stopped =
+                matches!(failure.error(), Some(HttpError::Stopped { .. })) && failure.attempts() <= 1;
+            if stopped
+                || matches!(
+                    failure,
+                    Failure::Rejected { attempts: 0, .. } | Failure::Timeout { attempts: 0, .. }
+                )
             {
                 task.not_attempted();
             }
@@ -199,4 +205,15 @@ impl Handler for DeliveryHandler {
         let _ = task.set_result(&system.keep_answer_of(key, &delivery, &response));
         Ok(())
     }
+}
+
+/// The task's lease as a [`SendGate`](crate::SendGate) (C4, C6): every
+/// attempt of a delivery, and every look at an operation it follows, is
+/// sent only while the lease holds by the clock read at that moment — a
+/// worker paused past its lease, or cut from the database while the lease
+/// ran out, sends nothing that another worker may have sent, and followed
+/// with the sequence's next write, since.
+pub(super) fn lease_gate(task: &TaskContext) -> crate::SendGate {
+    let lease = task.lease();
+    crate::SendGate::new(move || lease.check().map_err(|lost| lost.to_string()))
 }

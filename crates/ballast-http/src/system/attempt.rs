@@ -40,6 +40,7 @@ impl HttpSystem {
                     attempt: ctx.attempt(),
                     route_timeout,
                     reading: self.reading(head.stream_past),
+                    gate: None,
                 };
                 let attempt = self.attempt(&head.method, uri, headers, body, which);
                 unknown_if_panicked(attempt).await.and_then(failed)
@@ -98,7 +99,8 @@ impl HttpSystem {
         let body = &request.body;
         let attempt = |ctx: ballast::AttemptContext| {
             let (uri, headers, body) = (uri.clone(), headers.clone(), OutBody::Full(body.clone()));
-            let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout, reading };
+            let gate = request.gate.clone();
+            let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout, reading, gate };
             unknown_if_panicked(self.attempt(&head.method, uri, headers, body, which))
         };
         let policy = &self.inner.system_policy;
@@ -186,7 +188,10 @@ impl HttpSystem {
         body: OutBody,
         which: Which,
     ) -> Result<Response, HttpError> {
-        let Which { keyed_write, attempt, route_timeout, .. } = which;
+        let Which { keyed_write, attempt, route_timeout, gate, .. } = which;
+        if let Some(gate) = &gate {
+            gate.check()?;
+        }
         let retry_on = self.retry_on();
         let secret_url = self.inner.secret_url;
         let mut request = http::Request::new(body);
@@ -218,7 +223,7 @@ impl HttpSystem {
         if let Some(trace) = span.as_ref().and_then(crate::otel::trace_headers) {
             request.headers_mut().extend(trace);
         }
-        let sent = self.send_credentialed(request, which.reading);
+        let sent = self.send_credentialed(request, which.reading, gate.as_ref());
         // A route's own attempt timeout, inside the system's: the answer's
         // head and body within it, or the attempt failed as a read timeout.
         let sent = async move {
@@ -303,6 +308,7 @@ impl HttpSystem {
         &self,
         mut request: http::Request<OutBody>,
         reading: Reading,
+        gate: Option<&crate::SendGate>,
     ) -> Result<http::Response<AnswerBody>, TransportError> {
         let transport = &self.inner.transport;
         let Some(tokens) = &self.inner.tokens else { return transport.send(request, reading).await };
@@ -319,9 +325,11 @@ impl HttpSystem {
             OutBody::Stream(_) => None,
         };
         let answer = transport.send(request, reading).await?;
-        let Some((method, uri, headers, body)) =
-            again.filter(|_| answer.status() == http::StatusCode::UNAUTHORIZED)
+        let Some((method, uri, headers, body)) = again
+            .filter(|_| answer.status() == http::StatusCode::UNAUTHORIZED)
+            .filter(|_| gate.is_none_or(|gate| gate.check().is_ok()))
         else {
+            // A closed gate sends nothing more: the 401 is the answer.
             return Ok(answer);
         };
         drop(answer);
@@ -390,7 +398,7 @@ struct Prepared {
 }
 
 /// Which attempt of which call: what an attempt needs besides its request.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Which {
     /// A keyed write to a system that deduplicates (a 409 in flight is transient).
     keyed_write: bool,
@@ -401,4 +409,6 @@ struct Which {
     /// How much of the answer is read: whole up to the system's
     /// `max_answer`, or past a buffer streamed.
     reading: Reading,
+    /// Checked right before the attempt is sent ([`crate::SendGate`]).
+    gate: Option<crate::SendGate>,
 }

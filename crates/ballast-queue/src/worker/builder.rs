@@ -220,6 +220,9 @@ impl WorkerBuilder {
                 rng: Mutex::new(rng),
                 max_attempts: self.queue.schedule.max_attempts,
                 held: Held::default(),
+                // Time for a request to leave once the gate let it: a renewal
+                // comes every third of the lease, so a held lease has more.
+                margin: self.lease / 4,
             },
             claim: ClaimRequest {
                 kinds: kinds.into(),

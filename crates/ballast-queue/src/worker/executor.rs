@@ -38,6 +38,9 @@ pub(super) struct Attempts {
     /// For the alert's tasks, as the queue's schedule says.
     pub max_attempts: u32,
     pub held: Held,
+    /// How long before its lease's deadline a task's gate closes
+    /// ([`LeaseGate`](crate::LeaseGate)).
+    pub margin: Duration,
 }
 
 impl Attempts {
@@ -125,15 +128,18 @@ impl Attempts {
     ) -> Finished {
         // Checked here, as late as possible before the handler: spawning can
         // be delayed, and the process paused, past the lease.
-        if let Err(late) = self.held.start(task.lease) {
-            tracing::warn!(
-                task_id = task.lease.id,
-                kind = %task.kind,
-                ?late,
-                "lease may have run out before the handler started (this process was paused or overloaded): not starting it; any worker may claim the task"
-            );
-            return Finished::NotStarted;
-        }
+        let deadline = match self.held.start(task.lease) {
+            Ok(deadline) => deadline,
+            Err(late) => {
+                tracing::warn!(
+                    task_id = task.lease.id,
+                    kind = %task.kind,
+                    ?late,
+                    "lease may have run out before the handler started (this process was paused or overloaded): not starting it; any worker may claim the task"
+                );
+                return Finished::NotStarted;
+            }
+        };
         let settle =
             |outcome, report| Finished::Ran(Settling { outcome, counters: Arc::clone(&counters), report });
         let (attempt, max) = (count(task.attempt), count(task.max_attempts));
@@ -163,10 +169,11 @@ impl Attempts {
             attempt,
             max_attempts: max,
             key,
-            cancel,
             result: Arc::default(),
             next_payload: Arc::default(),
             not_attempted: Arc::default(),
+            gate: crate::handler::LeaseGate::new(deadline, cancel.clone(), self.margin),
+            cancel,
         };
         let result = Arc::clone(&context.result);
         let next_payload = Arc::clone(&context.next_payload);

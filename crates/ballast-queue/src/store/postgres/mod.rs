@@ -64,6 +64,53 @@ pub(crate) async fn enqueue_one(conn: &mut PgConnection, task: &ValidTask) -> Re
     Ok(EnqueueOutcome { id, created: false })
 }
 
+impl PgStore {
+    /// Tasks of which some are in sequences, one by one in one transaction,
+    /// under the locks of all their sequences taken first, in the order of
+    /// their names — the order the workers' release of held tasks takes
+    /// them in (C5): two transactions never wait on each other's sequences
+    /// in a circle.
+    async fn enqueue_in_sequences(&self, tasks: &[ValidTask]) -> Result<Vec<EnqueueOutcome>> {
+        let mut sequences: Vec<&str> = tasks.iter().filter_map(|t| t.sequence.as_deref()).collect();
+        sequences.sort_unstable();
+        sequences.dedup();
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(LOCK_SEQUENCE).bind(&sequences).execute(&mut *tx).await?;
+        let mut out = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            out.push(enqueue_one(&mut tx, task).await?);
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+}
+
+/// `attempt` run again (at most [`RETRIES`] times) when PostgreSQL aborts
+/// it for a deadlock or a serialization conflict; if it still is, the error
+/// says so ([`crate::Error::Conflict`]), naming `what`.
+pub(super) async fn retried<T, F, Fut, E>(what: &'static str, mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, E>>,
+    E: Into<crate::Error>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match attempt().await.map_err(Into::into) {
+            Err(crate::Error::Database(sqlx::Error::Database(e)))
+                if e.code().is_some_and(|c| RETRIED_STATES.contains(&&*c)) =>
+            {
+                if tries > RETRIES {
+                    return Err(crate::Error::Conflict { what, tries, source: sqlx::Error::Database(e) });
+                }
+                tracing::debug!(error = %e, what, "aborted by PostgreSQL (deadlock or conflict); sent again");
+            }
+            other => return other,
+        }
+    }
+}
+
 fn count(n: i32) -> u32 {
     u32::try_from(n).unwrap_or(0)
 }
@@ -188,14 +235,7 @@ impl Store for PgStore {
 
     async fn enqueue(&self, tasks: Vec<ValidTask>) -> Result<Vec<EnqueueOutcome>> {
         if tasks.iter().any(|t| t.sequence.is_some()) {
-            // One by one, each under its sequence's lock until the commit.
-            let mut tx = self.pool.begin().await?;
-            let mut out = Vec::with_capacity(tasks.len());
-            for task in &tasks {
-                out.push(enqueue_one(&mut tx, task).await?);
-            }
-            tx.commit().await?;
-            return Ok(out);
+            return retried("an enqueue", || self.enqueue_in_sequences(&tasks)).await;
         }
         if tasks.len() <= 1 {
             let mut conn = self.pool.acquire().await?;
@@ -257,17 +297,13 @@ impl Store for PgStore {
 
     async fn heartbeat(&self, leases: &[Lease], lease: Duration) -> Result<Vec<Lease>> {
         let (ids, tokens) = split(leases);
-        let extended: Vec<(i64, Uuid)> = sqlx::query_as(
-            "UPDATE ballast_tasks t
-             SET lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
-             FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
-             WHERE t.id = c.id AND t.lease_token = c.token AND t.state = 'running'
-             RETURNING t.id, t.lease_token",
-        )
-        .bind(&ids)
-        .bind(&tokens)
-        .bind(duration_micros(lease))
-        .fetch_all(&self.pool)
+        let extended: Vec<(i64, Uuid)> = retried("a lease renewal", || {
+            sqlx::query_as(HEARTBEAT)
+                .bind(&ids)
+                .bind(&tokens)
+                .bind(duration_micros(lease))
+                .fetch_all(&self.pool)
+        })
         .await?;
         Ok(extended.into_iter().map(|(id, token)| Lease { id, token }).collect())
     }

@@ -139,17 +139,6 @@ impl PgStore {
         outcomes: &[Outcome],
         claim: &ClaimRequest,
     ) -> Result<Exchange> {
-        let mut tries = 0;
-        loop {
-            match self.settle_and_claim_once(outcomes, claim).await {
-                Err(crate::Error::Database(sqlx::Error::Database(e)))
-                    if tries < RETRIES && e.code().is_some_and(|c| RETRIED_STATES.contains(&&*c)) =>
-                {
-                    tries += 1;
-                    tracing::debug!(error = %e, "settle-and-claim aborted by PostgreSQL (deadlock or conflict); sent again");
-                }
-                other => return other,
-            }
-        }
+        super::retried("a settle and claim", || self.settle_and_claim_once(outcomes, claim)).await
     }
 }

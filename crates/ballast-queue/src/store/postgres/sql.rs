@@ -195,6 +195,23 @@ WHERE t.state <> 'running'";
 pub(super) const PROBE: &str = "INSERT INTO ballast_probe (id, probes) VALUES (1, 1)
     ON CONFLICT (id) DO UPDATE SET probes = ballast_probe.probes + 1";
 
+/// Renews the leases of `$1` (ids) held with `$2` (tokens) for `$3` µs,
+/// taking the rows in id order as a settle does (C2): a renewal and a
+/// settle of the same tasks never wait on each other in a circle.
+pub(super) const HEARTBEAT: &str = "
+WITH held AS (
+    SELECT t.id FROM ballast_tasks t
+    JOIN unnest($1::bigint[], $2::uuid[]) AS c(id, token) ON t.id = c.id AND t.lease_token = c.token
+    WHERE t.state = 'running'
+    ORDER BY t.id
+    FOR UPDATE OF t
+)
+UPDATE ballast_tasks t
+SET lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
+FROM held
+WHERE t.id = held.id
+RETURNING t.id, t.lease_token";
+
 /// SQLSTATEs of a transaction PostgreSQL aborted to break a deadlock or a
 /// serialization conflict: retried at once, not reported.
 pub(super) const RETRIED_STATES: [&str; 2] = ["40P01", "40001"];
