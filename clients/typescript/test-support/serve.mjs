@@ -96,6 +96,15 @@ export async function startBallast(file, values = {}) {
   return { admin: served.admin, gateway: served.gateway, stop: served.stop };
 }
 
+/** A port nothing listens on now, on the loopback: a receiver's, once it listens. */
+export async function freePort() {
+  const server = createServer();
+  await new Promise((resolve, reject) => server.once('error', reject).listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
 /**
  * What `check` returns once it is truthy, polling every 50 ms for up to
  * {@link PATIENCE_MS}.

@@ -15,25 +15,6 @@ use ballast_queue::Queue;
 use ballast_test_support::{eventually, Reply, Upstream};
 use support::Served;
 
-const PG_ENV: &str = "BALLAST_TEST_PG";
-
-/// A fresh schema on the test server, as a queue URL; `None` (the test
-/// says it was skipped) without `BALLAST_TEST_PG`.
-async fn fresh_queue(name: &str) -> Option<String> {
-    let Ok(url) = std::env::var(PG_ENV) else {
-        eprintln!("skipped: {PG_ENV} not set");
-        return None;
-    };
-    let schema = format!("{name}_{}", std::process::id());
-    let admin = sqlx::PgPool::connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("{PG_ENV}={url} is set but PostgreSQL is unreachable: {e}"));
-    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).execute(&admin).await.unwrap();
-    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
-    let separator = if url.contains('?') { '&' } else { '?' };
-    Some(format!("{url}{separator}options=-c%20search_path%3D{schema}"))
-}
-
 fn config(queue_url: &str, upstream: &Upstream, system: &str) -> String {
     format!(
         r#"[queue]
@@ -77,7 +58,7 @@ fn signal(served: &Served, signal: &str) {
 /// upstream sees write 1 never after write 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c4_a_worker_paused_past_its_lease_sends_nothing_when_it_resumes() {
-    let Some(queue_url) = fresh_queue("c4").await else { return };
+    let Some(queue_url) = support::pg_queue("c4").await else { return };
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let log = Arc::clone(&seen);
     let upstream = Upstream::start(move |request, _| {
@@ -127,7 +108,7 @@ async fn c4_a_worker_paused_past_its_lease_sends_nothing_when_it_resumes() {
 /// of sending on through the outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c6_a_worker_cut_from_the_database_stops_sending_once_its_leases_run_out() {
-    let Some(queue_url) = fresh_queue("c6").await else { return };
+    let Some(queue_url) = support::pg_queue("c6").await else { return };
     let arrivals: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let log = Arc::clone(&arrivals);
     let upstream = Upstream::start(move |_, _| {

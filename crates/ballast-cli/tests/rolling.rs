@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use ballast_test_support::{Reply, Upstream};
 use support::{client, Served};
 
-const PG_ENV: &str = "BALLAST_TEST_PG";
 const REPLICAS: usize = 3;
 const LOAD: Duration = Duration::from_secs(30);
 const PER_SECOND: u32 = 100;
@@ -172,18 +171,7 @@ async fn readiness(replicas: Replicas, stop: tokio_util::sync::CancellationToken
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_restarted_replica_by_replica_under_load_loses_nothing() {
-    let Ok(url) = std::env::var(PG_ENV) else {
-        eprintln!("skipped: {PG_ENV} not set");
-        return;
-    };
-    let schema = format!("rolling_{}", std::process::id());
-    let admin = sqlx::PgPool::connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("{PG_ENV}={url} is set but PostgreSQL is unreachable: {e}"));
-    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).execute(&admin).await.unwrap();
-    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let queue_url = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+    let Some(queue_url) = support::pg_queue("rolling").await else { return };
 
     let ledger: Arc<Mutex<Ledger>> = Arc::default();
     let book = Arc::clone(&ledger);
@@ -294,7 +282,6 @@ async fn a_fleet_restarted_replica_by_replica_under_load_loses_nothing() {
 
     let outcomes = outcomes.lock().unwrap().clone();
     check(&outcomes, &ledger.lock().unwrap(), &drains, failed);
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await.unwrap();
 }
 
 /// What the callers and the upstream saw, against what must hold.

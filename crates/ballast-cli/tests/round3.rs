@@ -419,3 +419,163 @@ async fn r5_another_caller_with_the_same_key_is_never_joined() {
     let (status, again, _) = call("later", Some("Bearer token-of-a"), true).await;
     assert_eq!((status, again), (202, a_handle), "A's own retry still joins its task");
 }
+
+/// C7: a periodic task every second whose calls take 400 ms, all missed
+/// periods caught up (`catch_up = "all"`); the process is paused for 4 s,
+/// as an outage looks to it. Caught up, the missed periods run one after
+/// another, never side by side: no call starts before the one before it
+/// was answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c7_missed_periods_caught_up_never_overlap() {
+    let arrivals: Arc<std::sync::Mutex<Vec<std::time::Instant>>> = Arc::default();
+    let log = Arc::clone(&arrivals);
+    let upstream = Upstream::start(move |seen, _| {
+        if seen.target == "/ticks" {
+            log.lock().unwrap().push(std::time::Instant::now());
+        }
+        Reply::status(201).after(Duration::from_millis(400))
+    })
+    .await;
+    let served = Served::start(
+        &upstream,
+        "[queue.periodic.tick]\nsystem = \"pay\"\nmethod = \"POST\"\npath = \"ticks\"\nevery = \"1s\"\n\
+         max_attempts = 1\ncatch_up = \"all\"\n",
+        "[systems.pay]\nbase_url = \"http://{up}/\"\ndedupes_by_key = true\nkey_ttl = \"1h\"\nbulkhead = \"none\"\n\
+         retry = \"none\"\n\n[systems.pay.timeout]\nattempt = \"2s\"\n",
+    );
+    eventually("the periodic task runs", || async { arrivals.lock().unwrap().len() >= 2 }).await;
+    let pid = served.child.id().to_string();
+    let signal = |which: &str| {
+        assert!(std::process::Command::new("kill").args([which, &pid]).status().unwrap().success());
+    };
+    signal("-STOP");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let resumed = std::time::Instant::now();
+    signal("-CONT");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after: Vec<std::time::Instant> =
+        arrivals.lock().unwrap().iter().copied().filter(|at| *at >= resumed).collect();
+    assert!(after.len() >= 3, "the missed periods are caught up: {} calls", after.len());
+    let gaps: Vec<Duration> = after.windows(2).map(|w| w[1].duration_since(w[0])).collect();
+    assert!(
+        gaps.iter().all(|gap| *gap >= Duration::from_millis(390)),
+        "a period started before the one before it was answered (400 ms each): gaps {gaps:?}"
+    );
+}
+
+/// R6: callbacks go only where the operator listed, never back in. A
+/// callback to the gateway's own `/call/pay/payments` (its host and port
+/// listed) and one to port 22 of a host listed without a port are refused
+/// 400 `bad_callback`; a listed receiver gets its callback marked
+/// `Via: 1.1 ballast`, its signed body naming the receiver and the system.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r6_a_callback_cannot_be_aimed_back_in_or_at_another_port() {
+    let tried = std::sync::Mutex::new(std::collections::HashSet::new());
+    let upstream = Upstream::start(move |seen, _| match seen.target.as_str() {
+        "/hooks" => Reply::status(204),
+        _ if tried.lock().unwrap().insert(seen.key().unwrap_or_default().to_owned()) => Reply::status(503),
+        _ => Reply::status(201),
+    })
+    .await;
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gw_port = free.local_addr().unwrap().port();
+    drop(free);
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[queue]\nurl = \"sqlite://{db}\"\npoll_interval = \"100ms\"\n\n[gateway]\nlisten = \"127.0.0.1:{gw_port}\"\n\
+         callback_hosts = [\"127.0.0.1\", \"127.0.0.1:{gw_port}\", \"{up}\"]\ncallback_secret_env = \"R6_SECRET\"\n\n\
+         [systems.pay]\nbase_url = \"http://{up}/\"\ndedupes_by_key = true\nkey_ttl = \"1h\"\nretry = \"none\"\n",
+        db = dir.path().join("tasks.db").display(),
+        up = upstream.addr,
+    );
+    let served = Served::start_text(&text, &[("R6_SECRET", "a-callback-secret-for-r6".into())]);
+    let defer = |key: &'static str, callback: String| {
+        let gateway = served.gateway.clone();
+        async move {
+            let answer = client()
+                .post(format!("{gateway}/call/pay/payments"))
+                .header("idempotency-key", key)
+                .header("prefer", "respond-async")
+                .header("ballast-callback", callback)
+                .body("{}")
+                .send()
+                .await
+                .unwrap();
+            (answer.status().as_u16(), answer.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    let (status, body) = defer("r6-own", format!("http://127.0.0.1:{gw_port}/call/pay/payments")).await;
+    assert_eq!((status, body["ballast"]["reason"].as_str()), (400, Some("bad_callback")), "{body}");
+    let (status, body) = defer("r6-ssh", "http://127.0.0.1:22/x".to_owned()).await;
+    assert_eq!((status, body["ballast"]["reason"].as_str()), (400, Some("bad_callback")), "{body}");
+
+    let receiver = format!("http://{}/hooks", upstream.addr);
+    let (status, _) = defer("r6-ok", format!("{receiver}?token=r6")).await;
+    assert_eq!(status, 202);
+    eventually("the callback arrives", || async {
+        upstream.requests().iter().any(|s| s.target.starts_with("/hooks"))
+    })
+    .await;
+    let callback = upstream.requests().into_iter().find(|s| s.target.starts_with("/hooks")).unwrap();
+    assert_eq!(callback.header("via"), Some("1.1 ballast"));
+    let event: Value = serde_json::from_str(&callback.text()).unwrap();
+    assert_eq!(
+        (event["to"].as_str(), event["system"].as_str()),
+        (Some(receiver.as_str()), Some("pay")),
+        "{event}"
+    );
+    let looped = client()
+        .post(format!("{}/call/pay/payments", served.gateway))
+        .header("via", "1.1 ballast")
+        .header("idempotency-key", "r6-loop")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(looped.status().as_u16(), 508, "a callback that reached a gateway is refused");
+    assert!(
+        !upstream.requests().iter().any(|s| s.key() == Some("r6-own") || s.key() == Some("r6-loop")),
+        "nothing reached pay on behalf of a callback"
+    );
+}
+
+/// R8: streamed answers that never end, against a bulkhead of 2. Two
+/// callers take a 400 MB report and stop reading it; a third is refused
+/// `bulkhead_full` while they hold it. At the stream timeout (3 s) both are
+/// cut off — though nobody reads them — and the next caller is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r8_a_stream_holds_a_bulkhead_slot_until_it_ends_within_its_timeout() {
+    let upstream = Upstream::start(|_, _| Reply::large(200, HUGE).chunked()).await;
+    let served = Served::start(
+        &upstream,
+        "",
+        "[systems.pay]\nbase_url = \"http://{up}/\"\nretry = \"none\"\n\n[systems.pay.bulkhead]\nlimit = 2\n\n\
+         [systems.pay.timeout]\nattempt = \"2s\"\nread = \"2s\"\nstream = \"3s\"\n",
+    );
+    let report = || client().get(format!("{}/call/pay/report", served.gateway)).send();
+    // Their heads came; their bodies are left unread.
+    let first = report().await.unwrap();
+    let second = report().await.unwrap();
+    assert_eq!((first.status().as_u16(), second.status().as_u16()), (200, 200));
+    let third = report().await.unwrap();
+    let status = third.status().as_u16();
+    let body: Value = third.json().await.unwrap_or_default();
+    assert_eq!(
+        (status, body["ballast"]["reason"].as_str()),
+        (503, Some("bulkhead_full")),
+        "two streams hold the bulkhead of 2: {body}"
+    );
+    let cut_at = std::time::Instant::now() + Duration::from_secs(3);
+    eventually("a stream's slot comes back at its timeout", || async {
+        report().await.is_ok_and(|answer| answer.status() == 200)
+    })
+    .await;
+    assert!(
+        std::time::Instant::now() >= cut_at - Duration::from_millis(500),
+        "a slot came back before the timeout"
+    );
+    // What the held streams pass on ends cut off, never looking whole.
+    let read = tokio::time::timeout(Duration::from_secs(10), first.bytes()).await;
+    assert!(read.is_ok_and(|body| body.is_err()), "the unread stream was cut off");
+    drop(second);
+}

@@ -51,9 +51,10 @@ pub struct GatewaySection {
     /// (default 512, at most half of `max_connections`: a waiting caller
     /// holds its connection); more are answered 503 `too_many_waiters`.
     pub max_waiters: Option<u64>,
-    /// `callback_hosts`: the hosts (`name`, or `name:port` for that port
-    /// only) a request's `Ballast-Callback` may name; any other is refused
-    /// 400. Without it, callbacks are refused.
+    /// `callback_hosts`: the hosts (`name:port` for that port, or `name`
+    /// alone for 80 and 443 only) a request's `Ballast-Callback` may name;
+    /// any other is refused 400, and so is the process's own listener.
+    /// Without it, callbacks are refused.
     pub callback_hosts: Option<Vec<String>>,
     /// `callback_secret_env`: the environment variable holding the secret
     /// callbacks are signed with (HMAC-SHA256, at least 16 bytes); required

@@ -358,6 +358,7 @@ fn expected(key: &str) -> &'static str {
         | "total"
         | "connect"
         | "read"
+        | "stream"
         | "header_read_timeout"
         | "body_read_timeout"
         | "session_ttl"

@@ -74,7 +74,7 @@ pub(crate) struct PgBuckets(pub PgPool);
 impl Bucket for PgBuckets {
     async fn lease(&self, system: &str, ask: &Ask) -> Result<Lease, FleetError> {
         let (granted, rate, held_ms): (f64, f64, f64) = sqlx::query_as(
-            "SELECT granted, rate, held_ms FROM ballast_fleet_lease($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            "SELECT granted, rate, held_ms FROM ballast_fleet_lease($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
         .bind(system)
         .bind(ask.want)
@@ -86,6 +86,8 @@ impl Bucket for PgBuckets {
         .bind(ask.signals.hold.map_or(0.0, |h| h.as_secs_f64() * 1000.0))
         .bind(ask.max_hold.as_secs_f64() * 1000.0)
         .bind(ballast::rate_limit::adaptive::FLOOR)
+        .bind(ask.signals.announced_for.map_or(0.0, |w| w.as_secs_f64() * 1000.0))
+        .bind(ask.signals.reset)
         .fetch_one(&self.0)
         .await?;
         Ok(Lease { granted, rate, held: Duration::from_secs_f64(held_ms.max(0.0) / 1000.0) })
@@ -183,7 +185,13 @@ pub(crate) async fn keep<B: Bucket>(
         let demand = limiter.demand().unwrap_or_default();
         let want = sizing.want(now, demand);
         let want = if reachable.is_none() { want.max(1.0) } else { want };
-        let signals = shared.signals();
+        let mut signals = shared.signals();
+        // A replica's first lease resets what the fleet learned of the
+        // system, as its start resets its own limiter: a restart is how an
+        // operator clears a ceiling or a hold it should not have taken.
+        if reachable.is_none() {
+            signals.reset = true;
+        }
         if want == 0.0 && signals.is_empty() {
             // Nothing asked this round: a busy replica looks again a
             // LEASE_EVERY later, not at once.

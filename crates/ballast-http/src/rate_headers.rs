@@ -28,18 +28,25 @@ pub(crate) const MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
 pub(crate) struct Announced {
     /// Permits a second the system allows.
     pub rate: Option<f64>,
+    /// The window of the policy that says so (`w`).
+    pub window: Option<Duration>,
     /// The quota is spent: nothing before this much time has passed.
     pub spent_for: Option<Duration>,
 }
 
 /// Reads `headers` at wall-clock time `now`.
 pub(crate) fn read(headers: &HeaderMap, now: SystemTime) -> Announced {
-    Announced { rate: policy_rate(headers), spent_for: spent_for(headers, now) }
+    let policy = policy_rate(headers);
+    Announced {
+        rate: policy.map(|(rate, _)| rate),
+        window: policy.and_then(|(_, w)| Duration::try_from_secs_f64(w).ok()),
+        spent_for: spent_for(headers, now),
+    }
 }
 
-/// The strictest `q`/`w` of `RateLimit-Policy`.
-fn policy_rate(headers: &HeaderMap) -> Option<f64> {
-    let mut strictest: Option<f64> = None;
+/// The strictest `q`/`w` of `RateLimit-Policy`, and its `w` in seconds.
+fn policy_rate(headers: &HeaderMap) -> Option<(f64, f64)> {
+    let mut strictest: Option<(f64, f64)> = None;
     for value in headers.get_all("ratelimit-policy") {
         for item in value.to_str().ok()?.split(',') {
             let mut params = item.split(';').map(str::trim);
@@ -57,7 +64,10 @@ fn policy_rate(headers: &HeaderMap) -> Option<f64> {
             let rate = q / w;
             // A quota so small or a window so long that the rate is no number at all says nothing.
             if q > 0.0 && w > 0.0 && rate > 0.0 && rate.is_finite() {
-                strictest = Some(strictest.map_or(rate, |s| s.min(rate)));
+                strictest = match strictest {
+                    Some((s, _)) if s <= rate => strictest,
+                    _ => Some((rate, w)),
+                };
             }
         }
     }

@@ -23,10 +23,14 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 use crate::classify::TransportKind;
 use crate::transport::TransportError;
+
+/// How long a streamed answer may take, all of it, unless its system says
+/// otherwise (`HttpSystemBuilder::stream_timeout`): 5 minutes.
+pub const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// An answer's body as a transport hands it over: whole, or its first part
 /// with the rest still on the wire.
@@ -39,11 +43,91 @@ pub(crate) enum AnswerBody {
 /// What is left of a streamed body: read once, by whichever copy of its
 /// response takes it first ([`Response`](crate::Response) is `Clone`).
 #[derive(Debug, Clone)]
-pub(crate) struct Rest(Arc<Mutex<Option<(Incoming, Duration)>>>);
+pub(crate) struct Rest(Arc<Mutex<Flowing>>);
+
+/// Where the rest of a body is.
+#[derive(Debug)]
+enum Flowing {
+    /// On the wire, not yet taken by a stream.
+    Waiting(Flow),
+    /// Taken by the stream passing it on.
+    Reading(Flow),
+    /// Cut off at the stream timeout, this one: the stream says so next.
+    Cut(Duration),
+    /// Ended, broken, or its end told.
+    Over,
+}
+
+/// A body still on the wire and what bounds it; dropping it closes the
+/// upstream's connection, gives back its bulkhead slot and stops its watch.
+#[derive(Debug)]
+struct Flow {
+    body: Incoming,
+    /// The longest wait for its next part.
+    read: Duration,
+    /// When the whole of it must have come, and the limit that says so.
+    until: Option<(Instant, Duration)>,
+    /// Its system's bulkhead slot, held until it ends.
+    _slot: Option<ballast::HeldSlot>,
+    /// Dropped with the flow: ends its watch.
+    _watched: Option<tokio::sync::oneshot::Sender<()>>,
+}
 
 impl Rest {
-    fn take(&self) -> Option<(Incoming, Duration)> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    fn new(body: Incoming, read: Duration) -> Self {
+        let flow = Flow { body, read, until: None, _slot: None, _watched: None };
+        Self(Arc::new(Mutex::new(Flowing::Waiting(flow))))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Flowing> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The rest for the one stream that passes it on: this one, unless
+    /// another copy of the response took it.
+    fn take(&self) -> Option<(Rest, Option<(Instant, Duration)>)> {
+        let mut flowing = self.lock();
+        match std::mem::replace(&mut *flowing, Flowing::Over) {
+            Flowing::Waiting(flow) => {
+                let until = flow.until;
+                *flowing = Flowing::Reading(flow);
+                Some((self.clone(), until))
+            }
+            other => {
+                *flowing = other;
+                None
+            }
+        }
+    }
+
+    /// Bounds the rest: all of it within `limit` from now, and `slot` of its
+    /// system's bulkhead held until it ends. A watch cuts it off at the
+    /// limit even if nobody reads it (a caller that stopped reading leaves
+    /// the stream unpolled), so the slot is never held longer.
+    pub(crate) fn bound(&self, limit: Duration, slot: Option<ballast::HeldSlot>) {
+        let Some(until) = Instant::now().checked_add(limit) else { return };
+        let (watched, unwatched) = tokio::sync::oneshot::channel::<()>();
+        {
+            let mut flowing = self.lock();
+            let (Flowing::Waiting(flow) | Flowing::Reading(flow)) = &mut *flowing else { return };
+            flow.until = Some((until, limit));
+            flow._slot = slot;
+            flow._watched = Some(watched);
+        }
+        let rest = Arc::downgrade(&self.0);
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                // The flow was dropped: it ended before its limit.
+                _ = unwatched => return,
+            }
+            if let Some(rest) = rest.upgrade() {
+                let mut flowing = rest.lock().unwrap_or_else(PoisonError::into_inner);
+                if matches!(*flowing, Flowing::Waiting(_) | Flowing::Reading(_)) {
+                    *flowing = Flowing::Cut(limit);
+                }
+            }
+        });
     }
 }
 
@@ -120,7 +204,7 @@ pub(crate) async fn read_up_to(
                 }
                 if seen > buffer && !body.is_end_stream() {
                     let head = first.unwrap_or_else(|| rest.freeze());
-                    return Ok(AnswerBody::Streaming(head, Rest(Arc::new(Mutex::new(Some((body, read)))))));
+                    return Ok(AnswerBody::Streaming(head, Rest::new(body, read)));
                 }
                 timer.as_mut().reset(tokio::time::Instant::now() + read);
             }
@@ -136,9 +220,11 @@ pub(crate) async fn read_up_to(
 
 /// A response's body for passing on: the bytes read within the attempt,
 /// then, for a streamed answer, the rest as it comes — each part within the
-/// transport's read timeout of the one before, or the stream ends with an
-/// error (a proxy then ends its own response early, so its caller sees the
-/// answer cut off, never a complete-looking short one).
+/// transport's read timeout of the one before and all of it within the
+/// system's stream timeout, or the stream ends with an error (a proxy then
+/// ends its own response early, so its caller sees the answer cut off,
+/// never a complete-looking short one). Until it ends or is dropped it
+/// holds a slot of its system's bulkhead.
 ///
 /// ```
 /// # async fn run(system: ballast_http::HttpSystem) -> Result<(), Box<dyn std::error::Error>> {
@@ -156,8 +242,10 @@ pub(crate) async fn read_up_to(
 /// ```
 pub struct AnswerStream {
     head: Option<Bytes>,
-    rest: Option<(Incoming, Duration)>,
+    rest: Option<Rest>,
     timer: Option<Pin<Box<Sleep>>>,
+    /// Fires at the flow's `until`, with the limit it stands for.
+    limit: Option<(Pin<Box<Sleep>>, Duration)>,
     /// A part was passed on since the timer was last armed: the wait for
     /// the next counts from when it is asked for, not from when the caller
     /// took the last (a slow caller is not a stalled upstream).
@@ -173,7 +261,9 @@ impl std::fmt::Debug for AnswerStream {
 impl AnswerStream {
     pub(crate) fn new(head: Bytes, rest: Option<&Rest>) -> Self {
         let head = (!head.is_empty()).then_some(head);
-        Self { head, rest: rest.and_then(Rest::take), timer: None, rearm: false }
+        let (rest, until) = rest.and_then(Rest::take).unzip();
+        let limit = until.flatten().map(|(until, limit)| (Box::pin(tokio::time::sleep_until(until)), limit));
+        Self { head, rest, timer: None, limit, rearm: false }
     }
 }
 
@@ -186,6 +276,13 @@ pub enum StreamError {
     /// The connection broke.
     #[error("the answer's body broke off: {0}")]
     Broken(#[source] hyper::Error),
+    /// The whole body did not come within the system's stream timeout
+    /// (`[systems.NAME.timeout] stream`).
+    #[error(
+        "the answer's body was cut off: not all of it came within the stream timeout of {0:?} \
+         ([systems.NAME.timeout] stream)"
+    )]
+    TooLong(Duration),
 }
 
 impl http_body::Body for AnswerStream {
@@ -200,10 +297,28 @@ impl http_body::Body for AnswerStream {
         if let Some(head) = this.head.take() {
             return Poll::Ready(Some(Ok(Frame::data(head))));
         }
-        let Some((rest, read)) = this.rest.as_mut() else { return Poll::Ready(None) };
-        match Pin::new(rest).poll_frame(cx) {
+        let Some(rest) = this.rest.as_ref() else { return Poll::Ready(None) };
+        let mut flowing = rest.lock();
+        let flow = match &mut *flowing {
+            Flowing::Reading(flow) => flow,
+            Flowing::Cut(limit) => {
+                let limit = *limit;
+                *flowing = Flowing::Over;
+                return Poll::Ready(Some(Err(StreamError::TooLong(limit))));
+            }
+            Flowing::Waiting(_) | Flowing::Over => return Poll::Ready(None),
+        };
+        if let Some((timer, limit)) = this.limit.as_mut() {
+            if timer.as_mut().poll(cx).is_ready() {
+                let limit = *limit;
+                *flowing = Flowing::Over;
+                return Poll::Ready(Some(Err(StreamError::TooLong(limit))));
+            }
+        }
+        let read = flow.read;
+        match Pin::new(&mut flow.body).poll_frame(cx) {
             Poll::Ready(None) => {
-                this.rest = None;
+                *flowing = Flowing::Over;
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Ok(frame))) => {
@@ -211,18 +326,17 @@ impl http_body::Body for AnswerStream {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                this.rest = None;
+                *flowing = Flowing::Over;
                 Poll::Ready(Some(Err(StreamError::Broken(e))))
             }
             Poll::Pending => {
-                let read = *read;
                 let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(read)));
                 if std::mem::take(&mut this.rearm) {
                     timer.as_mut().reset(tokio::time::Instant::now() + read);
                 }
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => {
-                        this.rest = None;
+                        *flowing = Flowing::Over;
                         Poll::Ready(Some(Err(StreamError::Stalled(read))))
                     }
                     Poll::Pending => Poll::Pending,
@@ -232,12 +346,23 @@ impl http_body::Body for AnswerStream {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.head.is_none() && self.rest.as_ref().is_none_or(|(rest, _)| rest.is_end_stream())
+        self.head.is_none()
+            && self.rest.as_ref().is_none_or(|rest| match &*rest.lock() {
+                Flowing::Reading(flow) => flow.body.is_end_stream(),
+                Flowing::Cut(_) => false,
+                Flowing::Waiting(_) | Flowing::Over => true,
+            })
     }
 
     fn size_hint(&self) -> SizeHint {
         let head = self.head.as_ref().map_or(0, |h| h.len() as u64);
-        let rest = self.rest.as_ref().map_or_else(|| SizeHint::with_exact(0), |(rest, _)| rest.size_hint());
+        let rest = self.rest.as_ref().map_or_else(
+            || SizeHint::with_exact(0),
+            |rest| match &*rest.lock() {
+                Flowing::Reading(flow) => flow.body.size_hint(),
+                _ => SizeHint::with_exact(0),
+            },
+        );
         let mut hint = SizeHint::new();
         hint.set_lower(rest.lower() + head);
         if let Some(upper) = rest.upper() {

@@ -13,7 +13,13 @@
 //! after periods went by enqueues what [`CatchUp`] says (by default the
 //! latest missed period only: no storm of stale runs after a long stop),
 //! and a restart loses nothing: the current period's task is either stored
-//! already or enqueued at start.
+//! already or enqueued at start. Periods missed while a worker ran (its
+//! database was away, its process paused) are caught up the same way.
+//!
+//! Periods never overlap: a period's task is enqueued only once the task
+//! of the period before it has ended, so missed periods caught up run one
+//! after another, never side by side, and a period whose task outlasts
+//! the interval delays the next instead of running beside it.
 
 use std::hash::{Hash as _, Hasher as _};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -220,6 +226,9 @@ pub struct PeriodicStatus {
     pub last: Option<crate::TaskInfo>,
 }
 
+/// How soon a period waiting for the one before it to end is looked at again.
+const WAIT_FOR_EARLIER: Duration = Duration::from_secs(1);
+
 /// One periodic task's enqueuing in one worker: what is due, given the time.
 #[derive(Debug)]
 pub(crate) struct Runner {
@@ -233,24 +242,38 @@ impl Runner {
         Self { periodic, next: None }
     }
 
-    /// Enqueues what is due at `now` — on the first call, the missed periods
-    /// [`CatchUp`] asks for — and says when the next period starts. A
-    /// failed enqueue leaves its period to the next call.
+    /// Enqueues what is due at `now` — on the first call, and after periods
+    /// went by unseen, the missed periods [`CatchUp`] asks for — and says
+    /// when to look again: the next period's start, or in a second while
+    /// the task of the period before the due one has not ended. A failed
+    /// enqueue leaves its period to the next call.
     pub(crate) async fn due(&mut self, queue: &Queue, now: SystemTime) -> crate::Result<Option<SystemTime>> {
         let schedule = self.periodic.schedule.clone();
         let next = match self.next {
             Some(next) => next,
             None => {
-                for start in self.missed(queue, now).await? {
-                    self.enqueue(queue, start).await?;
-                }
-                let Some(next) = schedule.after(now) else { return Ok(None) };
-                self.next = Some(next);
-                next
+                let first = match self.first_missed(queue, now).await? {
+                    Some(start) => Some(start),
+                    None => schedule.after(now),
+                };
+                let Some(first) = first else { return Ok(None) };
+                self.next = Some(first);
+                first
             }
         };
         let mut next = next;
         while next <= now {
+            // Periods that went by unseen are caught up as at a start: only
+            // the latest, unless every one is asked for.
+            if self.periodic.catch_up != CatchUp::All {
+                if let Some(latest) = schedule.at_or_before(now) {
+                    next = next.max(latest);
+                }
+            }
+            if self.earlier_unfinished(queue, next).await? {
+                self.next = Some(next);
+                return Ok(Some(now + WAIT_FOR_EARLIER));
+            }
             self.enqueue(queue, next).await?;
             match schedule.after(next) {
                 Some(after) => next = after,
@@ -266,30 +289,41 @@ impl Runner {
         Ok(Some(next))
     }
 
-    /// The period starts to enqueue when a worker starts at `now`, oldest first.
-    async fn missed(&self, queue: &Queue, now: SystemTime) -> crate::Result<Vec<SystemTime>> {
+    /// The oldest period start to enqueue when a worker starts at `now` (the
+    /// later ones follow it, one at a time); `None` when nothing is missed.
+    async fn first_missed(&self, queue: &Queue, now: SystemTime) -> crate::Result<Option<SystemTime>> {
         let schedule = &self.periodic.schedule;
-        let Some(current) = schedule.at_or_before(now) else { return Ok(Vec::new()) };
+        let Some(current) = schedule.at_or_before(now) else { return Ok(None) };
         Ok(match self.periodic.catch_up {
-            CatchUp::None => Vec::new(),
-            CatchUp::Latest => vec![current],
+            CatchUp::None => None,
+            CatchUp::Latest => Some(current),
             CatchUp::All => {
-                let mut starts = Vec::new();
+                let (mut oldest, mut reached) = (None, 0);
                 let mut start = Some(current);
-                while let Some(at) = start.filter(|_| starts.len() < MAX_CATCH_UP) {
+                while let Some(at) = start.filter(|_| reached < MAX_CATCH_UP) {
                     let key = self.periodic.key(at);
                     if queue.get_by_key(&self.periodic.kind, key.as_str()).await?.is_some() {
-                        starts.reverse();
-                        return Ok(starts);
+                        return Ok(oldest);
                     }
-                    starts.push(at);
+                    oldest = Some(at);
+                    reached += 1;
                     start = schedule.before(at);
                 }
                 // No earlier period ran within reach: a first start has
                 // nothing to catch up on.
-                vec![current]
+                Some(current)
             }
         })
+    }
+
+    /// Whether the task of the period before `start` is still to end
+    /// (pending, held back by its jitter or its retries, or running): the
+    /// period starting at `start` waits for it (C7).
+    async fn earlier_unfinished(&self, queue: &Queue, start: SystemTime) -> crate::Result<bool> {
+        let Some(before) = self.periodic.schedule.before(start) else { return Ok(false) };
+        let key = self.periodic.key(before);
+        let task = queue.get_by_key(&self.periodic.kind, key.as_str()).await?;
+        Ok(task.is_some_and(|task| !task.state.is_final()))
     }
 
     async fn enqueue(&self, queue: &Queue, start: SystemTime) -> crate::Result<()> {

@@ -37,6 +37,17 @@ async fn keys(queue: &Queue) -> Vec<String> {
     keys
 }
 
+/// Ends every unfinished task, as workers running them would: a period's
+/// task is enqueued only once the one before it ended.
+async fn finish_all(queue: &Queue) {
+    let filter = ListFilter { kind: Some("reconcile".into()), limit: 1000, ..Default::default() };
+    for task in queue.list(&filter).await.unwrap() {
+        if !task.state.is_final() {
+            queue.cancel(task.id).await.unwrap();
+        }
+    }
+}
+
 fn key_of(start: SystemTime) -> String {
     format!("periodic:reconcile:{}", start.duration_since(UNIX_EPOCH).unwrap().as_secs())
 }
@@ -51,6 +62,7 @@ async fn three_workers_enqueue_each_of_100_periods_once(queues: [Queue; 3]) {
             let next = runners[n as usize].due(&queues[n as usize], now).await.unwrap();
             assert_eq!(next, Some(t0() - Duration::from_secs(1) + MINUTE * (period + 1)));
         }
+        finish_all(&queues[0]).await;
     }
     let keys = keys(&queues[0]).await;
     let expected: Vec<String> =
@@ -64,20 +76,43 @@ async fn three_workers_enqueue_each_of_100_periods_once(queues: [Queue; 3]) {
 }
 
 /// A worker that stops after period 5 and a new one at period 15: what the
-/// ten missed periods become depends on the catch-up.
+/// ten missed periods become depends on the catch-up; caught up, they come
+/// one at a time, each once the one before it ended.
 async fn a_ten_period_stop_catches_up_as_asked(queue: Queue, catch_up: CatchUp, new_at_restart: usize) {
     let mut before = Runner::new(periodic(&queue, catch_up));
     for period in 0..=5u32 {
         before.due(&queue, t0() + MINUTE * period).await.unwrap();
+        finish_all(&queue).await;
     }
     let had = keys(&queue).await.len();
     let mut after = Runner::new(periodic(&queue, catch_up));
-    after.due(&queue, t0() + MINUTE * 15 + Duration::from_secs(20)).await.unwrap();
+    let restart = t0() + MINUTE * 15 + Duration::from_secs(20);
+    after.due(&queue, restart).await.unwrap();
+    assert!(keys(&queue).await.len() - had <= 1, "{catch_up:?}: one period at a time");
+    for second in 1..=20 {
+        finish_all(&queue).await;
+        after.due(&queue, restart + Duration::from_secs(second)).await.unwrap();
+    }
     let now = keys(&queue).await.len();
-    assert_eq!(now - had, new_at_restart, "{catch_up:?}: tasks enqueued at the restart");
+    assert_eq!(now - had, new_at_restart, "{catch_up:?}: tasks enqueued after the restart");
     // And the next period runs as usual.
+    finish_all(&queue).await;
     after.due(&queue, t0() + MINUTE * 16).await.unwrap();
     assert_eq!(keys(&queue).await.len(), now + 1, "{catch_up:?}: the next period");
+}
+
+/// A period whose task has not ended holds the next one back: periods
+/// never overlap (C7), and the next follows once it ended.
+async fn a_period_waits_for_the_one_before_it(queue: Queue) {
+    let mut runner = Runner::new(periodic(&queue, CatchUp::Latest));
+    let start = t0() - Duration::from_secs(1);
+    runner.due(&queue, t0()).await.unwrap();
+    let next = runner.due(&queue, start + MINUTE).await.unwrap();
+    assert_eq!(keys(&queue).await, [key_of(start)], "period 1 waits while period 0's task runs");
+    assert_eq!(next, Some(start + MINUTE + Duration::from_secs(1)), "looked at again in a second");
+    finish_all(&queue).await;
+    runner.due(&queue, start + MINUTE + Duration::from_secs(1)).await.unwrap();
+    assert_eq!(keys(&queue).await, [key_of(start), key_of(start + MINUTE)]);
 }
 
 /// The worker that enqueued a period is killed right after: the others
@@ -88,6 +123,7 @@ async fn a_killed_worker_s_period_is_not_enqueued_twice(queues: [Queue; 2]) {
     drop(killed);
     let mut survivor = Runner::new(periodic(&queues[1], CatchUp::Latest));
     survivor.due(&queues[1], t0() + Duration::from_secs(5)).await.unwrap();
+    finish_all(&queues[1]).await;
     survivor.due(&queues[1], t0() + MINUTE).await.unwrap();
     assert_eq!(
         keys(&queues[1]).await,
@@ -169,6 +205,12 @@ mod sqlite {
     }
 
     #[tokio::test]
+    async fn periods_never_overlap() {
+        let (_dir, [queue]) = queues::<1>().await;
+        a_period_waits_for_the_one_before_it(queue).await;
+    }
+
+    #[tokio::test]
     async fn the_status() {
         let (_dir, [queue]) = queues::<1>().await;
         the_status_shows_the_next_run_and_the_latest_period_s_task(queue).await;
@@ -217,6 +259,13 @@ mod postgres {
     async fn a_killed_worker() {
         let Some((schema, queues)) = queues::<2>().await else { return };
         a_killed_worker_s_period_is_not_enqueued_twice(queues).await;
+        schema.drop_it().await;
+    }
+
+    #[tokio::test]
+    async fn periods_never_overlap() {
+        let Some((schema, [queue])) = queues::<1>().await else { return };
+        a_period_waits_for_the_one_before_it(queue).await;
         schema.drop_it().await;
     }
 

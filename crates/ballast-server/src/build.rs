@@ -204,6 +204,9 @@ fn from_settings(settings: HttpSettings, file: &str) -> Result<HttpSystem, Build
     if let Some(read) = settings.read_timeout {
         builder = builder.read_timeout(read);
     }
+    if let Some(stream) = settings.stream_timeout {
+        builder = builder.stream_timeout(stream);
+    }
     builder = connection(builder, name, file, &settings.connection)?;
     builder.build().map_err(http)
 }

@@ -200,6 +200,8 @@ impl Server {
         let gateway_settings = config.gateway()?;
         let callbacks = build::callbacks(gateway_settings.as_ref())?;
         build::check_callbacks(&systems.all(), &callbacks)?;
+        // Told where this process listens once it is bound: no callback goes there.
+        let own_listeners = callbacks.clone();
         let deferrals = queue.clone();
         let periodic = build::periodic(&queue_settings, &queue)?;
         let worker = build::worker(&queue_settings, queue.clone(), periodic.clone())
@@ -249,6 +251,8 @@ impl Server {
         // Refused before anything listens: beyond loopback only with a token.
         let admin_token = Token::for_listener("serve", addr, settings.token_env.as_deref())?;
         let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
+        let gateway_addr = gateway.as_ref().map(|(_, sockets, _)| sockets.local_addr());
+        own_listeners.serving_on(listener.local_addr().ok().into_iter().chain(gateway_addr));
         let fleet = match deferrals.backend() {
             ballast_queue::Backend::Postgres => {
                 let admin = listener.local_addr().map_or_else(|_| addr.to_string(), |a| a.to_string());

@@ -6,6 +6,7 @@
 //! refused instead of piling up.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -138,6 +139,9 @@ pub(crate) struct BulkheadState {
     /// Taken by a background call while it looks for room and takes a slot.
     background_take: std::sync::Mutex<()>,
     reserved: usize,
+    /// Slots held past their limit ([`HeldSlot`] taken when none was free):
+    /// the next slots given back pay them off instead of coming free.
+    owed: Padded<AtomicUsize>,
 }
 
 /// A slot in the bulkhead, given back on drop to the stripe of the thread
@@ -147,16 +151,32 @@ pub(crate) struct Slot<'a>(&'a BulkheadState);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        let b = self.0;
-        // SeqCst pairs with the waiter's: either it sees this slot in its
-        // scan, or this sees it waiting and wakes it.
-        b.free[stripe::thread_index() & (b.free.len() - 1)].fetch_add(1, Ordering::SeqCst);
-        if b.waiting.load(Ordering::SeqCst) > 0 {
-            b.freed.notify_one();
+        self.0.give_back();
+    }
+}
+
+/// A bulkhead slot held by work an attempt leaves running after it ends —
+/// a streamed answer's body — until this is dropped
+/// ([`Policy::hold_bulkhead_slot`](crate::Policy::hold_bulkhead_slot)):
+/// 260 endless downloads through a bulkhead of 8 are 8 at a time, not 260.
+#[derive(Debug)]
+pub struct HeldSlot(Arc<BulkheadState>);
+
+impl HeldSlot {
+    /// A slot taken now whether or not one is free: taken inside an attempt,
+    /// which gives its own back as it ends, so once it has the count is
+    /// right again.
+    pub(crate) fn take(state: &Arc<BulkheadState>) -> Self {
+        if state.try_acquire().map(std::mem::forget).is_none() {
+            state.owed.fetch_add(1, Ordering::SeqCst);
         }
-        if b.background.load(Ordering::SeqCst) > 0 {
-            b.freed_background.notify_waiters();
-        }
+        Self(Arc::clone(state))
+    }
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        self.0.give_back();
     }
 }
 
@@ -180,6 +200,29 @@ impl BulkheadState {
             freed_background: Notify::new(),
             background_take: std::sync::Mutex::new(()),
             reserved: cfg.reserved_for_live(),
+            owed: Padded(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Gives a slot back: to the stripe of this thread, or to pay off one
+    /// held past the limit.
+    fn give_back(&self) {
+        // A load first: the debt is almost always none, and a line only
+        // read stays shared between cores.
+        let owed = &self.owed;
+        if owed.load(Ordering::SeqCst) > 0
+            && owed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+        {
+            return;
+        }
+        // SeqCst pairs with the waiter's: either it sees this slot in its
+        // scan, or this sees it waiting and wakes it.
+        self.free[stripe::thread_index() & (self.free.len() - 1)].fetch_add(1, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.freed.notify_one();
+        }
+        if self.background.load(Ordering::SeqCst) > 0 {
+            self.freed_background.notify_waiters();
         }
     }
 
@@ -191,7 +234,7 @@ impl BulkheadState {
     /// Attempts in flight now (a sum over the stripes, read one by one).
     pub(crate) fn in_flight(&self) -> usize {
         let free: usize = self.free.iter().map(|f| f.load(Ordering::Acquire)).sum();
-        self.limit.saturating_sub(free)
+        self.limit.saturating_sub(free) + self.owed.load(Ordering::Acquire)
     }
 
     /// A slot if one is free right now: this thread's stripe first, then the

@@ -78,7 +78,7 @@ pub use background::background;
 pub use backoff::{Backoff, DelayBounds, Delays, MIN_FIRST_DELAY, MIN_GROWTH};
 pub use breaker::{Breaker, BreakerSnapshot, BreakerState, CircuitBreaker, HalfOpenAfter};
 pub use budget::{Budget, BudgetLevel};
-pub use bulkhead::{Bulkhead, DEFAULT_RESERVE_LIVE};
+pub use bulkhead::{Bulkhead, HeldSlot, DEFAULT_RESERVE_LIVE};
 pub use call::Judge;
 pub use classified::Classified;
 pub use classify::{Class, Classification, Classify};

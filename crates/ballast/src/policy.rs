@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::breaker::CircuitBreaker;
 use crate::budget::RetryBudget;
-use crate::bulkhead::BulkheadState;
 use crate::call;
 use crate::policy_builder::PolicyBuilder;
 use crate::policy_state::PolicyState;
@@ -127,7 +126,28 @@ impl Policy {
     /// a sum over per-thread counters read one after another, so a view
     /// rather than a snapshot while calls run.
     pub fn bulkhead_in_flight(&self) -> Option<usize> {
-        self.shared.bulkhead.as_ref().map(BulkheadState::in_flight)
+        self.shared.bulkhead.as_ref().map(|b| b.in_flight())
+    }
+
+    /// Holds a bulkhead slot for work an attempt leaves running after it
+    /// ends — a streamed answer's body, read after the call returned —
+    /// until the returned guard is dropped (`None` without a bulkhead).
+    /// Call it inside the attempt: the slot is taken whether or not one is
+    /// free, and the attempt's own, given back as it ends, makes up for it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use ballast::{Bulkhead, Policy};
+    ///
+    /// let policy = Policy::builder("reports").bulkhead(Bulkhead::new(1)).build().unwrap();
+    /// let held = policy.read(|_| async { Ok::<_, std::io::Error>(policy.hold_bulkhead_slot()) }).await.unwrap();
+    /// assert_eq!(policy.bulkhead_in_flight(), Some(1)); // the attempt ended; its stream goes on
+    /// drop(held);
+    /// assert_eq!(policy.bulkhead_in_flight(), Some(0));
+    /// # }
+    /// ```
+    pub fn hold_bulkhead_slot(&self) -> Option<crate::HeldSlot> {
+        self.shared.bulkhead.as_ref().map(crate::bulkhead::HeldSlot::take)
     }
 
     /// The rate limiter (`None` without a rate limit): its rate and
@@ -138,7 +158,7 @@ impl Policy {
 
     /// The bulkhead's limit on attempts in flight (`None` without a bulkhead).
     pub fn bulkhead_limit(&self) -> Option<usize> {
-        self.shared.bulkhead.as_ref().map(BulkheadState::limit)
+        self.shared.bulkhead.as_ref().map(|b| b.limit())
     }
 
     /// How much of the retry budget the current window has spent (`None`

@@ -154,7 +154,7 @@ impl PolicyBuilder {
         Ok(Policy {
             shared: Arc::new(PolicyState {
                 breaker: self.breaker.map(|b| CircuitBreaker::new(b, events.clone(), seed ^ 0xB4EA_CE55)),
-                bulkhead: self.bulkhead.map(BulkheadState::new),
+                bulkhead: self.bulkhead.map(|b| std::sync::Arc::new(BulkheadState::new(b))),
                 rate_limit: self.rate_limit.map(|l| RateLimiter::new(l, events.clone())),
                 budget: self.retry.get_budget().map(|b| RetryBudget::new(*b)),
                 retry: self.retry,

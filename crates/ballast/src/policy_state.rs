@@ -19,7 +19,7 @@ use crate::timeout::Timeout;
 pub(crate) struct PolicyState {
     pub(crate) retry: Retry,
     pub(crate) breaker: Option<CircuitBreaker>,
-    pub(crate) bulkhead: Option<BulkheadState>,
+    pub(crate) bulkhead: Option<std::sync::Arc<BulkheadState>>,
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) rate_limit: Option<RateLimiter>,
     pub(crate) timeout: Timeout,

@@ -158,3 +158,23 @@ pub async fn raw(gateway: &str, request: &str) -> (u16, String) {
     let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     (status, body)
 }
+
+/// The variable that names the PostgreSQL server tests may use.
+pub const PG_ENV: &str = "BALLAST_TEST_PG";
+
+/// A fresh schema named after `name` on the test server, as a queue URL;
+/// `None` (the test says it was skipped) without `BALLAST_TEST_PG`.
+pub async fn pg_queue(name: &str) -> Option<String> {
+    let Ok(url) = std::env::var(PG_ENV) else {
+        eprintln!("skipped: {PG_ENV} not set");
+        return None;
+    };
+    let schema = format!("{name}_{}", std::process::id());
+    let admin = sqlx::PgPool::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("{PG_ENV}={url} is set but PostgreSQL is unreachable: {e}"));
+    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).execute(&admin).await.unwrap();
+    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Some(format!("{url}{separator}options=-c%20search_path%3D{schema}"))
+}

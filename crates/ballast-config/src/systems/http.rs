@@ -43,6 +43,8 @@ pub struct HttpSettings {
     pub connect_timeout: Option<Duration>,
     /// `timeout.read`, if given.
     pub read_timeout: Option<Duration>,
+    /// `timeout.stream`, if given.
+    pub stream_timeout: Option<Duration>,
     /// `[queue] seal_key_env`: the variable holding the key deferred
     /// deliveries are sealed with.
     pub seal_key_env: Option<String>,
@@ -128,6 +130,7 @@ impl Config {
             retry_on,
             connect_timeout: system.timeout.as_ref().and_then(|t| t.connect).map(|d| d.get()),
             read_timeout: system.timeout.as_ref().and_then(|t| t.read).map(|d| d.get()),
+            stream_timeout: system.timeout.as_ref().and_then(|t| t.stream).map(|d| d.get()),
             seal_key_env: queue.and_then(|q| q.seal_key_env.clone()),
             seal_headers: queue.and_then(|q| q.seal_headers.clone()).unwrap_or_default(),
             callback: system.callback.clone(),

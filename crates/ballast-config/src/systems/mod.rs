@@ -281,6 +281,9 @@ pub struct TimeoutSection {
     pub connect: Option<ConfigDuration>,
     /// `read`: read timeout of the HTTP client (between bytes of the response).
     pub read: Option<ConfigDuration>,
+    /// `stream`: how long a streamed answer may take, all of it, once its
+    /// head came (default 5 minutes); it holds a bulkhead slot till then.
+    pub stream: Option<ConfigDuration>,
 }
 
 /// `[systems.NAME.client]`: the HTTP client's own settings.
@@ -355,6 +358,7 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
             ("total", Value),
             ("connect", Value),
             ("read", Value),
+            ("stream", Value),
         ]),
     ),
     ("client", Table(&[("retries", Value)])),

@@ -391,6 +391,13 @@ fn system_ranges(name: &str, sys: &System) -> Vec<KeyFinding> {
                 "use e.g. \"5s\", or leave it out",
             ));
         }
+        if t.stream.is_some_and(|d| d.get().is_zero()) {
+            out.push(zero(
+                &["timeout", "stream"],
+                "every streamed answer would be cut off as it began",
+                "use e.g. \"5m\", or leave it out (5 minutes)",
+            ));
+        }
     }
     for (header, source) in sys.headers.iter().flatten() {
         let at = system_path(name, &["headers", header]);

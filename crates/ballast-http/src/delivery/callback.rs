@@ -15,14 +15,21 @@
 //! Ballast-Task: 17.3f9c…                    (the write's handle)
 //! Ballast-Delivery: 0b4e…                   (the same on every retry of this callback)
 //! Idempotency-Key: 0b4e…
+//! Via: 1.1 ballast                          (a gateway refuses it: 508 loop_detected)
 //!
-//! {"type": "task.completed", "delivery": "0b4e…", "task": { …as GET /tasks/{handle} shows it… }}
+//! {"type": "task.completed", "delivery": "0b4e…", "to": "https://hooks.shop.example/ballast",
+//!  "system": "pay", "task": { …as GET /tasks/{handle} shows it… }}
 //! ```
 //!
 //! A 2xx ends it; a 5xx, a 408, a 429 or no answer is tried again with the
 //! queue's backoff; any other 4xx fails it, and the queue alerts. A
 //! receiver checks the signature and its time (refusing one older than a
-//! few minutes: a replay) and drops a `Ballast-Delivery` it has seen.
+//! few minutes: a replay), that `to` is its own URL (without the query) and
+//! `system` one it expects — every caller of the gateway may name a listed
+//! receiver, so the signature alone says only that ballast sent it — and
+//! drops a `Ballast-Delivery` it has seen. A callback never goes to a port
+//! of a listed host that is not listed (a host alone takes 80 and 443), nor
+//! to the process's own listeners.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -112,7 +119,16 @@ impl Callback {
 pub struct CallbackPolicy {
     hosts: Vec<String>,
     secret: Vec<u8>,
+    /// The addresses the process serves on ([`serving_on`](Self::serving_on)):
+    /// a callback never goes there. Shared by the policy's clones.
+    own: std::sync::Arc<std::sync::RwLock<Vec<std::net::SocketAddr>>>,
 }
+
+/// What a callback carries so that it cannot be aimed back into a ballast
+/// gateway: the gateway refuses a request that has it (508
+/// `loop_detected`), as a proxy refuses a request that already went
+/// through it (RFC 9110 §7.6.3).
+pub const LOOP_MARK: &str = "1.1 ballast";
 
 impl std::fmt::Debug for CallbackPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -129,22 +145,71 @@ pub enum CallbackRefused {
     /// Not an absolute `http://` or `https://` URL without credentials.
     #[error("{0}: use an absolute https:// URL without user or password")]
     BadUrl(String),
-    /// Its host is not one of `callback_hosts`.
+    /// Its host and port are not in `callback_hosts`.
     #[error(
         "the callback's host {host} is not in [gateway] callback_hosts: a caller may only name hosts the \
-         operator listed, never an internal address"
+         operator listed, never an internal address (a host listed without a port takes 80 and 443 only; \
+         list host:port for another)"
     )]
     HostNotAllowed {
         /// The host (and port) it named.
         host: String,
     },
+    /// It names one of the addresses this process serves on: the gateway
+    /// would call itself with a system's credentials.
+    #[error("the callback {host} is this process's own listener: a callback never goes back into ballast")]
+    OwnListener {
+        /// The host and port it named.
+        host: String,
+    },
 }
 
 impl CallbackPolicy {
-    /// Callbacks to `hosts` (a host name, or `host:port` for that port
-    /// only), signed with `secret`.
+    /// Callbacks to `hosts` — `host:port` for that port, or a host name
+    /// alone for its scheme's own port (80 for `http`, 443 for `https`) —
+    /// signed with `secret`.
     pub fn new<S: AsRef<str>>(hosts: impl IntoIterator<Item = S>, secret: Vec<u8>) -> Self {
-        Self { hosts: hosts.into_iter().map(|h| h.as_ref().to_ascii_lowercase()).collect(), secret }
+        Self {
+            hosts: hosts.into_iter().map(|h| h.as_ref().to_ascii_lowercase()).collect(),
+            secret,
+            own: std::sync::Arc::default(),
+        }
+    }
+
+    /// The addresses this process serves on (its gateway's and its admin
+    /// listener's): no callback goes there, whatever `callback_hosts`
+    /// says, its host resolved when it is sent. Every clone of the policy
+    /// learns them.
+    pub fn serving_on(&self, addrs: impl IntoIterator<Item = std::net::SocketAddr>) {
+        *self.own.write().unwrap_or_else(std::sync::PoisonError::into_inner) = addrs.into_iter().collect();
+    }
+
+    /// Whether `addr` is one this process serves on.
+    fn is_own(&self, addr: std::net::SocketAddr) -> bool {
+        let own = self.own.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        own.iter().any(|listener| {
+            listener.port() == addr.port()
+                && (listener.ip() == addr.ip()
+                    || (listener.ip().is_unspecified()
+                        && (addr.ip().is_loopback() || addr.ip().is_unspecified())))
+        })
+    }
+
+    /// `url` (already [`check`](Self::check)ed) with its host resolved:
+    /// refused when an address it resolves to is this process's own
+    /// listener. What the callback handler asks right before it sends.
+    pub async fn check_target(&self, url: &url::Url) -> Result<(), CallbackRefused> {
+        let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+        let port = url.port_or_known_default().unwrap_or_default();
+        let shown = || format!("{host}:{port}");
+        // Unresolvable: the send itself fails and says so.
+        let Ok(addrs) = tokio::net::lookup_host((host, port)).await else { return Ok(()) };
+        for addr in addrs {
+            if self.is_own(addr) {
+                return Err(CallbackRefused::OwnListener { host: shown() });
+            }
+        }
+        Ok(())
     }
 
     /// `url` if a callback may go there.
@@ -162,11 +227,18 @@ impl CallbackPolicy {
         let host = parsed.host_str().unwrap_or_default().to_ascii_lowercase();
         let port = parsed.port_or_known_default().unwrap_or_default();
         let with_port = format!("{host}:{port}");
-        if self.hosts.iter().any(|h| *h == host || *h == with_port) {
-            Ok(parsed)
-        } else {
-            Err(CallbackRefused::HostNotAllowed { host: with_port })
+        // `port()` is `None` when the URL uses its scheme's own port.
+        let own_port = parsed.port().is_none();
+        if !self.hosts.iter().any(|h| (*h == host && own_port) || *h == with_port) {
+            return Err(CallbackRefused::HostNotAllowed { host: with_port });
         }
+        let literal = with_port.trim_start_matches('[').replace("]:", ":").parse::<std::net::SocketAddr>();
+        if literal.is_ok_and(|addr| self.is_own(addr))
+            || (host == "localhost" && self.is_own((std::net::Ipv4Addr::LOCALHOST, port).into()))
+        {
+            return Err(CallbackRefused::OwnListener { host: with_port });
+        }
+        Ok(parsed)
     }
 
     /// `Ballast-Signature` for `body` sent at `t` (seconds since the Unix
@@ -348,12 +420,25 @@ impl Handler for CallbackHandler {
         let ended = ended.ok_or(CallbackError::Gone(callback.task_id))?;
         let (target, handle) = self.resolve(&callback, &ended)?;
         let url = self.policy.check(&target)?;
+        self.policy.check_target(&url).await?;
         let shown = ballast::redact_url(url.as_str());
         let view = TaskView::of(&handle, &ended, &self.systems);
         let delivery_id = task.key().map_or_else(|| task.id().to_string(), |k| k.as_str().to_owned());
-        // The delivery id is in the signed body too: a replayed body cannot
-        // pass as another delivery.
-        let event = serde_json::json!({ "type": callback.event, "delivery": delivery_id, "task": view });
+        // The delivery id, the receiver and the system are in the signed
+        // body: a replayed body cannot pass as another delivery, and an
+        // event a caller aimed at another receiver, or of a system the
+        // receiver does not expect, is told by what the receiver checks.
+        let mut receiver = url.clone();
+        receiver.set_query(None);
+        receiver.set_fragment(None);
+        let system = view.system.clone();
+        let event = serde_json::json!({
+            "type": callback.event,
+            "delivery": delivery_id,
+            "to": receiver.as_str(),
+            "system": system,
+            "task": view,
+        });
         let body = serde_json::to_vec(&event).unwrap_or_default();
         let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
         task.lease().check().map_err(|lost| CallbackError::Unanswered {
@@ -366,6 +451,7 @@ impl Handler for CallbackHandler {
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(SIGNATURE_HEADER, self.policy.sign(t, &body))
             .header("ballast-task", &handle)
+            .header(http::header::VIA, LOOP_MARK)
             .header("ballast-delivery", &delivery_id)
             .header("idempotency-key", &delivery_id)
             .body(body)
@@ -411,7 +497,13 @@ mod tests {
     fn only_listed_hosts_over_http_are_callbacks() {
         let policy = CallbackPolicy::new(["Hooks.Example", "10.0.0.5:8443"], b"s".to_vec());
         assert!(policy.check("https://hooks.example/x?token=1").is_ok());
-        assert!(policy.check("https://HOOKS.example:9999/x").is_ok(), "a host entry takes any port");
+        assert!(policy.check("https://HOOKS.example:443/x").is_ok(), "the scheme's own port, spelled out");
+        assert!(policy.check("http://hooks.example/x").is_ok());
+        for other_port in
+            ["https://hooks.example:9999/x", "http://hooks.example:22/x", "http://hooks.example:443/x"]
+        {
+            assert!(policy.check(other_port).is_err(), "a host entry takes 80 and 443 only: {other_port}");
+        }
         assert!(policy.check("https://10.0.0.5:8443/x").is_ok());
         for refused in [
             "https://10.0.0.5/x",
@@ -427,5 +519,19 @@ mod tests {
             CallbackPolicy::new(Vec::<String>::new(), Vec::new()).check("https://a/"),
             Err(CallbackRefused::NotConfigured)
         );
+    }
+
+    #[tokio::test]
+    async fn a_callback_never_goes_to_the_process_s_own_listeners() {
+        let policy =
+            CallbackPolicy::new(["127.0.0.1:8080", "localhost:9000", "hooks.example"], b"s".to_vec());
+        policy.serving_on(["0.0.0.0:8080".parse().unwrap(), "127.0.0.1:9000".parse().unwrap()]);
+        let own = |url: &str| matches!(policy.check(url), Err(CallbackRefused::OwnListener { .. }));
+        assert!(own("http://127.0.0.1:8080/call/pay/payments"), "the gateway on every address");
+        assert!(own("http://localhost:9000/admin"), "the admin listener by name");
+        let resolved = url::Url::parse("http://localhost:9000/admin").unwrap();
+        assert!(policy.check_target(&resolved).await.is_err(), "localhost resolved at send time");
+        let elsewhere = url::Url::parse("http://127.0.0.1:8081/x").unwrap();
+        assert!(policy.check_target(&elsewhere).await.is_ok());
     }
 }

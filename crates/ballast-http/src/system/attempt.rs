@@ -172,7 +172,7 @@ impl HttpSystem {
         let Some(limiter) = self.policy().rate_limiter().filter(|l| l.limit().is_adaptive()) else { return };
         let announced = crate::rate_headers::read(headers, std::time::SystemTime::now());
         if let Some(rate) = announced.rate {
-            limiter.announce(rate);
+            limiter.announce_for(rate, announced.window);
         }
         if let Some(spent_for) = announced.spent_for {
             limiter.hold_until(tokio::time::Instant::now() + spent_for);
@@ -244,7 +244,12 @@ impl HttpSystem {
                 let (parts, body) = answer.into_parts();
                 let (body, rest) = match body {
                     AnswerBody::Whole(body) => (body, None),
-                    AnswerBody::Streaming(head, rest) => (head, Some(rest)),
+                    AnswerBody::Streaming(head, rest) => {
+                        // The attempt ends here, the answer does not: it
+                        // counts against the bulkhead until it has come.
+                        rest.bound(self.inner.stream_timeout, self.policy().hold_bulkhead_slot());
+                        (head, Some(rest))
+                    }
                 };
                 self.learn_rate(&parts.headers);
                 if parts.status == http::StatusCode::TOO_MANY_REQUESTS {

@@ -88,6 +88,13 @@ pub struct HttpSystemBuilder {
     /// streams past its buffer instead.
     #[setters(generate)]
     max_answer: usize,
+    /// How long a streamed answer may take, all of it, once its head came
+    /// (default [`DEFAULT_STREAM_TIMEOUT`](crate::stream::DEFAULT_STREAM_TIMEOUT),
+    /// 5 minutes): past it the stream is cut off
+    /// ([`StreamError::TooLong`](crate::stream::StreamError::TooLong)). Until it ends a
+    /// stream holds a slot of the system's bulkhead.
+    #[setters(generate)]
+    stream_timeout: Duration,
     /// How the system's TLS is spoken: the roots and CA file its server
     /// certificate chains to, the client certificate it asks for (mutual
     /// TLS), the name verified, the lowest version (default: Mozilla's
@@ -222,6 +229,7 @@ impl HttpSystemBuilder {
             connect_timeout: None,
             read_timeout: None,
             max_answer: crate::transport::DEFAULT_MAX_ANSWER,
+            stream_timeout: crate::stream::DEFAULT_STREAM_TIMEOUT,
             tls: None,
             proxy: None,
             http2: None,
@@ -510,6 +518,7 @@ impl HttpSystemBuilder {
                 transport,
                 tokens,
                 max_answer: self.max_answer,
+                stream_timeout: self.stream_timeout,
                 system_policy,
                 critical: self.critical,
                 key_ttl: self.key_ttl,

@@ -54,6 +54,8 @@ struct SystemState {
     tokens: Option<Arc<crate::credential::Tokens>>,
     /// The most of an answer read whole.
     max_answer: usize,
+    /// The longest a streamed answer may take, all of it.
+    stream_timeout: Duration,
     system_policy: SystemPolicy,
     critical: bool,
     key_ttl: Option<Duration>,

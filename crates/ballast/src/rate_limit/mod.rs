@@ -276,6 +276,14 @@ impl RateLimiter {
     /// ceiling at once — never below [`adaptive::FLOOR`] of the configured
     /// rate, so a `w` of a year cannot stop the system.
     pub fn announce(&self, rate: f64) {
+        self.announce_for(rate, None);
+    }
+
+    /// [`announce`](Self::announce), for the policy's window (`w`): a
+    /// fleet's limit holds the announced ceiling that long, at most
+    /// `max_hold`, unless the system says it again (a replica's own
+    /// limit holds it until a reload or a restart).
+    pub fn announce_for(&self, rate: f64, window: Option<Duration>) {
         let Some(adaptive) = &self.adaptive else { return };
         if !(rate.is_finite() && rate > 0.0) {
             return;
@@ -283,7 +291,10 @@ impl RateLimiter {
         let configured = self.limit.rate().min(MAX_RATE);
         let rate = rate.clamp(configured * adaptive::FLOOR, MAX_RATE);
         if let Some(shared) = &self.shared {
-            shared.signal(|s| s.announced = Some(rate));
+            shared.signal(|s| {
+                s.announced = Some(rate);
+                s.announced_for = window;
+            });
             return;
         }
         // Systems send their policy on every answer: the published ceiling
@@ -338,6 +349,10 @@ impl RateLimiter {
     /// Forgets what the system said: the configured rate and burst again, no
     /// hold (a configuration reload).
     pub fn reset(&self) {
+        // A fleet's limit forgets too, with the next lease.
+        if let Some(shared) = &self.shared {
+            shared.signal(|s| s.reset = true);
+        }
         if let Some(adaptive) = &self.adaptive {
             let mut aimd = adaptive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             *aimd = Aimd::new(self.limit.rate().min(MAX_RATE));

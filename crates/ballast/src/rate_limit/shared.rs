@@ -45,12 +45,18 @@ pub struct Signals {
     pub announced: Option<f64>,
     /// The longest hold it asked for (`Retry-After`, a spent quota).
     pub hold: Option<Duration>,
+    /// How long the announced rate holds: the window of the system's
+    /// policy (`RateLimit-Policy: 1;w=100`: 100 s), at most `max_hold`.
+    pub announced_for: Option<Duration>,
+    /// Forget what was learned of the system (a reload, a start): its
+    /// announced ceiling, its throttled rate, its hold.
+    pub reset: bool,
 }
 
 impl Signals {
     /// Whether there is nothing to tell.
     pub fn is_empty(&self) -> bool {
-        self.throttles == 0 && self.announced.is_none() && self.hold.is_none()
+        self.throttles == 0 && self.announced.is_none() && self.hold.is_none() && !self.reset
     }
 }
 

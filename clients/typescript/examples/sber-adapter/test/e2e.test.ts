@@ -93,8 +93,9 @@ describe('the Sber adapter through ballast serve, its deferred writes finished b
   before(async () => {
     upstream = await SberUpstream.start();
     process.env['BALLAST_CALLBACK_SECRET'] = SECRET;
+    const port = await freePort();
     served = await startBallastServe(CONFIG, {
-      values: { upstream: upstream.port },
+      values: { upstream: upstream.port, app: port },
       env: { BALLAST_TEST_GATEWAY_TOKEN: TOKEN, BALLAST_CALLBACK_SECRET: SECRET },
       startupTimeoutMs: PATIENCE_MS,
     });
@@ -110,7 +111,6 @@ describe('the Sber adapter through ballast serve, its deferred writes finished b
     }) as typeof fetch;
 
     // The app from the environment, as main.ts starts it.
-    const port = await freePort();
     process.env['BALLAST_GATEWAY_URL'] = served.gateway;
     process.env['BALLAST_GATEWAY_TOKEN'] = TOKEN;
     process.env['BALLAST_ADMIN_URL'] = served.admin;

@@ -48,7 +48,10 @@ describe('a deferred write, followed through a real ballast serve', { timeout: 4
     upstream = await startUpstream();
     receiver = await startReceiver();
     process.env.BALLAST_TEST_CALLBACK_SECRET = SECRET;
-    served = await startBallast(new URL('deferred.toml', import.meta.url), { upstream: upstream.port });
+    served = await startBallast(new URL('deferred.toml', import.meta.url), {
+      upstream: upstream.port,
+      receiver: new URL(receiver.url).port,
+    });
     ballast = createBallastClient({
       baseUrl: served.gateway,
       token: TOKEN,

@@ -18,7 +18,16 @@ import { NestFactory } from '@nestjs/core';
 
 import { BallastClient, BallastModule, OnBallastTask, answerJson, keyFor } from '@ballast/nestjs';
 
-import { PATIENCE_MS, TOKEN, busy, eventually, reply, startBallast, startUpstream } from '../../../test-support/serve.mjs';
+import {
+  PATIENCE_MS,
+  TOKEN,
+  busy,
+  eventually,
+  freePort,
+  reply,
+  startBallast,
+  startUpstream,
+} from '../../../test-support/serve.mjs';
 import { NodeHttpAdapter } from './node-http-adapter.mjs';
 
 const SECRET = 'callback-secret-0123456789abcdef';
@@ -61,7 +70,8 @@ describe('callbacks from a real ballast serve to a Nest app', { timeout: 3 * PAT
   before(async () => {
     upstream = await startUpstream();
     process.env.BALLAST_TEST_CALLBACK_SECRET = SECRET;
-    served = await startBallast(new URL('callbacks.toml', import.meta.url), { upstream: upstream.port });
+    const port = await freePort();
+    served = await startBallast(new URL('callbacks.toml', import.meta.url), { upstream: upstream.port, app: port });
     class AppModule {}
     Module({
       imports: [
@@ -78,7 +88,7 @@ describe('callbacks from a real ballast serve to a Nest app', { timeout: 3 * PAT
       logger: false,
       abortOnError: false,
     });
-    await app.listen(0, '127.0.0.1');
+    await app.listen(port, '127.0.0.1');
     url = await app.getUrl();
   });
 
