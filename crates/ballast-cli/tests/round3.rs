@@ -579,3 +579,126 @@ async fn r8_a_stream_holds_a_bulkhead_slot_until_it_ends_within_its_timeout() {
     assert!(read.is_ok_and(|body| body.is_err()), "the unread stream was cut off");
     drop(second);
 }
+
+/// R9: a flood of wrong tokens from 120 addresses (past the listener's
+/// bucket of 50) interleaved with the right token from 18 new addresses:
+/// every right one is let through, the flood is answered 401 and 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r9_the_right_token_gets_through_a_guessing_flood() {
+    const TOKEN: &str = "r9-the-right-token-0123456789";
+    let upstream = Upstream::start(|_, _| Reply::status(200)).await;
+    let served = Served::start_with(
+        &upstream,
+        "",
+        "token_env = \"R9_TOKEN\"\n\n[systems.pay]\nbase_url = \"http://{up}/\"\n",
+        &[("R9_TOKEN", TOKEN.to_owned())],
+    );
+    let url = format!("{}/call/pay/orders", served.gateway);
+    let mut guesses = std::collections::HashMap::<u16, usize>::new();
+    let mut admitted = Vec::new();
+    for n in 0..120u8 {
+        let guess = from(1, n).get(&url).bearer_auth(format!("guess-{n}")).send().await.unwrap();
+        *guesses.entry(guess.status().as_u16()).or_default() += 1;
+        if n % 7 == 6 {
+            let right = from(2, n).get(&url).bearer_auth(TOKEN).send().await.unwrap();
+            admitted.push(right.status().as_u16());
+        }
+    }
+    assert!(guesses.get(&429).copied().unwrap_or(0) > 0, "the flood was slowed: {guesses:?}");
+    assert_eq!(admitted.len(), 17);
+    let last = from(3, 1).get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    admitted.push(last.status().as_u16());
+    assert!(admitted.iter().all(|s| *s == 200), "every right token got in during the flood: {admitted:?}");
+}
+
+/// A client whose requests come from 127.0.a.b.
+fn from(a: u8, b: u8) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, a, b]))
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// R10: `?wait=` places shared out. With `max_waiters = 16`, one address
+/// holds 4 (a quarter) and its fifth is refused at once while another
+/// address still gets a place; one task takes 8 waiting callers, the ninth
+/// is refused while another task still takes one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r10_one_caller_cannot_take_every_waiting_place() {
+    let upstream = Upstream::start(|_, _| Reply::status(503)).await;
+    let served = Served::start(
+        &upstream,
+        "",
+        "max_waiters = 16\n\n[systems.pay]\nbase_url = \"http://{up}/\"\ndedupes_by_key = true\nkey_ttl = \"1h\"\n\
+         breaker = \"none\"\n\n[systems.pay.retry]\nmax_attempts = 1\n",
+    );
+    let mut handles = Vec::new();
+    for key in ["r10-a", "r10-b"] {
+        let (status, _, body) = send(&served, reqwest::Method::POST, "pay/orders", key, "{}", true).await;
+        assert_eq!(status, 202, "{body}");
+        handles.push(body["task_id"].as_str().unwrap().to_owned());
+    }
+    let url = |handle: &str| format!("{}/tasks/{handle}?wait=60s", served.gateway);
+    let hold = |client: reqwest::Client, handle: &str| tokio::spawn(client.get(url(handle)).send());
+    let refused = |client: reqwest::Client, handle: String| async move {
+        let answer = client.get(url(&handle)).send().await.unwrap();
+        let status = answer.status().as_u16();
+        let body: Value = answer.json().await.unwrap_or_default();
+        (status, body["ballast"]["reason"].as_str().unwrap_or_default().to_owned(), body)
+    };
+    let settle = || tokio::time::sleep(Duration::from_millis(500));
+
+    let mut held: Vec<_> = (0..4).map(|_| hold(from(1, 1), &handles[0])).collect();
+    settle().await;
+    let (status, reason, body) = refused(from(1, 1), handles[1].clone()).await;
+    assert_eq!((status, reason.as_str()), (503, "too_many_waiters"), "an address's fifth place: {body}");
+    assert!(body["detail"].as_str().unwrap().contains("your address"), "{body}");
+
+    held.extend((0..4).map(|_| hold(from(1, 2), &handles[0])));
+    settle().await;
+    let (status, reason, body) = refused(from(1, 3), handles[0].clone()).await;
+    assert_eq!((status, reason.as_str()), (503, "too_many_waiters"), "a task's ninth caller: {body}");
+    assert!(body["detail"].as_str().unwrap().contains("this task"), "{body}");
+
+    held.push(hold(from(1, 3), &handles[1]));
+    settle().await;
+    assert!(held.iter().all(|call| !call.is_finished()), "every place given is held");
+    held.iter().for_each(tokio::task::JoinHandle::abort);
+}
+
+/// R11: a process of the same user binds the gateway's port with
+/// `SO_REUSEPORT` once the gateway serves — which the kernel lets it do —
+/// and gets no connection: 60 callers, each on a connection of its own,
+/// are all answered by the gateway.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r11_a_socket_joining_the_gateway_s_port_gets_no_connection() {
+    use socket2::{Domain, Socket, Type};
+    let upstream = Upstream::start(|_, _| Reply::status(200)).await;
+    let served = Served::start(
+        &upstream,
+        "",
+        "workers = 2\n\n[systems.pay]\nbase_url = \"http://{up}/\"\nbulkhead = \"none\"\n",
+    );
+    let addr: std::net::SocketAddr = served.gateway.trim_start_matches("http://").parse().unwrap();
+    let hijack = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    hijack.set_reuse_address(true).unwrap();
+    hijack.set_reuse_port(true).unwrap();
+    hijack.bind(&addr.into()).expect("the kernel lets a process of the same user join the port");
+    hijack.listen(128).unwrap();
+    hijack.set_nonblocking(true).unwrap();
+
+    let calls = (0..60).map(|_| {
+        let url = format!("{}/call/pay/orders", served.gateway);
+        async move {
+            // A client of its own: a connection of its own.
+            let client = reqwest::Client::builder().timeout(Duration::from_secs(3)).build().unwrap();
+            client.get(url).send().await.map(|a| a.status().as_u16()).unwrap_or(0)
+        }
+    });
+    let statuses = futures_util::future::join_all(calls).await;
+    let taken = std::iter::from_fn(|| hijack.accept().ok()).count();
+    assert_eq!(taken, 0, "the joined socket took connections");
+    assert!(statuses.iter().all(|s| *s == 200), "every caller was answered by the gateway: {statuses:?}");
+}

@@ -14,11 +14,14 @@
 //! - per listener ([`LISTENER_BURST`], then one every [`LISTENER_EVERY`]),
 //!   so rotating through addresses does not help either.
 //!
-//! A throttled check is answered 429 with `Retry-After` before the token is
-//! compared. A right token spends nothing, and an address that presented the
-//! right token within [`TRUSTED_FOR`] is not held back by the listener's
-//! bucket: others' guessing does not lock an operator out (a new address
-//! waits while guessing goes on). Every refusal is counted in
+//! An address over its own bucket is answered 429 with `Retry-After` before
+//! its token is compared. Every other token is compared — in constant time —
+//! before the listener's bucket is asked: the right token always gets in,
+//! from any address, however many others guess meanwhile (a flood cannot
+//! lock an operator out), and spends nothing; a wrong one over the
+//! listener's bucket is answered 429 too, slowing the flood. A token of
+//! [`MIN_TOKEN_LEN`] random bytes is out of a guesser's reach at any rate:
+//! the buckets keep the guessing slow and cheap. Every refusal is counted in
 //! `ballast_auth_failures_total{listener, reason}` (`wrong_token`,
 //! `missing_token`, `throttled`), not logged line by line.
 
@@ -43,10 +46,6 @@ pub const LISTENER_BURST: u32 = 50;
 
 /// How often a listener takes a wrong token once its burst is spent.
 pub const LISTENER_EVERY: Duration = Duration::from_millis(100);
-
-/// How long an address that presented the right token is not held back by
-/// the listener's bucket.
-pub const TRUSTED_FOR: Duration = Duration::from_secs(12 * 3600);
 
 /// The counter of refused token checks, by listener and reason.
 pub const AUTH_FAILURES: &str = "ballast_auth_failures_total";
@@ -116,8 +115,9 @@ pub enum Check {
     Admitted,
     /// No token, or a wrong one.
     Refused,
-    /// Too many wrong tokens lately (from this address, or at this
-    /// listener): not compared; ask again after this long.
+    /// Too many wrong tokens lately: from this address (its token not
+    /// compared), or at this listener (its token compared and wrong); ask
+    /// again after this long.
     Throttled(Duration),
 }
 
@@ -171,17 +171,27 @@ impl Token {
         };
         let peer = peer_key(peer);
         let now = guard.now();
-        if let Some(wait) = guard.throttled(peer, now) {
+        if let Some(wait) = guard.peer_throttled(peer, now) {
             guard.count("throttled");
             return Check::Throttled(wait);
         }
+        // Compared before the listener's bucket is asked: others' guessing
+        // never holds the right token back.
         if self.matches(presented) {
-            guard.trust(peer, now);
             return Check::Admitted;
         }
+        let listener = guard.listener_throttled(now);
         guard.failed(peer, now);
-        guard.count("wrong_token");
-        Check::Refused
+        match listener {
+            Some(wait) => {
+                guard.count("throttled");
+                Check::Throttled(wait)
+            }
+            None => {
+                guard.count("wrong_token");
+                Check::Refused
+            }
+        }
     }
 
     /// [`check`](Self::check) of `headers`' `Authorization: Bearer`.
@@ -204,7 +214,7 @@ pub fn peer<B>(request: &axum::http::Request<B>) -> Option<IpAddr> {
 
 /// An address as the throttle keys it: IPv4 as is (also when mapped into
 /// IPv6), IPv6 by its /64; `0` for a request whose address is unknown.
-fn peer_key(peer: Option<IpAddr>) -> u128 {
+pub(crate) fn peer_key(peer: Option<IpAddr>) -> u128 {
     match peer.map(|ip| ip.to_canonical()) {
         Some(IpAddr::V4(v4)) => u128::from(u32::from(v4)),
         Some(IpAddr::V6(v6)) => u128::from(v6) & !u128::from(u64::MAX),
@@ -213,8 +223,7 @@ fn peer_key(peer: Option<IpAddr>) -> u128 {
 }
 
 /// The throttle of one listener's token checks: GCRA buckets that count
-/// wrong tokens only, per address and for the listener, and the addresses
-/// that presented the right token lately.
+/// wrong tokens only, per address and for the listener.
 struct Guard {
     listener: &'static str,
     start: Instant,
@@ -222,19 +231,11 @@ struct Guard {
     peers: Mutex<HashMap<u128, u64>>,
     /// The same for the whole listener.
     all: AtomicU64,
-    /// Until when each address is trusted, ns since `start`.
-    trusted: Mutex<HashMap<u128, u64>>,
 }
 
 impl Guard {
     fn new(listener: &'static str) -> Self {
-        Self {
-            listener,
-            start: Instant::now(),
-            peers: Mutex::default(),
-            all: AtomicU64::new(0),
-            trusted: Mutex::default(),
-        }
+        Self { listener, start: Instant::now(), peers: Mutex::default(), all: AtomicU64::new(0) }
     }
 
     fn now(&self) -> u64 {
@@ -242,21 +243,14 @@ impl Guard {
     }
 
     /// How long `peer` must wait before a token of its is compared, if it must.
-    fn throttled(&self, peer: u128, now: u64) -> Option<Duration> {
+    fn peer_throttled(&self, peer: u128, now: u64) -> Option<Duration> {
         let own = self.peers.lock().unwrap_or_else(PoisonError::into_inner).get(&peer).copied();
-        let own = wait(own.unwrap_or(0), now, PEER_BURST, PEER_EVERY);
-        let trusted = self
-            .trusted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&peer)
-            .is_some_and(|until| *until > now);
-        let all = if trusted {
-            None
-        } else {
-            wait(self.all.load(Ordering::Acquire), now, LISTENER_BURST, LISTENER_EVERY)
-        };
-        own.into_iter().chain(all).max()
+        wait(own.unwrap_or(0), now, PEER_BURST, PEER_EVERY)
+    }
+
+    /// How long the listener holds wrong tokens back, if it does.
+    fn listener_throttled(&self, now: u64) -> Option<Duration> {
+        wait(self.all.load(Ordering::Acquire), now, LISTENER_BURST, LISTENER_EVERY)
     }
 
     /// A wrong token from `peer`: both buckets move on.
@@ -271,15 +265,6 @@ impl Guard {
         let _ = self.all.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
             Some(tat.max(now) + nanos(LISTENER_EVERY))
         });
-    }
-
-    /// The right token from `peer`.
-    fn trust(&self, peer: u128, now: u64) {
-        let mut trusted = self.trusted.lock().unwrap_or_else(PoisonError::into_inner);
-        if trusted.len() >= PRUNE_AT {
-            trusted.retain(|_, until| *until > now);
-        }
-        trusted.insert(peer, now + nanos(TRUSTED_FOR));
     }
 
     fn count(&self, reason: &'static str) {
@@ -325,9 +310,9 @@ mod tests {
         assert!(matches!(missing, Err(TokenError::Missing { .. })));
     }
 
-    /// N7: wrong tokens are throttled per address (an IPv6 /64 is one) and
-    /// per listener; the right token spends nothing, and an address it came
-    /// from is not held back by others' guessing.
+    /// N7, R9: wrong tokens are throttled per address (an IPv6 /64 is one)
+    /// and per listener; the right token spends nothing and is never held
+    /// back by others' guessing.
     #[test]
     fn guessing_is_throttled_per_address_and_per_listener_and_the_operator_gets_in() {
         let token = Token::new("the-right-token-0123");
@@ -356,9 +341,10 @@ mod tests {
             matches!(check(IpAddr::from([10, 2, 0, 1]), "guess"), Check::Throttled(_)),
             "rotating addresses does not help"
         );
-        assert!(
-            matches!(check(IpAddr::from([10, 2, 0, 2]), "the-right-token-0123"), Check::Throttled(_)),
-            "a new address waits while guessing goes on"
+        assert_eq!(
+            check(IpAddr::from([10, 2, 0, 2]), "the-right-token-0123"),
+            Check::Admitted,
+            "the right token from a new address gets in while guessing goes on"
         );
         assert_eq!(
             check(operator, "the-right-token-0123"),

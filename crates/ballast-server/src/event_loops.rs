@@ -54,11 +54,20 @@ impl Sockets {
     }
 }
 
-/// `workers` listening sockets on `addr`, each with `SO_REUSEPORT`.
+/// `workers` listening sockets on `addr`, each with `SO_REUSEPORT`, their
+/// group closed to every other socket.
+///
+/// The kernel lets any process of the same user join a reuseport group and
+/// take a share of its connections — requests, tokens and all. A classic
+/// BPF program on the group ([`closed_group`]) picks among the first
+/// `workers` sockets only, ours, so a socket bound later gets no
+/// connection; and the group is checked to hold ours alone once they are
+/// bound, for one that joined in the instant between the lone bind and
+/// ours.
 #[cfg(target_os = "linux")]
 fn shared(addr: SocketAddr, workers: usize) -> io::Result<Vec<std::net::TcpListener>> {
     use socket2::{Domain, Socket, Type};
-    (0..workers)
+    let sockets = (0..workers)
         .map(|_| {
             let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
             socket.set_reuse_address(true)?;
@@ -66,9 +75,44 @@ fn shared(addr: SocketAddr, workers: usize) -> io::Result<Vec<std::net::TcpListe
             socket.set_nonblocking(true)?;
             socket.bind(&addr.into())?;
             socket.listen(1024)?;
-            Ok(socket.into())
+            Ok(socket)
         })
-        .collect()
+        .collect::<io::Result<Vec<Socket>>>()?;
+    closed_group(&sockets[0], workers)?;
+    let listening = crate::listening::count(addr)?;
+    if listening.is_some_and(|n| n != workers) {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!(
+                "{addr}: another socket joined the gateway's {workers} as they were bound (SO_REUSEPORT, \
+                 a process of the same user): stop it, or listen on another port"
+            ),
+        ));
+    }
+    Ok(sockets.into_iter().map(Into::into).collect())
+}
+
+/// Attaches to the reuseport group of `socket` a program that sends each
+/// new connection to one of its first `workers` sockets, at random: the
+/// sockets bound before any other could join.
+#[cfg(target_os = "linux")]
+fn closed_group(socket: &socket2::Socket, workers: usize) -> io::Result<()> {
+    use nix::libc::{
+        sock_filter, sock_fprog, BPF_A, BPF_ABS, BPF_ALU, BPF_K, BPF_LD, BPF_MOD, BPF_RET, BPF_W, SKF_AD_OFF,
+        SKF_AD_RANDOM,
+    };
+    let op = |code: u32, k: u32| sock_filter { code: code as u16, jt: 0, jf: 0, k };
+    let workers = u32::try_from(workers).map_err(|_| io::Error::other("too many gateway workers"))?;
+    let mut program = [
+        // A = a random number (the kernel's prandom), A %= workers, the socket's index.
+        op(BPF_LD | BPF_W | BPF_ABS, (SKF_AD_OFF + SKF_AD_RANDOM) as u32),
+        op(BPF_ALU | BPF_MOD | BPF_K, workers),
+        op(BPF_RET | BPF_A, 0),
+    ];
+    // The kernel copies the program during the call.
+    let fprog = sock_fprog { len: program.len() as u16, filter: program.as_mut_ptr() };
+    nix::sys::socket::setsockopt(socket, nix::sys::socket::sockopt::AttachReusePortCbpf, &fprog)
+        .map_err(io::Error::from)
 }
 
 /// Elsewhere `SO_REUSEPORT` does not spread connections: one socket, which

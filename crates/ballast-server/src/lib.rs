@@ -42,6 +42,8 @@ pub mod event_loops;
 mod fleet;
 pub mod gateway;
 pub mod listener;
+#[cfg(target_os = "linux")]
+mod listening;
 pub mod origin;
 pub mod reload;
 pub mod telemetry;

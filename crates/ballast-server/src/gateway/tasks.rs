@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -14,7 +16,7 @@ use ballast_queue::TaskInfo;
 use serde::Deserialize;
 
 use super::problem::{Problem, Reason};
-use super::waiters::{parse_wait, MAX_WAIT};
+use super::waiters::{parse_wait, Full, MAX_WAIT, PER_HANDLE};
 use super::Gateway;
 
 /// `?wait=`: how long to hold the answer for the task to end.
@@ -27,6 +29,7 @@ pub(super) async fn task(
     State(gateway): State<Gateway>,
     Path(handle): Path<String>,
     Query(wait): Query<Wait>,
+    peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
 ) -> Response {
     let wait = match wait.wait.as_deref().map(|w| (w, parse_wait(w))) {
         None => None,
@@ -47,14 +50,29 @@ pub(super) async fn task(
         };
     };
     let until = tokio::time::Instant::now() + wait;
+    let client = crate::auth::peer_key(peer.map(|axum::Extension(ConnectInfo(addr))| addr.ip()));
     loop {
         // The place is taken before the read: an end in between still wakes it.
-        let Some(mut ticket) = gateway.waiters().wait(task_id) else {
-            let detail = "this listener holds as many waiting callers as it takes ([gateway] max_waiters); \
-                          ask again later, or without wait=";
-            return Problem::new(Reason::TooManyWaiters, detail)
-                .retry_after(Duration::from_secs(1))
-                .into_response();
+        let mut ticket = match gateway.waiters().wait(task_id, client) {
+            Ok(ticket) => ticket,
+            Err(full) => {
+                let detail = match full {
+                    Full::Listener => "this listener holds as many waiting callers as it takes \
+                                       ([gateway] max_waiters); ask again later, or without wait="
+                        .to_owned(),
+                    Full::Client(share) => format!(
+                        "your address holds {share} waiting callers, its share (a quarter of [gateway] \
+                         max_waiters); ask again later, or without wait="
+                    ),
+                    Full::Handle => format!(
+                        "{PER_HANDLE} callers wait on this task already, the most one task takes; \
+                         ask again later, or without wait="
+                    ),
+                };
+                return Problem::new(Reason::TooManyWaiters, detail)
+                    .retry_after(Duration::from_secs(1))
+                    .into_response();
+            }
         };
         let task = match read(&gateway, &handle, task_id).await {
             Ok(task) => task,

@@ -3,9 +3,12 @@
 //! this process ends ([`Queue::ended`]), and for one another replica ends
 //! by one statement a second over every task still waited on
 //! ([`Queue::ended_among`]) — never a query per waiter.
+//!
+//! The places are shared out: a client address (an IPv6 /64 as one) holds
+//! at most a quarter of them, a handle at most [`PER_HANDLE`], so one
+//! caller cannot take every place and leave the others none.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
@@ -20,6 +23,9 @@ const SWEEP: Duration = Duration::from_secs(1);
 /// The longest wait a caller may ask for.
 pub(super) const MAX_WAIT: Duration = Duration::from_secs(60);
 
+/// The most callers waiting on one handle at once.
+pub(super) const PER_HANDLE: usize = 8;
+
 /// Callers waiting on tasks, bounded.
 #[derive(Debug)]
 pub(super) struct Waiters {
@@ -31,8 +37,26 @@ pub(super) struct Waiters {
 struct Inner {
     queue: Queue,
     max: usize,
-    count: AtomicUsize,
-    waiting: Mutex<HashMap<i64, Vec<oneshot::Sender<()>>>>,
+    places: Mutex<Places>,
+}
+
+/// Who waits: every place, by task and by client address.
+#[derive(Debug, Default)]
+struct Places {
+    count: usize,
+    by_task: HashMap<i64, Vec<oneshot::Sender<()>>>,
+    by_client: HashMap<u128, usize>,
+}
+
+/// Why a caller was given no place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Full {
+    /// The listener holds `max_waiters` callers.
+    Listener,
+    /// The caller's address holds its share, this many.
+    Client(usize),
+    /// The handle has [`PER_HANDLE`] callers waiting.
+    Handle,
 }
 
 /// One caller's place: resolves when its task ends; gives the place back
@@ -40,6 +64,7 @@ struct Inner {
 #[derive(Debug)]
 pub(super) struct Ticket {
     id: i64,
+    client: u128,
     ended: oneshot::Receiver<()>,
     inner: Arc<Inner>,
 }
@@ -57,58 +82,77 @@ impl Drop for Ticket {
         // Its own place goes with it, not at the next sweep: a caller that
         // hangs up leaves nothing behind.
         self.ended.close();
-        let mut waiting = self.inner.lock();
-        if let Some(tells) = waiting.get_mut(&self.id) {
+        let mut places = self.inner.lock();
+        if let Some(tells) = places.by_task.get_mut(&self.id) {
             tells.retain(|t| !t.is_closed());
             if tells.is_empty() {
-                waiting.remove(&self.id);
+                places.by_task.remove(&self.id);
             }
         }
-        drop(waiting);
-        self.inner.count.fetch_sub(1, Ordering::Relaxed);
+        if let Some(held) = places.by_client.get_mut(&self.client) {
+            *held -= 1;
+            if *held == 0 {
+                places.by_client.remove(&self.client);
+            }
+        }
+        places.count -= 1;
     }
 }
 
 impl Waiters {
     /// At most `max` callers waiting on `queue`'s tasks at once.
     pub(super) fn new(queue: Queue, max: usize) -> Self {
-        let inner = Inner { queue, max, count: AtomicUsize::new(0), waiting: Mutex::default() };
+        let inner = Inner { queue, max, places: Mutex::default() };
         Self { inner: Arc::new(inner), started: OnceLock::new() }
     }
 
-    /// A place waiting on task `id`; `None` when `max` callers wait already.
-    /// Take it before reading the task, so an end in between is not missed.
-    pub(super) fn wait(&self, id: i64) -> Option<Ticket> {
-        let admitted = self
-            .inner
-            .count
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < self.inner.max).then_some(n + 1))
-            .is_ok();
-        if !admitted {
-            return None;
+    /// The most places one client address holds: a quarter of them.
+    fn per_client(&self) -> usize {
+        (self.inner.max / 4).max(1)
+    }
+
+    /// A place for `client` (its address as [`crate::auth::peer_key`] keys
+    /// it) waiting on task `id`, or why there is none. Take it before
+    /// reading the task, so an end in between is not missed.
+    pub(super) fn wait(&self, id: i64, client: u128) -> Result<Ticket, Full> {
+        let per_client = self.per_client();
+        let mut places = self.inner.lock();
+        if places.count >= self.inner.max {
+            return Err(Full::Listener);
         }
+        if places.by_client.get(&client).is_some_and(|held| *held >= per_client) {
+            return Err(Full::Client(per_client));
+        }
+        let tells = places.by_task.entry(id).or_default();
+        tells.retain(|t| !t.is_closed());
+        if tells.len() >= PER_HANDLE {
+            return Err(Full::Handle);
+        }
+        let (tell, ended) = oneshot::channel();
+        tells.push(tell);
+        *places.by_client.entry(client).or_default() += 1;
+        places.count += 1;
+        drop(places);
         self.started.get_or_init(|| {
             tokio::spawn(watch(Arc::downgrade(&self.inner), self.inner.queue.ended()));
         });
-        let (tell, ended) = oneshot::channel();
-        self.inner.lock().entry(id).or_default().push(tell);
-        Some(Ticket { id, ended, inner: Arc::clone(&self.inner) })
+        Ok(Ticket { id, client, ended, inner: Arc::clone(&self.inner) })
     }
 }
 
 impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Vec<oneshot::Sender<()>>>> {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Places> {
+        self.places.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn wake(&self, id: i64) {
-        for tell in self.lock().remove(&id).unwrap_or_default() {
+        for tell in self.lock().by_task.remove(&id).unwrap_or_default() {
             let _ = tell.send(());
         }
     }
 
     fn wake_all(&self) {
-        for (_, tells) in self.lock().drain() {
+        for (_, tells) in self.lock().by_task.drain() {
             for tell in tells {
                 let _ = tell.send(());
             }
@@ -117,12 +161,12 @@ impl Inner {
 
     /// The tasks still waited on, forgetting the places whose caller left.
     fn waited(&self) -> Vec<i64> {
-        let mut waiting = self.lock();
-        waiting.retain(|_, tells| {
+        let mut places = self.lock();
+        places.by_task.retain(|_, tells| {
             tells.retain(|t| !t.is_closed());
             !tells.is_empty()
         });
-        waiting.keys().copied().collect()
+        places.by_task.keys().copied().collect()
     }
 }
 
