@@ -2,7 +2,9 @@
 //! configuration's PostgreSQL queue, one line each — `live` or `gone`, the
 //! host and process, the version, the configuration's digest (flagged
 //! `drift` when it differs from most live replicas') and the clock (flagged
-//! when more than a second off the database's).
+//! when more than a second off the database's). What the replicas wrote
+//! is printed with its control characters shown, not obeyed: a row of the
+//! database cannot drive the operator's terminal.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,17 +56,24 @@ pub fn run(args: &FleetArgs) -> anyhow::Result<ExitCode> {
                     "{:<4} {}  {}:{}  {}  config {}  up {}  heartbeat {} ago  admin {}{}",
                     r.state.as_str(),
                     &r.id.simple().to_string()[24..],
-                    r.host,
+                    field(&r.host),
                     r.pid,
-                    r.version,
-                    r.config_digest,
+                    field(&r.version),
+                    field(&r.config_digest),
                     humantime::format_duration(Duration::from_secs(up.as_secs())),
                     humantime::format_duration(Duration::from_secs(r.heartbeat_age.as_secs())),
-                    r.admin,
+                    field(&r.admin),
                     if flags.is_empty() { String::new() } else { format!("  [{}]", flags.join("; ")) },
                 );
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A field a replica wrote, on one line of a terminal: its control
+/// characters shown as escapes (`\u{1b}`), a line break among them, so a
+/// row can neither drive the terminal nor forge a line of its own.
+fn field(text: &str) -> String {
+    ballast_config::report::printable(text).replace('\n', "\\u{a}").replace('\t', "\\u{9}")
 }

@@ -702,3 +702,89 @@ async fn r11_a_socket_joining_the_gateway_s_port_gets_no_connection() {
     assert_eq!(taken, 0, "the joined socket took connections");
     assert!(statuses.iter().all(|s| *s == 200), "every caller was answered by the gateway: {statuses:?}");
 }
+
+/// R12: a periodic task name that cannot make its periods' keys (a space,
+/// a name of 300 characters) is an error of `ballast lint`, naming the
+/// section, as `ballast serve` refuses it; a good name passes both.
+#[test]
+fn r12_lint_refuses_the_periodic_names_serve_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "n".repeat(300);
+    for (name, ok) in [("nightly-report", true), ("\"nightly report\"", false), (long.as_str(), false)] {
+        let text = format!(
+            "[queue]\nurl = \"sqlite://{}/tasks.db\"\n\n[queue.periodic.{name}]\nsystem = \"pay\"\nmethod = \"POST\"\n\
+             path = \"ticks\"\nevery = \"1h\"\nmax_attempts = 1\n\n[gateway]\nlisten = \"127.0.0.1:0\"\n\n\
+             [systems.pay]\nbase_url = \"http://127.0.0.1:9/\"\ndedupes_by_key = true\nkey_ttl = \"24h\"\n",
+            dir.path().display()
+        );
+        let file = dir.path().join("ballast.toml");
+        std::fs::write(&file, text).unwrap();
+        let file = file.display().to_string();
+        let lint = support::ballast(&["lint", &file]);
+        let said = String::from_utf8_lossy(&lint.stdout).into_owned();
+        assert_eq!(lint.status.success(), ok, "lint of {name:?}: {said}");
+        if ok {
+            continue;
+        }
+        assert!(said.contains("does not make its periods' task keys"), "lint names why: {said}");
+        // What serve refuses, with the same words.
+        let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_ballast"))
+            .args(["serve", "--config", &file, "--listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = serve.try_wait().unwrap() {
+                break status;
+            }
+            assert!(std::time::Instant::now() < deadline, "serve started with {name:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut refused = String::new();
+        std::io::Read::read_to_string(serve.stderr.as_mut().unwrap(), &mut refused).unwrap();
+        assert_eq!(status.code(), Some(1), "{refused}");
+        assert!(refused.contains("does not make its periods' task keys"), "serve names why: {refused}");
+    }
+}
+
+/// R13: a replica row whose host, version and admin address carry terminal
+/// escapes (a clear screen, a window title, a line break forging a second
+/// replica) is printed by `ballast fleet` with them shown, not obeyed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r13_ballast_fleet_shows_a_replica_s_control_characters_instead_of_obeying_them() {
+    let Some(url) = support::pg_queue("r13").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ballast.toml");
+    std::fs::write(
+        &file,
+        format!("[queue]\nurl = \"{url}\"\n\n[systems.pay]\nbase_url = \"http://127.0.0.1:9/\"\n"),
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let first = support::ballast(&["fleet", "--config", &file]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO ballast_fleet_replicas (id, host, pid, version, config_digest, admin) \
+         VALUES ('7b0e2c43-8f54-4a57-9d6c-0d9a3b8e1f01', $1, 7, $2, 'abc', $3)",
+    )
+    .bind("web-1\u{1b}[2J\u{1b}]0;owned\u{7}")
+    .bind("0.1.0\nlive 000000000000  fake:1")
+    .bind("http://10.0.0.1:9464\u{9b}31m")
+    .execute(&pool)
+    .await
+    .unwrap();
+    let shown = support::ballast(&["fleet", "--config", &file]);
+    let text = String::from_utf8(shown.stdout).unwrap();
+    assert!(shown.status.success());
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "a control character reached the terminal: {text:?}"
+    );
+    assert_eq!(text.lines().count(), 1, "one replica, one line: {text}");
+    assert!(text.contains("web-1\\u{1b}[2J"), "{text}");
+    assert!(text.contains("\\u{a}live"), "{text}");
+    assert!(text.contains("9464\\u{9b}31m"), "{text}");
+}

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ballast_vocab::queue::{CatchUp, DurableSchedule, Schedule};
+use ballast_vocab::queue::{check_periodic_name, CatchUp, DurableSchedule, Schedule};
 use serde::Deserialize;
 
 use crate::duration::{display, ConfigDuration};
@@ -101,6 +101,10 @@ pub(crate) fn check(
     let periodic = file.queue.as_ref().and_then(|q| q.periodic.as_ref());
     for (name, section) in periodic.into_iter().flatten() {
         let before = findings.len();
+        if let Err(why) = check_periodic_name(name) {
+            let path = ["queue", "periodic", name.as_str()].map(str::to_owned).to_vec();
+            findings.push(KeyFinding::error(None, path, why, "e.g. [queue.periodic.nightly-report]"));
+        }
         let mut refuse = |key: &str, message: String, help: &str| {
             let path = ["queue", "periodic", name.as_str(), key].map(str::to_owned).to_vec();
             findings.push(KeyFinding::error(None, path, message, help));

@@ -172,9 +172,7 @@ impl Periodic {
     pub(crate) fn check(&self) -> Result<(), String> {
         crate::task::check_kind(&self.kind).map_err(|e| e.to_string())?;
         self.payload.as_ref().map(drop).map_err(|e| format!("its payload does not serialize: {e}"))?;
-        IdempotencyKey::parse(&format!("periodic:{}:0", self.name))
-            .map(drop)
-            .map_err(|e| format!("its name {:?} does not make a key: {e}", self.name))
+        ballast_vocab::queue::check_periodic_name(&self.name)
     }
 
     /// The task of the period starting at `start`.

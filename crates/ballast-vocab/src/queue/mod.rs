@@ -14,5 +14,5 @@ pub use limits::{
     DEFAULT_BATCH, DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_MAX_AGE, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_POLL_INTERVAL, MAX_KIND_LEN, MIN_LEASE, RETAIN_COMPLETED, RETAIN_FAILED,
 };
-pub use periodic::{CatchUp, Schedule, ScheduleError, MAX_CATCH_UP, MIN_PERIOD};
+pub use periodic::{check_periodic_name, CatchUp, Schedule, ScheduleError, MAX_CATCH_UP, MIN_PERIOD};
 pub use schedule::DurableSchedule;

@@ -13,6 +13,26 @@ pub const MAX_CATCH_UP: usize = 1000;
 /// The shortest period: a second.
 pub const MIN_PERIOD: Duration = Duration::from_secs(1);
 
+/// Whether `name` may name a periodic task: each period's task is keyed
+/// `periodic:{name}:{start}` (the period's start in seconds since the
+/// epoch), and that must be an idempotency key whatever the start — 1 to
+/// 255 visible ASCII characters, so a name of at most 225 without spaces.
+/// The one check `ballast lint` and the worker both make.
+///
+/// ```
+/// use ballast_vocab::queue::check_periodic_name;
+/// assert!(check_periodic_name("reconcile").is_ok());
+/// assert!(check_periodic_name("nightly report").is_err()); // a space
+/// ```
+pub fn check_periodic_name(name: &str) -> Result<(), String> {
+    ballast::IdempotencyKey::parse(&format!("periodic:{name}:{}", u64::MAX)).map(drop).map_err(|e| {
+        format!(
+            "the name {name:?} does not make its periods' task keys (periodic:{name}:START): {e}; \
+             name it with at most 225 visible ASCII characters, no spaces"
+        )
+    })
+}
+
 /// When a periodic task's periods start.
 #[derive(Clone)]
 pub struct Schedule(Grid);
