@@ -70,14 +70,14 @@ async fn serve(config: &Config, listen: Option<SocketAddr>, traces: ResolvedTele
     }
     let server = Server::bind(config, prometheus, listen).await?;
     println!(
-        "ballast serve: listening on http://{} (metrics /metrics, health /health/live /health/ready), \
+        "ballast serve: listening on {} (metrics /metrics, health /health/live /health/ready), \
          {} systems, queue {}",
-        server.admin_addr(),
+        server.admin_url(),
         server.systems().names().len(),
         server.queue_url()
     );
-    if let Some(gateway) = server.gateway_addr() {
-        println!("ballast serve: gateway on http://{gateway} (/call/{{system}}/{{path}}, /tasks/{{id}})");
+    if let Some(gateway) = server.gateway_url() {
+        println!("ballast serve: gateway on {gateway} (/call/{{system}}/{{path}}, /tasks/{{id}})");
     }
     if let Some(export) = &traces.export {
         println!(

@@ -788,3 +788,68 @@ async fn r13_ballast_fleet_shows_a_replica_s_control_characters_instead_of_obeyi
     assert!(text.contains("\\u{a}live"), "{text}");
     assert!(text.contains("9464\\u{9b}31m"), "{text}");
 }
+
+/// R14: `[serve] tls_cert_file` and `tls_key_file` put both listeners on
+/// TLS — the gateway takes `[serve]`'s certificate — a plain HTTP request
+/// gets no answer, the dashboard's session cookie is `Secure`, and lint
+/// warns of a listener beyond loopback without TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r14_both_listeners_speak_tls_and_the_session_cookie_is_secure() {
+    const TOKEN: &str = "r14-admin-token-0123456789";
+    let upstream = Upstream::start(|_, _| Reply::status(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ballast_test_support::pki::Ca::new("r14 CA");
+    let (cert, key) = ca.server(&["127.0.0.1", "localhost"]).write(dir.path(), "serve");
+    let text = format!(
+        "[queue]\nurl = \"sqlite://{}/tasks.db\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\ntoken_env = \"R14_TOKEN\"\n\
+         tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n\n[gateway]\nlisten = \"127.0.0.1:0\"\n\n\
+         [systems.pay]\nbase_url = \"http://{}/\"\n",
+        dir.path().display(),
+        cert.display(),
+        key.display(),
+        upstream.addr
+    );
+    let served = Served::start_text(&text, &[("R14_TOKEN", TOKEN.to_owned())]);
+    assert!(
+        served.admin.starts_with("https://") && served.gateway.starts_with("https://"),
+        "{}",
+        served.gateway
+    );
+    let trusting = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let call = trusting.get(format!("{}/call/pay/orders", served.gateway)).send().await.unwrap();
+    assert_eq!(call.status(), 200);
+    let ready = trusting.get(format!("{}/health/live", served.admin)).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+
+    let plain = client()
+        .get(format!("{}/call/pay/orders", served.gateway.replace("https://", "http://")))
+        .send()
+        .await;
+    assert!(plain.is_err(), "plain HTTP got an answer: {:?}", plain.map(|a| a.status()));
+
+    let login = trusting
+        .post(format!("{}/ui/login", served.admin))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    let cookie =
+        login.headers().get("set-cookie").map(|c| c.to_str().unwrap().to_owned()).unwrap_or_default();
+    assert!(cookie.contains("; Secure"), "the session cookie: {cookie:?}");
+
+    let open = dir.path().join("open.toml");
+    std::fs::write(
+        &open,
+        "[gateway]\nlisten = \"0.0.0.0:9465\"\ntoken_env = \"GW_TOKEN\"\n\n[systems.pay]\nbase_url = \"http://127.0.0.1:9/\"\n",
+    )
+    .unwrap();
+    let lint = support::ballast(&["lint", &open.display().to_string()]);
+    let said = String::from_utf8_lossy(&lint.stdout).into_owned();
+    assert!(said.contains("beyond this host over plain HTTP"), "lint warns: {said}");
+}

@@ -82,6 +82,11 @@ pub struct GatewaySection {
     /// `Proxy-Authorization`, `X-Api-Key`): a keyed write joins another
     /// in flight or deferred with its key only when these match too.
     pub tenant_headers: Option<Vec<String>>,
+    /// `tls_cert_file`: a PEM certificate chain the gateway speaks TLS with
+    /// (default: `[serve]`'s, if it names one).
+    pub tls_cert_file: Option<String>,
+    /// `tls_key_file`: the PEM private key of `tls_cert_file`.
+    pub tls_key_file: Option<String>,
 }
 
 /// The largest `[gateway] max_answer`.
@@ -103,6 +108,8 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("trust_forwarded", Value),
     ("allowed_hosts", Value),
     ("max_waiters", Value),
+    ("tls_cert_file", Value),
+    ("tls_key_file", Value),
     ("callback_hosts", Value),
     ("callback_secret_env", Value),
     ("workers", Value),
@@ -120,6 +127,8 @@ pub(crate) fn rules(g: &GatewaySection) -> Vec<KeyFinding> {
             max_connections: g.max_connections,
             header_read_timeout: g.header_read_timeout,
             token_env: g.token_env.as_deref(),
+            tls_cert_file: g.tls_cert_file.as_deref(),
+            tls_key_file: g.tls_key_file.as_deref(),
         },
     );
     out.extend(body_timeout("gateway", g.body_read_timeout));
@@ -246,6 +255,9 @@ pub struct GatewaySettings {
     pub workers: Option<usize>,
     /// An answer's body past this many bytes is streamed.
     pub buffer_answer: usize,
+    /// The certificate chain and key files the gateway speaks TLS with:
+    /// `[gateway]`'s, else `[serve]`'s.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl Default for GatewaySettings {
@@ -266,6 +278,7 @@ impl Default for GatewaySettings {
             callback_secret_env: None,
             workers: None,
             buffer_answer: 64 << 10,
+            tls: None,
         }
     }
 }
@@ -301,6 +314,10 @@ impl Config {
             buffer_answer: gateway
                 .buffer_answer
                 .map_or(defaults.buffer_answer, |b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
+            tls: match (gateway.tls_cert_file.as_deref(), gateway.tls_key_file.as_deref()) {
+                (Some(cert), Some(key)) => Some((self.dir().join(cert), self.dir().join(key))),
+                _ => self.serve_tls(),
+            },
         }))
     }
 }

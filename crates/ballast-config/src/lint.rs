@@ -22,6 +22,7 @@ impl Config {
         }
         problems.extend(self.file.serve.as_ref().map(crate::serve::rules).unwrap_or_default());
         problems.extend(self.file.gateway.as_ref().map(crate::gateway::rules).unwrap_or_default());
+        problems.extend(self.listeners_tls());
         problems.extend(self.file.alerts.as_ref().map(crate::alerts::rules).unwrap_or_default());
         problems.extend(self.file.telemetry.as_ref().map(crate::telemetry::rules).unwrap_or_default());
         for (name, system) in &self.file.systems {
@@ -39,6 +40,23 @@ impl Config {
             ));
         }
         self.located(problems)
+    }
+
+    /// The TLS of both listeners: `[serve]`'s files for the admin listener
+    /// and, unless `[gateway]` names its own, the gateway.
+    fn listeners_tls(&self) -> Vec<crate::finding::KeyFinding> {
+        let serve = self.file.serve.as_ref();
+        let serve_files = serve.and_then(|s| pair(s.tls_cert_file.as_deref(), s.tls_key_file.as_deref()));
+        let listen = serve.and_then(|s| s.listen.as_deref());
+        let mut out = crate::listener::tls("serve", listen, serve_files, &self.dir());
+        if let Some(gateway) = &self.file.gateway {
+            let own = pair(gateway.tls_cert_file.as_deref(), gateway.tls_key_file.as_deref());
+            // [serve]'s files serve the gateway too, checked once where they are named.
+            if own.is_some() || serve_files.is_none() {
+                out.extend(crate::listener::tls("gateway", gateway.listen.as_deref(), own, &self.dir()));
+            }
+        }
+        out
     }
 
     /// The findings about one system (empty if it is not declared).
@@ -64,4 +82,9 @@ impl Config {
 /// Whether any finding is an error (what `ballast lint` exits 1 on).
 pub fn has_errors(findings: &[Finding]) -> bool {
     findings.iter().any(Finding::is_error)
+}
+
+/// Both of a listener's TLS files, if both are named.
+fn pair<'a>(cert: Option<&'a str>, key: Option<&'a str>) -> Option<(&'a str, &'a str)> {
+    Some((cert?, key?))
 }

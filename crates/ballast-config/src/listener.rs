@@ -2,6 +2,7 @@
 //! an address, connection and header limits, a token beyond loopback, a
 //! body read timeout — checked alike for both.
 
+use std::path::Path;
 use std::time::Duration;
 
 use crate::alerts::is_env_name;
@@ -39,6 +40,8 @@ pub(crate) struct Listener<'a> {
     pub(crate) max_connections: Option<u64>,
     pub(crate) header_read_timeout: Option<crate::duration::ConfigDuration>,
     pub(crate) token_env: Option<&'a str>,
+    pub(crate) tls_cert_file: Option<&'a str>,
+    pub(crate) tls_key_file: Option<&'a str>,
 }
 
 /// A listener's values: an address and port, connection and header limits,
@@ -77,6 +80,19 @@ pub(crate) fn listener(section: &str, l: Listener<'_>) -> Vec<KeyFinding> {
             "use a few seconds, e.g. \"5s\"",
         );
     }
+    match (l.tls_cert_file, l.tls_key_file) {
+        (Some(_), None) => refuse(
+            "tls_key_file",
+            format!("[{section}] names `tls_cert_file` without `tls_key_file`"),
+            "name the PEM file of the certificate's private key too, or neither",
+        ),
+        (None, Some(_)) => refuse(
+            "tls_cert_file",
+            format!("[{section}] names `tls_key_file` without `tls_cert_file`"),
+            "name the PEM file of the certificate chain too, or neither",
+        ),
+        _ => {}
+    }
     if let Some(name) = l.token_env {
         if !is_env_name(name) {
             refuse(
@@ -87,6 +103,54 @@ pub(crate) fn listener(section: &str, l: Listener<'_>) -> Vec<KeyFinding> {
         }
     }
     out
+}
+
+/// A listener's TLS as lint sees it: the files read as `ballast serve`
+/// reads them (an error if they cannot be served), and a warning for a
+/// listener beyond loopback that speaks plain HTTP — its token, session
+/// cookie and every body cross the network readable.
+pub(crate) fn tls(
+    section: &str,
+    listen: Option<&str>,
+    files: Option<(&str, &str)>,
+    dir: &Path,
+) -> Vec<KeyFinding> {
+    let path = |key: &str| vec![section.to_owned(), key.to_owned()];
+    let Some((cert, key)) = files else {
+        let beyond = listen
+            .and_then(|l| l.parse::<std::net::SocketAddr>().ok())
+            .is_some_and(|a| !a.ip().is_loopback());
+        if !beyond {
+            return Vec::new();
+        }
+        return vec![KeyFinding::at(
+            None,
+            ballast::Severity::Warning,
+            path("listen"),
+            format!(
+                "[{section}] listens beyond this host over plain HTTP: its token, session cookie and every body \
+                 cross the network readable"
+            ),
+            "set `tls_cert_file` and `tls_key_file` (in [serve]: both listeners), or keep it behind a proxy that \
+             speaks TLS on the same host",
+        )];
+    };
+    let (cert, key) = (dir.join(cert), dir.join(key));
+    match ballast_tls::IdentityFiles::pem(&cert, &key).read() {
+        Err(e) => vec![KeyFinding::error(
+            None,
+            path("tls_cert_file"),
+            e.to_string(),
+            "give a readable PEM certificate chain and its private key",
+        )],
+        Ok(identity) if identity.facts.expired(std::time::SystemTime::now()) => vec![KeyFinding::error(
+            None,
+            path("tls_cert_file"),
+            format!("the certificate in {} has expired: every client would refuse it", cert.display()),
+            "renew it",
+        )],
+        Ok(_) => Vec::new(),
+    }
 }
 
 pub(crate) fn count(n: Option<u64>) -> Option<usize> {

@@ -3,6 +3,7 @@
 //! defaults of what a file leaves out.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -60,6 +61,11 @@ pub struct ServeSection {
     /// flight may take to finish before each is answered at the deadline
     /// (default 25 s).
     pub drain_timeout: Option<ConfigDuration>,
+    /// `tls_cert_file`: a PEM certificate chain the admin listener — and
+    /// the gateway, unless `[gateway]` names its own — speaks TLS with.
+    pub tls_cert_file: Option<String>,
+    /// `tls_key_file`: the PEM private key of `tls_cert_file`.
+    pub tls_key_file: Option<String>,
 }
 
 pub(crate) const KEYS: &[(&str, Schema)] = &[
@@ -75,6 +81,8 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("remove_systems", Value),
     ("drain_delay", Value),
     ("drain_timeout", Value),
+    ("tls_cert_file", Value),
+    ("tls_key_file", Value),
 ];
 
 /// The `[serve]` section's values.
@@ -86,6 +94,8 @@ pub(crate) fn rules(s: &ServeSection) -> Vec<KeyFinding> {
             max_connections: s.max_connections,
             header_read_timeout: s.header_read_timeout,
             token_env: s.token_env.as_deref(),
+            tls_cert_file: s.tls_cert_file.as_deref(),
+            tls_key_file: s.tls_key_file.as_deref(),
         },
     );
     if s.protect_metrics == Some(true) && s.token_env.is_none() {
@@ -176,6 +186,9 @@ pub struct ServeSettings {
     pub drain_delay: Duration,
     /// How long calls in flight may take once the listeners stop accepting.
     pub drain_timeout: Duration,
+    /// The certificate chain and key files the admin listener speaks TLS
+    /// with, relative paths taken from the configuration's directory.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for ServeSettings {
@@ -194,6 +207,7 @@ impl Default for ServeSettings {
             session_ttl: DEFAULT_SESSION_TTL,
             drain_delay: DEFAULT_DRAIN_DELAY,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            tls: None,
         }
     }
 }
@@ -218,6 +232,13 @@ pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
 impl Config {
+    /// `[serve]`'s TLS files, from the configuration's directory.
+    pub(crate) fn serve_tls(&self) -> Option<(PathBuf, PathBuf)> {
+        let serve = self.file.serve.as_ref()?;
+        let (cert, key) = (serve.tls_cert_file.as_deref()?, serve.tls_key_file.as_deref()?);
+        Some((self.dir().join(cert), self.dir().join(key)))
+    }
+
     /// The admin listener's settings: `[serve]` over [`ServeSettings::default`].
     /// Refused when `[serve]` has lint errors.
     pub fn serve(&self) -> Result<ServeSettings, ConfigError> {
@@ -236,6 +257,7 @@ impl Config {
             session_ttl: serve.session_ttl.map_or(defaults.session_ttl, |d| d.get()),
             drain_delay: serve.drain_delay.map_or(defaults.drain_delay, |d| d.get()),
             drain_timeout: serve.drain_timeout.map_or(defaults.drain_timeout, |d| d.get()),
+            tls: self.serve_tls(),
         })
     }
 }

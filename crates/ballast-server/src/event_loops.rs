@@ -143,6 +143,7 @@ impl Loops {
         sockets: Sockets,
         router: &Router,
         limits: Limits,
+        tls: Option<crate::tls::ListenerTls>,
         shutdown: &CancellationToken,
         grace: std::time::Duration,
     ) -> io::Result<Self> {
@@ -158,6 +159,7 @@ impl Loops {
         for (i, socket) in sockets.sockets.into_iter().enumerate() {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let (router, shutdown, released) = (router.clone(), starting.clone(), released.clone());
+            let tls = tls.clone();
             let (done, finished) = tokio::sync::oneshot::channel();
             // `gw:9465/0`: which listener's loop a thread is, in `top -H`
             // (a thread's name holds 15 bytes).
@@ -165,7 +167,7 @@ impl Loops {
             let thread = std::thread::Builder::new().name(name).spawn(move || {
                 runtime.block_on(async move {
                     match tokio::net::TcpListener::from_std(socket) {
-                        Ok(socket) => listener::serve(socket, router, share, shutdown, grace).await,
+                        Ok(socket) => listener::serve(socket, router, share, tls, shutdown, grace).await,
                         Err(e) => tracing::error!(error = %e, "a gateway event loop cannot take its socket"),
                     }
                     let _ = done.send(());

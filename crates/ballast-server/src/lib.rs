@@ -47,6 +47,7 @@ mod listening;
 pub mod origin;
 pub mod reload;
 pub mod telemetry;
+pub mod tls;
 pub mod ui;
 
 use std::net::SocketAddr;
@@ -77,6 +78,14 @@ pub enum ServeError {
     /// The configuration refused its settings.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A listener's certificate cannot be served.
+    #[error("[{section}] tls_cert_file: {source}")]
+    Tls {
+        /// `serve` or `gateway`.
+        section: &'static str,
+        /// Why.
+        source: tls::ListenerTlsError,
+    },
     /// A running part of the configuration could not be built.
     #[error(transparent)]
     Build(#[from] build::BuildError),
@@ -143,7 +152,9 @@ pub struct Server {
     hosts: origin::Hosts,
     listener: TcpListener,
     limits: Limits,
-    gateway: Option<(Gateway, event_loops::Sockets, Limits)>,
+    gateway: Option<(Gateway, event_loops::Sockets, Limits, Option<tls::ListenerTls>)>,
+    /// The admin listener's TLS, if it speaks it.
+    admin_tls: Option<tls::ListenerTls>,
     systems: Systems,
     config: Config,
     queue: ballast_queue::Queue,
@@ -224,6 +235,7 @@ impl Server {
             None => None,
             Some(g) => {
                 let token = Token::for_listener("gateway", g.listen, g.token_env.as_deref())?;
+                let tls = listener_tls("gateway", g.tls.as_ref())?;
                 let workers =
                     g.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
                 let sockets = event_loops::Sockets::bind(g.listen, workers)
@@ -243,17 +255,18 @@ impl Server {
                     .keep_alive_hint(g.header_read_timeout)
                     .max_waiters(g.max_waiters)
                     .callbacks(callbacks);
-                Some((gateway, sockets, limits))
+                Some((gateway, sockets, limits, tls))
             }
         };
         let drain = drain::Drain::new(settings.drain_delay, settings.drain_timeout);
-        let gateway =
-            gateway.map(|(gateway, sockets, limits)| (gateway.drain(drain.clone()), sockets, limits));
+        let gateway = gateway
+            .map(|(gateway, sockets, limits, tls)| (gateway.drain(drain.clone()), sockets, limits, tls));
         let addr = listen.unwrap_or(settings.listen);
         // Refused before anything listens: beyond loopback only with a token.
         let admin_token = Token::for_listener("serve", addr, settings.token_env.as_deref())?;
+        let admin_tls = listener_tls("serve", settings.tls.as_ref())?;
         let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
-        let gateway_addr = gateway.as_ref().map(|(_, sockets, _)| sockets.local_addr());
+        let gateway_addr = gateway.as_ref().map(|(_, sockets, _, _)| sockets.local_addr());
         own_listeners.serving_on(listener.local_addr().ok().into_iter().chain(gateway_addr));
         let fleet = match deferrals.backend() {
             ballast_queue::Backend::Postgres => {
@@ -278,7 +291,8 @@ impl Server {
             settings.session_ttl,
         )
         .fleet(fleet.as_ref().map(|f| (f.view().clone(), f.id())))
-        .periodic(periodic);
+        .periodic(periodic)
+        .secure_cookies(admin_tls.is_some());
         let admin = match (&admin_token, settings.protect_metrics) {
             (Some(token), true) => {
                 Admin::new(prometheus.clone(), systems.clone(), monitor).protected(token.clone())
@@ -292,6 +306,7 @@ impl Server {
             ui,
             hosts,
             listener,
+            admin_tls,
             limits,
             gateway,
             systems,
@@ -322,9 +337,24 @@ impl Server {
         self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
+    /// The admin listener's URL: `https://` when it speaks TLS.
+    pub fn admin_url(&self) -> String {
+        let scheme = if self.admin_tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.admin_addr())
+    }
+
+    /// The gateway's URL, when `[gateway]` is configured: `https://` when
+    /// it speaks TLS.
+    pub fn gateway_url(&self) -> Option<String> {
+        self.gateway.as_ref().map(|(_, sockets, _, tls)| {
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            format!("{scheme}://{}", sockets.local_addr())
+        })
+    }
+
     /// The gateway's address, when `[gateway]` is configured.
     pub fn gateway_addr(&self) -> Option<SocketAddr> {
-        self.gateway.as_ref().map(|(_, sockets, _)| sockets.local_addr())
+        self.gateway.as_ref().map(|(_, sockets, _, _)| sockets.local_addr())
     }
 
     /// The external systems, as they are now (a reload replaces them).
@@ -374,9 +404,9 @@ impl Server {
         let done = CancellationToken::new();
         let mut gateway = match self.gateway {
             None => None,
-            Some((gateway, sockets, limits)) => {
+            Some((gateway, sockets, limits, tls)) => {
                 let router = gateway.stopping(closing.clone()).router();
-                let loops = event_loops::Loops::start(sockets, &router, limits, &closing, drain.grace())
+                let loops = event_loops::Loops::start(sockets, &router, limits, tls, &closing, drain.grace())
                     .map_err(ServeError::EventLoop)?;
                 Some(loops)
             }
@@ -404,6 +434,7 @@ impl Server {
             self.listener,
             router,
             self.limits,
+            self.admin_tls,
             admin_stop.clone(),
             ADMIN_GRACE,
         ));
@@ -424,6 +455,17 @@ impl Server {
         }
         summary
     }
+}
+
+/// A listener's TLS from its files, read and checked before it listens.
+fn listener_tls(
+    section: &'static str,
+    files: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+) -> Result<Option<tls::ListenerTls>, ServeError> {
+    files
+        .map(|(cert, key)| tls::ListenerTls::load(cert, key))
+        .transpose()
+        .map_err(|source| ServeError::Tls { section, source })
 }
 
 /// How long the admin listener's last requests may take once the drain is done.

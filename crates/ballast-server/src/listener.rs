@@ -142,6 +142,7 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    tls: Option<crate::tls::ListenerTls>,
     shutdown: CancellationToken,
     grace: Duration,
 ) {
@@ -186,14 +187,38 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let open = connections.open(on_reserve);
-        let service = ConnectionService { router: router.clone(), open: Arc::clone(&open), limits, peer };
-        let connection =
-            graceful.watch(http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service)));
+        let service = TowerToHyperService::new(ConnectionService {
+            router: router.clone(),
+            open: Arc::clone(&open),
+            limits,
+            peer,
+        });
         let connections = Arc::clone(&connections);
+        let Some(tls) = &tls else {
+            let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                // Errors here are the client's (a timeout, a reset): nothing to do.
+                tokio::select! {
+                    _ = connection => {}
+                    () = open.close.cancelled() => {}
+                }
+                connections.closed(&open);
+                drop(slot);
+            });
+            continue;
+        };
+        let (acceptor, watcher, http) = (tls.acceptor().clone(), graceful.watcher(), http.clone());
         tokio::spawn(async move {
-            // Errors here are the client's (a timeout, a reset): nothing to do.
+            // The handshake is the start of the request's headers: it has
+            // their time, and a client that stalls in it is dropped.
+            let served = async {
+                let handshake = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
+                if let Ok(Ok(stream)) = handshake.await {
+                    let _ = watcher.watch(http.serve_connection(TokioIo::new(stream), service)).await;
+                }
+            };
             tokio::select! {
-                _ = connection => {}
+                () = served => {}
                 () = open.close.cancelled() => {}
             }
             connections.closed(&open);

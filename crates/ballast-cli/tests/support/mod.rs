@@ -116,14 +116,16 @@ fn spawn(
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut address = |what: &str| {
         let line = lines.next().and_then(Result::ok).unwrap_or_default();
-        let addr = line.split("http://").nth(1).and_then(|s| s.split(' ').next()).map(str::to_owned);
-        addr.unwrap_or_else(|| {
+        let scheme = if line.contains(" on https://") { "https" } else { "http" };
+        let url =
+            line.split("://").nth(1).and_then(|s| s.split(' ').next()).map(|a| format!("{scheme}://{a}"));
+        url.unwrap_or_else(|| {
             let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
             panic!("no {what} address in {line:?}; serve's log:\n{log}")
         })
     };
-    let admin = format!("http://{}", address("admin"));
-    let gateway = format!("http://{}", address("gateway"));
+    let admin = address("admin");
+    let gateway = address("gateway");
     (child, admin, gateway, lines)
 }
 

@@ -90,6 +90,8 @@ struct UiState {
     fleet: std::sync::OnceLock<(ballast_fleet::FleetView, uuid::Uuid)>,
     /// The periodic tasks the worker enqueues.
     periodic: std::sync::OnceLock<Vec<ballast_queue::Periodic>>,
+    /// The listener speaks TLS: the session cookie is `Secure`.
+    secure: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Ui {
@@ -121,7 +123,24 @@ impl Ui {
             token,
             fleet: std::sync::OnceLock::new(),
             periodic: std::sync::OnceLock::new(),
+            secure: std::sync::atomic::AtomicBool::new(false),
         }))
+    }
+
+    /// Marks the session cookie `Secure`, for a dashboard served over TLS
+    /// (`[serve] tls_cert_file`): a browser then never sends it in clear.
+    pub fn secure_cookies(self, secure: bool) -> Self {
+        self.0.secure.store(secure, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
+    /// `; Secure` when the cookie is, else nothing.
+    fn secure_attribute(&self) -> &'static str {
+        if self.0.secure.load(std::sync::atomic::Ordering::Relaxed) {
+            "; Secure"
+        } else {
+            ""
+        }
     }
 
     /// Shows `fleet` (a view of it, and this replica's id) on the Fleet page.

@@ -144,7 +144,9 @@ pub(super) async fn login(
     let id = ui.0.sessions.open();
     tracing::info!(?peer, "dashboard login with {name}");
     let max_age = ui.0.sessions.ttl.as_secs();
-    let cookie = format!("{COOKIE_NAME}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={max_age}");
+    let secure = ui.secure_attribute();
+    let cookie =
+        format!("{COOKIE_NAME}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
     ([(SET_COOKIE, cookie)], Redirect::to("/ui/")).into_response()
 }
 
@@ -157,6 +159,7 @@ pub(super) async fn logout(
         ui.0.sessions.close(id);
     }
     tracing::info!(who = %operator.0, "dashboard logout");
-    let expired = format!("{COOKIE_NAME}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0");
+    let secure = ui.secure_attribute();
+    let expired = format!("{COOKIE_NAME}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0{secure}");
     ([(SET_COOKIE, expired)], Redirect::to("/ui/login")).into_response()
 }
