@@ -621,9 +621,10 @@ fn from(a: u8, b: u8) -> reqwest::Client {
 }
 
 /// R10: `?wait=` places shared out. With `max_waiters = 16`, one address
-/// holds 4 (a quarter) and its fifth is refused at once while another
-/// address still gets a place; one task takes 8 waiting callers, the ninth
-/// is refused while another task still takes one.
+/// takes 12 (three quarters: 8 on one task, the most a task takes, and 4
+/// on another) and its thirteenth is refused at once, while another address
+/// still gets one of the places kept for others; a task's ninth caller is
+/// refused while another task still takes one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r10_one_caller_cannot_take_every_waiting_place() {
     let upstream = Upstream::start(|_, _| Reply::status(503)).await;
@@ -634,7 +635,7 @@ async fn r10_one_caller_cannot_take_every_waiting_place() {
          breaker = \"none\"\n\n[systems.pay.retry]\nmax_attempts = 1\n",
     );
     let mut handles = Vec::new();
-    for key in ["r10-a", "r10-b"] {
+    for key in ["r10-a", "r10-b", "r10-c"] {
         let (status, _, body) = send(&served, reqwest::Method::POST, "pay/orders", key, "{}", true).await;
         assert_eq!(status, 202, "{body}");
         handles.push(body["task_id"].as_str().unwrap().to_owned());
@@ -649,19 +650,19 @@ async fn r10_one_caller_cannot_take_every_waiting_place() {
     };
     let settle = || tokio::time::sleep(Duration::from_millis(500));
 
-    let mut held: Vec<_> = (0..4).map(|_| hold(from(1, 1), &handles[0])).collect();
+    let mut held: Vec<_> = (0..8).map(|_| hold(from(1, 1), &handles[0])).collect();
+    held.extend((0..4).map(|_| hold(from(1, 1), &handles[1])));
     settle().await;
-    let (status, reason, body) = refused(from(1, 1), handles[1].clone()).await;
-    assert_eq!((status, reason.as_str()), (503, "too_many_waiters"), "an address's fifth place: {body}");
+    let (status, reason, body) = refused(from(1, 1), handles[2].clone()).await;
+    assert_eq!((status, reason.as_str()), (503, "too_many_waiters"), "an address's thirteenth place: {body}");
     assert!(body["detail"].as_str().unwrap().contains("your address"), "{body}");
 
-    held.extend((0..4).map(|_| hold(from(1, 2), &handles[0])));
-    settle().await;
-    let (status, reason, body) = refused(from(1, 3), handles[0].clone()).await;
+    let (status, reason, body) = refused(from(1, 2), handles[0].clone()).await;
     assert_eq!((status, reason.as_str()), (503, "too_many_waiters"), "a task's ninth caller: {body}");
     assert!(body["detail"].as_str().unwrap().contains("this task"), "{body}");
 
-    held.push(hold(from(1, 3), &handles[1]));
+    held.push(hold(from(1, 2), &handles[1]));
+    held.push(hold(from(1, 3), &handles[2]));
     settle().await;
     assert!(held.iter().all(|call| !call.is_finished()), "every place given is held");
     held.iter().for_each(tokio::task::JoinHandle::abort);

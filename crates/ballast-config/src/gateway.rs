@@ -50,7 +50,7 @@ pub struct GatewaySection {
     /// `max_waiters`: callers of `GET /tasks/{handle}?wait=…` held at once
     /// (default 512, at most half of `max_connections`: a waiting caller
     /// holds its connection); more are answered 503 `too_many_waiters`, as
-    /// is a client address past a quarter of them or a task past 8.
+    /// is a client address past three quarters of them or a task past 8.
     pub max_waiters: Option<u64>,
     /// `callback_hosts`: the hosts (`name:port` for that port, or `name`
     /// alone for 80 and 443 only) a request's `Ballast-Callback` may name;

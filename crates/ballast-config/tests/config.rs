@@ -425,8 +425,13 @@ fn serve_gateway_alerts_and_retention_keys_are_checked() {
     )
     .unwrap();
     let findings = good.lint();
-    assert_eq!(findings.len(), 1, "{findings:?}");
-    assert!(!findings[0].is_error() && findings[0].message.contains("no [systems.*]"), "{findings:?}");
+    assert_eq!(findings.len(), 2, "{findings:?}");
+    assert!(findings.iter().all(|f| !f.is_error()), "{findings:?}");
+    assert!(findings.iter().any(|f| f.message.contains("no [systems.*]")), "{findings:?}");
+    assert!(
+        findings.iter().any(|f| f.message.contains("[gateway] listens beyond this host over plain HTTP")),
+        "a listener beyond loopback without TLS is warned of: {findings:?}"
+    );
     assert_eq!(good.gateway().unwrap().unwrap().max_body, 512 * 1024);
     let hooks = good.alerts().unwrap();
     assert_eq!((hooks[0].format, hooks[0].dedupes_by_key), (ballast_config::AlertFormat::Alertmanager, true));

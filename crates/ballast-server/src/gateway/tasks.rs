@@ -60,9 +60,9 @@ pub(super) async fn task(
                     Full::Listener => "this listener holds as many waiting callers as it takes \
                                        ([gateway] max_waiters); ask again later, or without wait="
                         .to_owned(),
-                    Full::Client(share) => format!(
-                        "your address holds {share} waiting callers, its share (a quarter of [gateway] \
-                         max_waiters); ask again later, or without wait="
+                    Full::Client(held) => format!(
+                        "your address holds {held} waiting callers, and the places left (a quarter of \
+                         [gateway] max_waiters) are kept for other callers; ask again later, or without wait="
                     ),
                     Full::Handle => format!(
                         "{PER_HANDLE} callers wait on this task already, the most one task takes; \

@@ -4,9 +4,11 @@
 //! by one statement a second over every task still waited on
 //! ([`Queue::ended_among`]) — never a query per waiter.
 //!
-//! The places are shared out: a client address (an IPv6 /64 as one) holds
-//! at most a quarter of them, a handle at most [`PER_HANDLE`], so one
-//! caller cannot take every place and leave the others none.
+//! The places are shared out: a quarter of them is kept for callers from
+//! addresses (an IPv6 /64 as one) holding less than a quarter, so one
+//! address may take up to three quarters — an application waiting on many
+//! tasks from one host — but never every place; and a handle takes at most
+//! [`PER_HANDLE`] callers.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
@@ -53,7 +55,8 @@ struct Places {
 pub(super) enum Full {
     /// The listener holds `max_waiters` callers.
     Listener,
-    /// The caller's address holds its share, this many.
+    /// The caller's address holds this many, and the places left are kept
+    /// for other addresses.
     Client(usize),
     /// The handle has [`PER_HANDLE`] callers waiting.
     Handle,
@@ -106,8 +109,9 @@ impl Waiters {
         Self { inner: Arc::new(inner), started: OnceLock::new() }
     }
 
-    /// The most places one client address holds: a quarter of them.
-    fn per_client(&self) -> usize {
+    /// A quarter of the places: what an address holds before the last
+    /// quarter is kept from it for the others.
+    fn quarter(&self) -> usize {
         (self.inner.max / 4).max(1)
     }
 
@@ -115,13 +119,14 @@ impl Waiters {
     /// it) waiting on task `id`, or why there is none. Take it before
     /// reading the task, so an end in between is not missed.
     pub(super) fn wait(&self, id: i64, client: u128) -> Result<Ticket, Full> {
-        let per_client = self.per_client();
+        let quarter = self.quarter();
         let mut places = self.inner.lock();
         if places.count >= self.inner.max {
             return Err(Full::Listener);
         }
-        if places.by_client.get(&client).is_some_and(|held| *held >= per_client) {
-            return Err(Full::Client(per_client));
+        let held = places.by_client.get(&client).copied().unwrap_or(0);
+        if held >= quarter && self.inner.max - places.count <= quarter {
+            return Err(Full::Client(held));
         }
         let tells = places.by_task.entry(id).or_default();
         tells.retain(|t| !t.is_closed());
