@@ -31,7 +31,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(config) => config,
         Err(code) => return Ok(code),
     };
-    let findings = config.lint();
+    // Notes are for `ballast lint`: a start says only what is wrong or advised against.
+    let findings: Vec<_> =
+        config.lint().into_iter().filter(|f| f.severity != ballast::Severity::Note).collect();
     if !findings.is_empty() {
         eprint!("{}", report::human(&findings, Some(config.source())));
         eprintln!("{}", report::summary(&args.config.display().to_string(), &findings));

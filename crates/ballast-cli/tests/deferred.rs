@@ -203,14 +203,7 @@ async fn an_accepted_operation_is_followed_to_its_end_across_a_restart() {
     })
     .await;
     finished.store(true, Ordering::SeqCst);
-    let task: Value = client()
-        .get(format!("{}{location}?wait=30s", served.gateway))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let task = served.waited(&location).await;
     assert_eq!(task["state"], "completed", "{task}");
     let answer: Value = serde_json::from_str(task["result"]["body"].as_str().unwrap()).unwrap();
     assert_eq!(answer["payment_id"], "pay-77");

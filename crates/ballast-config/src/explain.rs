@@ -214,7 +214,15 @@ fn composition(system: &crate::model::System, retry: &Retry, timeout: &Timeout) 
                 other => other.to_owned(),
             };
             let half_open = b.half_open_after.map_or(Breaker::DEFAULT_HALF_OPEN, |d| d.get());
-            parts.push(format!("breaker ({detail}, half-open after {})", display(half_open)));
+            let fleet = if b.scope.as_deref() == Some("fleet") {
+                format!(
+                    ", the fleet's: opens for every replica once {} see it failing",
+                    b.quorum.unwrap_or(2)
+                )
+            } else {
+                String::new()
+            };
+            parts.push(format!("breaker ({detail}, half-open after {}{fleet})", display(half_open)));
         }
         None => parts.push(format!(
             "breaker (count: opens at {}% failures of the last {} calls, half-open after {}){}",
@@ -250,6 +258,10 @@ fn composition(system: &crate::model::System, retry: &Retry, timeout: &Timeout) 
         if r.adaptive == Some(true) {
             detail.push_str(", adaptive");
         }
+        detail.push_str(match r.scope.as_deref() {
+            Some("fleet") => ", held by the fleet together",
+            _ => ", per replica: N replicas send N times it",
+        });
         parts.push(format!("rate limit ({detail})"));
     }
     let strategy = match timeout.strategy() {

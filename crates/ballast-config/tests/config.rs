@@ -675,7 +675,10 @@ fn a_rate_limit_is_built_checked_and_explained() {
     };
     assert_eq!(limiter_of(&config), (10.0, 5, Duration::from_millis(200), true));
     let explained = config.explain(None).unwrap().to_string();
-    assert!(explained.contains("rate limit (600/m, burst 5, waits up to 200ms, adaptive)"), "{explained}");
+    assert!(
+        explained.contains("rate limit (600/m, burst 5, waits up to 200ms, adaptive, per replica: N replicas send N times it)"),
+        "{explained}"
+    );
     assert!(explained.contains("attempt 1  may wait     200ms for a rate-limit permit"), "{explained}");
 
     for (rate, why) in [
@@ -768,6 +771,13 @@ fn a_fleet_scope_needs_postgres_and_a_replica_scope_on_postgres_is_noted() {
 
     let postgres = lint("postgres://db/q", fleet);
     assert!(!postgres.iter().any(|f| f.is_error() || f.message.contains("N replicas")), "{postgres:?}");
+    let text = format!("[queue]\nurl = \"postgres://db/q\"\n{system}{fleet}");
+    let explained = Config::parse("t.toml", text.as_str()).unwrap().explain(None).unwrap().to_string();
+    assert!(explained.contains("rate limit (20/s, held by the fleet together)"), "{explained}");
+    assert!(
+        explained.contains("the fleet's: opens for every replica once 2 see it failing"),
+        "explain says the breaker's scope and quorum: {explained}"
+    );
     let alone = lint("postgres://db/q", "");
     let note = alone.iter().find(|f| f.message.contains("N × 20/s")).expect("the note");
     assert_eq!(note.severity, ballast::Severity::Note);

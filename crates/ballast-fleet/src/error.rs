@@ -10,6 +10,12 @@ pub enum FleetError {
          need [queue] url = \"postgres://…\""
     )]
     NotPostgres(String),
+    /// The database did not answer within the connect timeout.
+    #[error(
+        "the fleet's database did not answer within {0:?}: check that PostgreSQL is up and reachable at \
+         [queue] url"
+    )]
+    Unreachable(std::time::Duration),
     /// The database refused or failed a statement.
     #[error("fleet database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -95,6 +95,11 @@ pub trait Members: Send + Sync + 'static {
     fn members(&self) -> Vec<Member>;
 }
 
+/// How long the fleet's database may take to answer a connection: past it
+/// `ballast fleet` and a replica's start give up and say so, rather than
+/// wait out sqlx's 30 s.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Reading the fleet without being part of it: what `ballast fleet` and the
 /// dashboard show.
 #[derive(Debug, Clone)]
@@ -109,7 +114,15 @@ impl FleetView {
             let scheme = url.split("://").next().unwrap_or(url);
             return Err(FleetError::NotPostgres(scheme.to_owned()));
         }
-        let pool = PgPoolOptions::new().max_connections(3).connect(url).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(3)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .connect(url)
+            .await
+            .map_err(|e| match e {
+                sqlx::Error::PoolTimedOut => FleetError::Unreachable(CONNECT_TIMEOUT),
+                e => FleetError::Database(e),
+            })?;
         schema::migrate(&pool).await?;
         Ok(FleetView { pool })
     }

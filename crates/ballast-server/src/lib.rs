@@ -99,6 +99,17 @@ pub enum ServeError {
         /// Why.
         source: ballast_queue::Error,
     },
+    /// The queue's database did not answer within the connect timeout.
+    #[error(
+        "the queue at {url} did not answer within {after:?}: check that its database is up and reachable \
+         ([queue] url); not started"
+    )]
+    QueueUnreachable {
+        /// The queue's URL, its secrets masked.
+        url: String,
+        /// How long it was given.
+        after: Duration,
+    },
     /// The worker's settings were refused.
     #[error("cannot build the delivery worker: {0}")]
     Worker(#[source] ballast_queue::WorkerBuildError),
@@ -191,7 +202,13 @@ impl Server {
             let url = queue_url.clone();
             move |source| ServeError::Queue { what, url, source }
         };
-        let queue = build::queue(&queue_settings).await.map_err(queue_error("open"))?;
+        let queue = tokio::time::timeout(ballast_fleet::CONNECT_TIMEOUT, build::queue(&queue_settings))
+            .await
+            .map_err(|_| ServeError::QueueUnreachable {
+                url: queue_url.clone(),
+                after: ballast_fleet::CONNECT_TIMEOUT,
+            })?
+            .map_err(queue_error("open"))?;
         queue.migrate().await.map_err(queue_error("prepare"))?;
         // Counting runs read-only on a pool of its own, so it never waits
         // for, or delays, a connection the worker needs.

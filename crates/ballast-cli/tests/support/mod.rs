@@ -86,6 +86,13 @@ impl Served {
     }
 
     /// A keyed POST the caller lets the gateway defer.
+    /// The task at `location` (`/tasks/{handle}`, a 202's `Location`) once
+    /// it ends, or as it stands after 30 s.
+    pub async fn waited(&self, location: &str) -> Value {
+        let url = format!("{}{location}?wait=30s", self.gateway);
+        client().get(url).send().await.unwrap().json().await.unwrap()
+    }
+
     pub async fn defer(&self, path: &str, key: &str) -> reqwest::Response {
         client()
             .post(format!("{}/call/{path}", self.gateway))

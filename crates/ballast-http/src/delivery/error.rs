@@ -134,6 +134,15 @@ fn answered_message(
     attempts: u32,
 ) -> String {
     let said = crate::error::status_message(status, verdict.class);
+    if verdict.throttled {
+        let when = verdict
+            .retry_after
+            .map_or_else(|| "after the queue's backoff".to_owned(), |d| format!("in {d:?}"));
+        return format!(
+            "delivery to {system}: {said}: the system did not take it (too many requests); sent again {when}, \
+             the attempt not counted, until it may no longer be sent"
+        );
+    }
     match verdict.class {
         ballast::Class::Permanent => format!("delivery to {system}: {said} ({attempts} attempt(s); R-RES-RE-X2)"),
         ballast::Class::Transient if dedupes_by_key => format!("delivery to {system}: {said} ({attempts} attempt(s))"),
@@ -158,6 +167,12 @@ fn failed_message(system: &str, dedupes_by_key: bool, failure: &Failure<HttpErro
 impl Classify for DeliveryError {
     fn classify(&self) -> Classification {
         let (dedupes_by_key, failure) = match self {
+            // The system did not take the write (a 429, a 503 with
+            // Retry-After): sent again when it says, whatever its contract.
+            DeliveryError::Answered { verdict, .. } if verdict.throttled => {
+                let again = Classification::transient();
+                return verdict.retry_after.map_or(again, |after| again.with_retry_after(after));
+            }
             DeliveryError::Answered { dedupes_by_key: true, verdict, .. } if verdict.is_transient() => {
                 return *verdict;
             }

@@ -17,7 +17,9 @@ use super::{Delivery, DeliveryError, ExpiredBy, Following};
 ///
 /// Success completes the task. A transient failure reschedules it with the
 /// queue's `2^n s` backoff; a permanent one (a 4xx) fails it and fires the
-/// queue's alert. For a system that does not deduplicate by key, only a
+/// queue's alert — but a `429`, or a `503` with `Retry-After`, says the
+/// system did not take the write: it is sent again when the system says,
+/// the attempt not counted (the adaptive rate limit hears it too). For a system that does not deduplicate by key, only a
 /// failure that sent nothing (a rejection, a refused connection) is tried
 /// again.
 ///
@@ -183,6 +185,13 @@ impl Handler for DeliveryHandler {
             }
         })?;
         if let Some(verdict) = response.verdict() {
+            // A 429 (or a 503 with Retry-After) says the write was not
+            // taken: tried again when the system says, bounded by send_by,
+            // not by max_attempts — a rate-limited backlog never fails a
+            // write the system never processed.
+            if verdict.throttled {
+                task.not_attempted();
+            }
             return Err(DeliveryError::Answered {
                 system: delivery.system.clone(),
                 dedupes_by_key: system.dedupes_by_key(),

@@ -62,11 +62,19 @@ pub(super) struct Completer {
     summary: RunSummary,
     /// Told the id of each task whose end was stored ([`Queue::ended`](crate::Queue::ended)).
     ended: tokio::sync::broadcast::Sender<i64>,
+    /// Tasks postponed unsent, said once a minute per kind.
+    postponed: super::postponed::Postponed,
 }
 
 impl Completer {
     pub fn new(alert: Arc<dyn Alert>, ended: tokio::sync::broadcast::Sender<i64>) -> Self {
-        Self { pending: Batch::default(), alert, summary: RunSummary::default(), ended }
+        Self {
+            pending: Batch::default(),
+            alert,
+            summary: RunSummary::default(),
+            ended,
+            postponed: super::postponed::Postponed::new(),
+        }
     }
 
     pub fn push(&mut self, settling: Settling) {
@@ -150,7 +158,8 @@ impl Completer {
                         tracing::info!(task_id = lease.id, %kind, attempt, ?delay, %error, "transient failure; task rescheduled");
                     } else {
                         counters.postponed.increment(1);
-                        tracing::info!(task_id = lease.id, %kind, attempt, ?delay, %error, "refused before anything was sent; task postponed, the attempt not counted");
+                        tracing::debug!(task_id = lease.id, %kind, attempt, ?delay, %error, "refused before anything was sent; task postponed, the attempt not counted");
+                        self.postponed.count(&kind, &error.to_string());
                     }
                 }
                 Report::Failed(failed) => {

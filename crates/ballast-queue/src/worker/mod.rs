@@ -8,6 +8,7 @@
 mod builder;
 mod completer;
 mod executor;
+mod postponed;
 mod producer;
 mod run;
 #[cfg(test)]

@@ -285,11 +285,14 @@ impl Problem {
                 Problem::new(Reason::BudgetExhausted, detail).retry_after(Duration::from_secs(1))
             }
             Failure::Timeout { .. } => Problem::new(Reason::Timeout, said),
-            Failure::Operation { error, attempts: 0, .. } => match error {
-                HttpError::BadPath { .. } => Problem::new(Reason::BadPath, said),
+            // Refused before anything was sent: the error says why in the
+            // caller's words, with its rule; the attempts and the stop
+            // reason ("permanent, 0 attempts") would only repeat it.
+            Failure::Operation { error, attempts: 0, .. } => match (error, error.to_string()) {
+                (HttpError::BadPath { .. }, said) => Problem::new(Reason::BadPath, said),
                 // The system's route requires a key (R-RES-RE-1): refused unsent.
                 // Said in the caller's terms: the header, not the library's call.
-                HttpError::KeyRequired { route } => {
+                (HttpError::KeyRequired { route }, _) => {
                     let detail = format!(
                         "{route} is declared keyed_write: a write to it must carry an Idempotency-Key header, and this \
                          request has none; nothing was sent (R-RES-RE-1). Send the key made once per user action and \
@@ -297,11 +300,11 @@ impl Problem {
                     );
                     Problem::new(Reason::KeyRequired, detail).route(route)
                 }
-                HttpError::KeyReused { .. } => Problem::new(Reason::KeyReused, said),
-                HttpError::SequencePending { .. } => Problem::new(Reason::SequencePending, said),
-                HttpError::Unrouted { .. } => Problem::new(Reason::Unrouted, said),
-                HttpError::SealKeyMissing { .. } => Problem::new(Reason::SealKeyMissing, said),
-                _ => Problem::new(Reason::BadRequest, said),
+                (HttpError::KeyReused { .. }, said) => Problem::new(Reason::KeyReused, said),
+                (HttpError::SequencePending { .. }, said) => Problem::new(Reason::SequencePending, said),
+                (HttpError::Unrouted { .. }, said) => Problem::new(Reason::Unrouted, said),
+                (HttpError::SealKeyMissing { .. }, said) => Problem::new(Reason::SealKeyMissing, said),
+                (_, said) => Problem::new(Reason::BadRequest, said),
             },
             _ if failure.error().and_then(HttpError::transport_kind) == Some(TransportKind::TooLarge) => {
                 let detail = format!(
@@ -426,5 +429,65 @@ impl IntoResponse for Problem {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ballast::Failure;
+    use ballast_http::HttpError;
+
+    use super::{Problem, Reason};
+
+    /// Every refusal made before anything was sent, in the words its caller
+    /// reads: why, in a person's words, the rule once where one decided it,
+    /// and none of the attempt count a refusal never made.
+    #[test]
+    fn a_refusal_unsent_says_why_and_its_rule_once() {
+        let refusals = [
+            (
+                HttpError::KeyRequired { route: "POST /payments".into() },
+                Reason::KeyRequired,
+                Some("R-RES-RE-1"),
+            ),
+            (
+                HttpError::KeyReused { key: "k-1".into(), first_in: "in flight" },
+                Reason::KeyReused,
+                Some("R-RES-RE-1"),
+            ),
+            (
+                HttpError::Unrouted {
+                    method: http::Method::POST,
+                    path: "/x".into(),
+                    routes: "POST /payments".into(),
+                },
+                Reason::Unrouted,
+                Some("R-RES-RE-1"),
+            ),
+            (
+                HttpError::SequencePending { sequence: "pay:customer/42".into(), task_id: 7 },
+                Reason::SequencePending,
+                None,
+            ),
+            (HttpError::BadPath { path: "a/../b".into() }, Reason::BadPath, None),
+            (HttpError::SealKeyMissing { header: "authorization".into() }, Reason::SealKeyMissing, None),
+            (
+                HttpError::InvalidRequest { reason: "a header value is not text".into() },
+                Reason::BadRequest,
+                None,
+            ),
+        ];
+        for (error, reason, rule) in refusals {
+            let problem = Problem::from_failure(&Failure::unsent(error), "pay");
+            let json = serde_json::to_value(&problem).unwrap();
+            let detail = json["detail"].as_str().unwrap();
+            assert_eq!(problem.ballast.reason, reason, "{detail}");
+            assert!(!detail.contains("attempt(s)") && !detail.contains("permanent error"), "{detail}");
+            assert!(detail.contains("not sent") || detail.contains("nothing was sent"), "{detail}");
+            for id in ["R-RES-RE-1", "R-RES-RE-X2"] {
+                let times = detail.matches(id).count();
+                assert_eq!(times, usize::from(rule == Some(id)), "{id} in {detail}");
+            }
+        }
     }
 }

@@ -113,7 +113,13 @@ const MAPPINGS: Readonly<Record<Reason, Mapping>> = {
   key_required: bug(
     (e) => `a write to a keyed_write route of ${system(e)} without an Idempotency-Key: make it with write(…, { key })`,
   ),
-  key_reused: bug(() => 'an idempotency key reused for another request: a key names one request'),
+  key_reused: {
+    status: HttpStatus.UNPROCESSABLE_ENTITY,
+    programmingError: false,
+    says: (e) =>
+      `the idempotency key already names another request to ${system(e)} (another method, path, body or content type): ` +
+      'this one was not sent (R-RES-RE-1); derive the key from the payment attempt, not the order, when the amount can change',
+  },
   unrouted: bug((e) => `a write no route of ${system(e)} declares: declare it in ballast.toml's routes`),
   method_not_allowed: bug(() => 'TRACE and CONNECT are never forwarded'),
   bad_path: bug(() => 'a path the gateway refuses'),
@@ -210,9 +216,10 @@ export const BALLAST_HTTP_STATUS: Readonly<Record<Reason | 'gateway_unreachable'
  * | `answer_too_large` | 502 | `sent`: the request was sent |
  * | `internal` (a deferral broken midway) | 502 | |
  * | `sequence_pending` | 409 | |
+ * | `key_reused` | 422 | the key names another request: derive keys from the attempt, not the order |
  * | `not_found` (a task handle) | 404 | |
  * | {@link GatewayUnreachableError} | 503 | `sent`, `outcomeUnknown` |
- * | `unknown_system`, `bad_key`, `key_required`, `key_reused`, `unrouted`, `bad_path`, `bad_request`, `bad_callback`, `method_not_allowed`, `seal_key_missing`, `loop_detected`, `body_timeout`, `too_large`, `cross_site`, `unauthorized`, `unknown_host`, `tls_untrusted`, `tls_name_mismatch`, `tls_client_cert_refused`, `tls_protocol`, `proxy_auth_required`, `token_refused` | 500 | the message names the programming error (the gateway's configuration, for TLS, proxy and token) |
+ * | `unknown_system`, `bad_key`, `key_required`, `unrouted`, `bad_path`, `bad_request`, `bad_callback`, `method_not_allowed`, `seal_key_missing`, `loop_detected`, `body_timeout`, `too_large`, `cross_site`, `unauthorized`, `unknown_host`, `tls_untrusted`, `tls_name_mismatch`, `tls_client_cert_refused`, `tls_protocol`, `proxy_auth_required`, `token_refused` | 500 | the message names the programming error (the gateway's configuration, for TLS, proxy and token) |
  *
  * The body is Nest's `{ statusCode, message, error }` with the `reason`, the
  * `system` and, where they apply, `retryAfter`, `sent`, `outcomeUnknown` and

@@ -55,7 +55,7 @@ const EXPECTED = {
   unknown_system: 500,
   bad_key: 500,
   key_required: 500,
-  key_reused: 500,
+  key_reused: 422,
   unrouted: 500,
   method_not_allowed: 500,
   bad_path: 500,
