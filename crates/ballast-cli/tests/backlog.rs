@@ -121,3 +121,42 @@ fn an_unreachable_database_is_given_up_on_after_the_connect_timeout() {
         assert!(started.elapsed() < Duration::from_secs(15), "gave up after {:?}", started.elapsed());
     }
 }
+
+/// Deliveries refused while the breaker's probe is out look again just
+/// after it — not a whole `half_open_after` (10 s) later: a backlog left
+/// by an outage is delivered within a couple of seconds of the probe that
+/// closes the breaker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_refused_by_the_probe_is_delivered_just_after_it() {
+    let sends = Arc::new(AtomicU32::new(0));
+    let seen = Arc::clone(&sends);
+    let upstream = Upstream::start(move |_, _| match seen.fetch_add(1, Ordering::SeqCst) {
+        // The outage: one failure opens the breaker.
+        0 => Reply::status(503),
+        _ => Reply::body(201, "{}"),
+    })
+    .await;
+    let served = Served::start(
+        &upstream,
+        "",
+        "[systems.pay]\nbase_url = \"http://{up}/\"\ndedupes_by_key = true\nkey_ttl = \"1h\"\n\n\
+         [systems.pay.retry]\nmax_attempts = 1\n\n[systems.pay.breaker]\nkind = \"consecutive\"\nthreshold = 1\n\
+         half_open_after = \"10s\"\n",
+    );
+    let opened = std::time::Instant::now();
+    let mut locations = Vec::new();
+    for n in 0..12 {
+        let deferred = served.defer("pay/payments", &format!("backlog-{n}")).await;
+        assert_eq!(deferred.status(), 202);
+        locations.push(deferred.headers()["location"].to_str().unwrap().to_owned());
+    }
+    for location in &locations {
+        let task = served.waited(location).await;
+        assert_eq!(task["state"], "completed", "{task}");
+    }
+    let took = opened.elapsed();
+    assert!(
+        took < Duration::from_secs(16),
+        "the backlog took {took:?}: refused by the probe, it waited another half_open_after"
+    );
+}

@@ -164,6 +164,10 @@ fn failed_message(system: &str, dedupes_by_key: bool, failure: &Failure<HttpErro
     }
 }
 
+/// How soon a delivery refused while its system's probe is out looks
+/// again: between this and twice it.
+pub(crate) const PROBE_LOOK: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Classify for DeliveryError {
     fn classify(&self) -> Classification {
         let (dedupes_by_key, failure) = match self {
@@ -188,6 +192,14 @@ impl Classify for DeliveryError {
             _ => return Classification::permanent(),
         };
         match failure {
+            // The system's probe is out: its result decides, and it comes
+            // within an attempt. Looked at again just after it, spread out
+            // so the backlog does not wake at once — not a whole
+            // `half_open_after` later, which is only what a failed probe costs.
+            Failure::Rejected { rejection: ballast::Rejection::BreakerHalfOpen { retry_in }, .. } => {
+                let after_probe = PROBE_LOOK.mul_f64(rand::Rng::random_range(&mut rand::rng(), 1.0..2.0));
+                Classification::transient().with_retry_after((*retry_in).min(after_probe))
+            }
             // Nothing was sent: safe to try again whatever the system's contract.
             Failure::Rejected { rejection, .. } => match rejection.retry_in() {
                 Some(retry_in) => Classification::transient().with_retry_after(retry_in),
