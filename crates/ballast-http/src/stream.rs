@@ -65,8 +65,6 @@ struct Flow {
     body: Incoming,
     /// The longest wait for its next part.
     read: Duration,
-    /// When the whole of it must have come, and the limit that says so.
-    until: Option<(Instant, Duration)>,
     /// Its system's bulkhead slot, held until it ends.
     _slot: Option<ballast::HeldSlot>,
     /// Dropped with the flow: ends its watch.
@@ -75,7 +73,7 @@ struct Flow {
 
 impl Rest {
     fn new(body: Incoming, read: Duration) -> Self {
-        let flow = Flow { body, read, until: None, _slot: None, _watched: None };
+        let flow = Flow { body, read, _slot: None, _watched: None };
         Self(Arc::new(Mutex::new(Flowing::Waiting(flow))))
     }
 
@@ -85,13 +83,12 @@ impl Rest {
 
     /// The rest for the one stream that passes it on: this one, unless
     /// another copy of the response took it.
-    fn take(&self) -> Option<(Rest, Option<(Instant, Duration)>)> {
+    fn take(&self) -> Option<Rest> {
         let mut flowing = self.lock();
         match std::mem::replace(&mut *flowing, Flowing::Over) {
             Flowing::Waiting(flow) => {
-                let until = flow.until;
                 *flowing = Flowing::Reading(flow);
-                Some((self.clone(), until))
+                Some(self.clone())
             }
             other => {
                 *flowing = other;
@@ -102,7 +99,8 @@ impl Rest {
 
     /// Bounds the rest: all of it within `limit` from now, and `slot` of its
     /// system's bulkhead held until it ends. A watch cuts it off at the
-    /// limit even if nobody reads it (a caller that stopped reading leaves
+    /// limit — the stream says so at its next part, or when its read timer
+    /// wakes it — even if nobody reads it (a caller that stopped reading leaves
     /// the stream unpolled), so the slot is never held longer.
     pub(crate) fn bound(&self, limit: Duration, slot: Option<ballast::HeldSlot>) {
         let Some(until) = Instant::now().checked_add(limit) else { return };
@@ -110,7 +108,6 @@ impl Rest {
         {
             let mut flowing = self.lock();
             let (Flowing::Waiting(flow) | Flowing::Reading(flow)) = &mut *flowing else { return };
-            flow.until = Some((until, limit));
             flow._slot = slot;
             flow._watched = Some(watched);
         }
@@ -244,8 +241,6 @@ pub struct AnswerStream {
     head: Option<Bytes>,
     rest: Option<Rest>,
     timer: Option<Pin<Box<Sleep>>>,
-    /// Fires at the flow's `until`, with the limit it stands for.
-    limit: Option<(Pin<Box<Sleep>>, Duration)>,
     /// A part was passed on since the timer was last armed: the wait for
     /// the next counts from when it is asked for, not from when the caller
     /// took the last (a slow caller is not a stalled upstream).
@@ -261,9 +256,7 @@ impl std::fmt::Debug for AnswerStream {
 impl AnswerStream {
     pub(crate) fn new(head: Bytes, rest: Option<&Rest>) -> Self {
         let head = (!head.is_empty()).then_some(head);
-        let (rest, until) = rest.and_then(Rest::take).unzip();
-        let limit = until.flatten().map(|(until, limit)| (Box::pin(tokio::time::sleep_until(until)), limit));
-        Self { head, rest, timer: None, limit, rearm: false }
+        Self { head, rest: rest.and_then(Rest::take), timer: None, rearm: false }
     }
 }
 
@@ -308,13 +301,6 @@ impl http_body::Body for AnswerStream {
             }
             Flowing::Waiting(_) | Flowing::Over => return Poll::Ready(None),
         };
-        if let Some((timer, limit)) = this.limit.as_mut() {
-            if timer.as_mut().poll(cx).is_ready() {
-                let limit = *limit;
-                *flowing = Flowing::Over;
-                return Poll::Ready(Some(Err(StreamError::TooLong(limit))));
-            }
-        }
         let read = flow.read;
         match Pin::new(&mut flow.body).poll_frame(cx) {
             Poll::Ready(None) => {

@@ -8,24 +8,9 @@ mod support;
 
 use std::time::Duration;
 
-use ballast::{Classification, Classify, IdempotencyKey};
+use ballast::IdempotencyKey;
 use ballast_queue::{Handler, NewTask, Queue, TaskContext, Worker};
 use tokio_util::sync::CancellationToken;
-
-#[derive(Debug)]
-struct Never;
-
-impl std::fmt::Display for Never {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("never")
-    }
-}
-
-impl Classify for Never {
-    fn classify(&self) -> Classification {
-        Classification::transient()
-    }
-}
 
 /// Holds each task a few milliseconds, and one in ten for 400 ms, so
 /// leases are renewed while others settle.
@@ -33,9 +18,9 @@ struct Brief;
 
 impl Handler for Brief {
     type Payload = u32;
-    type Error = Never;
+    type Error = std::convert::Infallible;
 
-    async fn handle(&self, _task: TaskContext, n: u32) -> Result<(), Never> {
+    async fn handle(&self, _task: TaskContext, n: u32) -> Result<(), std::convert::Infallible> {
         let held = if n.is_multiple_of(10) { 400 } else { u64::from(n % 7) };
         tokio::time::sleep(Duration::from_millis(held)).await;
         Ok(())

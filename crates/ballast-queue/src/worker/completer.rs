@@ -159,7 +159,7 @@ impl Completer {
                     } else {
                         counters.postponed.increment(1);
                         tracing::debug!(task_id = lease.id, %kind, attempt, ?delay, %error, "refused before anything was sent; task postponed, the attempt not counted");
-                        self.postponed.count(&kind, &error.to_string());
+                        self.postponed.count(&kind, error);
                     }
                 }
                 Report::Failed(failed) => {

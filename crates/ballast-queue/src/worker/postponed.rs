@@ -28,10 +28,11 @@ impl Postponed {
     /// Counts a task of `kind` postponed for `reason`, and says what was
     /// counted when a minute has passed since it last did (at once, the
     /// first time).
-    pub(super) fn count(&mut self, kind: &str, reason: &str) {
+    pub(super) fn count(&mut self, kind: &str, reason: impl std::fmt::Display) {
         let (count, last) = self.by_kind.entry(kind.to_owned()).or_default();
         *count += 1;
-        reason.clone_into(last);
+        last.clear();
+        let _ = std::fmt::Write::write_fmt(last, format_args!("{reason}"));
         if self.said_at.is_none_or(|at| at.elapsed() >= SAID_EVERY) {
             self.say();
         }
