@@ -517,7 +517,7 @@ mod delivery {
     }
 
     #[tokio::test]
-    async fn an_open_breaker_defers_the_write_to_its_next_probe() {
+    async fn an_open_breaker_defers_the_write_to_when_a_delivery_may_probe() {
         let dir = tempfile::tempdir().unwrap();
         let queue = queue(&dir).await;
         let server = gateway(Arc::new(Mutex::new(false)), Arc::default()).await;
@@ -531,8 +531,11 @@ mod delivery {
         let Ok(Handover::Deferred { task_id: deferred, .. }) = handover else { panic!("deferred") };
         assert_eq!(server.count(), 1, "the breaker opened after the first failure");
         let task = queue.get(deferred).await.unwrap().unwrap();
+        // Due when the breaker lets a delivery probe — 2 s after it opened,
+        // not its 60 s half_open_after, nor at once.
         let wait = task.run_at.duration_since(std::time::SystemTime::now()).unwrap();
-        assert!(wait > Duration::from_secs(50), "due at the breaker's next probe, not at once: {wait:?}");
+        let probe = ballast::breaker::BACKGROUND_PROBE_AFTER;
+        assert!(wait > probe / 2 && wait <= probe, "due when a delivery may probe: {wait:?}");
     }
 
     #[tokio::test]

@@ -120,6 +120,7 @@ pub struct TaskContext {
     pub(crate) result: Arc<Mutex<Option<String>>>,
     pub(crate) next_payload: Arc<Mutex<Option<String>>>,
     pub(crate) not_attempted: Arc<AtomicBool>,
+    pub(crate) handed_back: Arc<AtomicBool>,
     pub(crate) gate: LeaseGate,
 }
 
@@ -146,6 +147,7 @@ pub struct LeaseGate {
     deadline: crate::lease::Deadline,
     cancel: CancellationToken,
     margin: std::time::Duration,
+    lease: std::time::Duration,
 }
 
 impl LeaseGate {
@@ -153,8 +155,17 @@ impl LeaseGate {
         deadline: crate::lease::Deadline,
         cancel: CancellationToken,
         margin: std::time::Duration,
+        lease: std::time::Duration,
     ) -> Self {
-        Self { deadline, cancel, margin }
+        Self { deadline, cancel, margin, lease }
+    }
+
+    /// The worker's lease: how long a claim holds without a renewal. A
+    /// handler that waits for its turn (a rate-limit permit, a slot) keeps
+    /// the wait well within it, so what it holds it can send before another
+    /// worker could take it.
+    pub fn lease(&self) -> std::time::Duration {
+        self.lease
     }
 
     /// `Ok` while the lease holds for longer than the margin, by the clock
@@ -274,6 +285,19 @@ impl TaskContext {
     /// after the schedule's [`max_age`](crate::DurableSchedule::max_age)).
     pub fn not_attempted(&self) {
         self.not_attempted.store(true, Ordering::Relaxed);
+    }
+
+    /// [`not_attempted`](Self::not_attempted), and the task is handed back
+    /// for any worker to take when it is due — this one has no room for it
+    /// now (what it holds of the system's backlog already fills its share) —
+    /// rather than looked for again by this worker first.
+    pub fn hand_back(&self) {
+        self.not_attempted();
+        self.handed_back.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn was_handed_back(&self) -> bool {
+        self.handed_back.load(Ordering::Relaxed)
     }
 
     pub(crate) fn was_attempted(&self) -> bool {

@@ -129,7 +129,7 @@ pub async fn hand_over<T, E: fmt::Display>(
     if task.run_at.is_none() {
         // Due when the refusal says the system lets a call through again:
         // the breaker's next probe, the rate limit's next permit.
-        if let Some(retry_in) = failure.rejection().as_ref().and_then(Rejection::retry_in) {
+        if let Some(retry_in) = failure.rejection().as_ref().and_then(Rejection::background_retry_in) {
             task = task.run_after(retry_in);
         }
     }

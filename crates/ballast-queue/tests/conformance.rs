@@ -981,7 +981,8 @@ async fn write_or_defer_hands_over_with_the_same_key(h: &Harness) {
     assert_eq!(calls[0].key.as_ref(), Some(&key), "the task carries the in-memory key (R-RES-RE-1)");
     assert!(seen.lock().unwrap().iter().all(|k| k.as_ref() == Some(&key)));
 
-    // A task deferred by an open breaker waits for the breaker's next probe.
+    // A task deferred by an open breaker is due when the breaker lets a
+    // delivery probe, not after its whole half_open_after.
     let other = IdempotencyKey::v5("order-10", "charge");
     let Handover::Deferred { task_id: later, .. } =
         policy.write_or_defer(&other, &h.queue, task(), |_| async { Ok::<_, TestError>(1) }).await.unwrap()
@@ -989,7 +990,9 @@ async fn write_or_defer_hands_over_with_the_same_key(h: &Harness) {
         panic!("breaker still open")
     };
     let stored = h.queue.get(later).await.unwrap().unwrap();
-    assert!(stored.run_at > SystemTime::now() + Duration::from_secs(300), "{stored:?}");
+    let probe = ballast::breaker::BACKGROUND_PROBE_AFTER;
+    assert!(stored.run_at > SystemTime::now() + probe / 4, "not at once: {stored:?}");
+    assert!(stored.run_at <= SystemTime::now() + probe, "{stored:?}");
 }
 
 /// A sequence's tasks run one at a time in the order they were enqueued;

@@ -133,6 +133,10 @@ struct Call<'a, F, J> {
     /// Which successful results are failures all the same (see [`Judge`]).
     judge: J,
     deadline: Option<Instant>,
+    /// Until when the first attempt of [paced](crate::background_within)
+    /// work may wait for its slot and permit; the deadline is set once it
+    /// has them.
+    admit_by: Option<Instant>,
     /// One timer per call, armed only when something has to wait.
     timer: Option<Pin<Box<Sleep>>>,
     span: MaybeSpan,
@@ -190,6 +194,7 @@ where
         op,
         judge,
         deadline: None,
+        admit_by: None,
         timer: None,
         span: MaybeSpan::default(),
         nested: None,
@@ -203,7 +208,10 @@ where
         if let Some(rule) = nesting::outer() {
             call.refuse_nested_retry(rule);
         }
-        call.deadline = call.inner.timeout.total_deadline().map(|t| deadline_after(Instant::now(), t));
+        match crate::background::current() {
+            Some(Some(until)) => call.admit_by = Some(until),
+            _ => call.start_deadline(),
+        }
         // Field names follow the OpenTelemetry conventions where one
         // applies (`error.type`, `otel.status_code`), `ballast.*` otherwise.
         call.span = MaybeSpan::new(|| {
@@ -305,11 +313,15 @@ impl<F, J> Call<'_, F, J> {
             Ok(a) => a,
             Err(rejection) => return Step::Stopped(Err(self.rejected::<T, E>(rejection, done, None))),
         };
+        let background = crate::background::current().is_some();
+        // Paced work's first attempt waits its turn until its own bound;
+        // every other wait is bounded by the call's deadline.
+        let wait_by = self.admit_by.or(self.deadline);
         let slot = match &inner.bulkhead {
             None => None,
             Some(bulkhead) => {
-                let acquired = if crate::background::is_background() {
-                    Box::pin(bulkhead.wait_background(self.deadline, self.cancel)).await
+                let acquired = if background {
+                    Box::pin(bulkhead.wait_background(wait_by, self.cancel)).await
                 } else if let Some(slot) = bulkhead.try_acquire() {
                     Ok(slot)
                 } else {
@@ -339,10 +351,29 @@ impl<F, J> Call<'_, F, J> {
 
         if let Some(limiter) = &inner.rate_limit {
             // Never a wait past the total deadline: the permit is not taken then.
-            let room = self.deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
-            let grant = match limiter.take(room) {
-                Grant::Pending(wait) => Box::pin(limiter.take_granted(wait, room)).await,
-                grant => grant,
+            let room = wait_by.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            let (grant, place) = if background {
+                // In line behind the backlog, as long as its bound allows.
+                let paced = match self.cancel {
+                    None => Box::pin(limiter.take_paced(room)).await.map(Some),
+                    Some(token) => tokio::select! {
+                        paced = Box::pin(limiter.take_paced(room)) => paced.map(Some),
+                        () = token.cancelled() => Some(None),
+                    },
+                };
+                match paced {
+                    Some(Some((grant, place))) => (grant, Some(place)),
+                    Some(None) => {
+                        return Step::Stopped(Err(self.gave_up(Failure::Cancelled { attempts: done })))
+                    }
+                    None => (limiter.counted(Grant::Refused(limiter.interval_now())), None),
+                }
+            } else {
+                let grant = match limiter.take(room) {
+                    Grant::Pending(wait) => Box::pin(limiter.take_granted(wait, room)).await,
+                    grant => grant,
+                };
+                (grant, None)
             };
             match grant {
                 Grant::After(wait) if wait.is_zero() => {}
@@ -356,6 +387,17 @@ impl<F, J> Call<'_, F, J> {
                     return Step::Stopped(Err(self.rejected::<T, E>(rejection, done, None)));
                 }
             }
+            drop(place);
+        }
+        if background {
+            if let Some(rejection) = admission.as_ref().and_then(|a| a.refusal_now()) {
+                drop(slot);
+                return Step::Stopped(Err(self.rejected::<T, E>(rejection, done, None)));
+            }
+        }
+        if self.admit_by.take().is_some() {
+            // Its turn came: the total timeout counts from here.
+            self.start_deadline();
         }
 
         inner.events.emit(EventKind::AttemptStarted { op: self.kind, attempt: n });
@@ -516,6 +558,11 @@ impl<F, J> Call<'_, F, J> {
         if let (true, Some(limiter)) = (c.throttled, &self.inner.rate_limit) {
             limiter.throttled(c.retry_after);
         }
+    }
+
+    /// The total deadline, from now.
+    fn start_deadline(&mut self) {
+        self.deadline = self.inner.timeout.total_deadline().map(|t| deadline_after(Instant::now(), t));
     }
 
     /// Waits `delay` on the call's timer; false if the caller cancelled first.

@@ -74,7 +74,7 @@ mod stripe;
 mod timeline;
 mod timeout;
 
-pub use background::background;
+pub use background::{background, background_within};
 pub use backoff::{Backoff, DelayBounds, Delays, MIN_FIRST_DELAY, MIN_GROWTH};
 pub use breaker::{Breaker, BreakerSnapshot, BreakerState, CircuitBreaker, HalfOpenAfter};
 pub use budget::{Budget, BudgetLevel};

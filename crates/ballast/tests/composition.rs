@@ -500,3 +500,39 @@ async fn background_calls_wait_for_slots_and_leave_the_live_share_free() {
     }
     assert_eq!(p.bulkhead_in_flight(), Some(0));
 }
+
+/// An open breaker with a long `half_open_after` lets background work (a
+/// durable delivery) probe after `BACKGROUND_PROBE_AFTER`: refused before
+/// it with the time to that probe, let through after it — and its success
+/// closes the breaker for live calls too, which alone would wait 30 s.
+#[tokio::test(start_paused = true)]
+async fn background_work_probes_an_open_breaker_within_seconds() {
+    use ballast::breaker::BACKGROUND_PROBE_AFTER;
+    let p = Policy::builder("gw")
+        .retry(Retry::never())
+        .breaker(Breaker::consecutive(1).half_open_after(secs(30)))
+        .build()
+        .unwrap();
+    let breaker = p.breaker().unwrap();
+    let _ = p.read(|_| async { Err::<(), _>(Down) }).await;
+    assert_eq!(breaker.state(), BreakerState::Open);
+
+    let early = ballast::background(p.read(|_| async { Ok::<_, Down>(()) })).await.unwrap_err();
+    assert!(
+        matches!(early, Failure::Rejected { rejection: Rejection::BreakerOpen { retry_in }, .. } if retry_in == BACKGROUND_PROBE_AFTER),
+        "{early:?}"
+    );
+    tokio::time::advance(BACKGROUND_PROBE_AFTER).await;
+    let live = p.read(|_| async { Ok::<_, Down>(()) }).await.unwrap_err();
+    assert!(
+        matches!(live, Failure::Rejected { rejection: Rejection::BreakerOpen { retry_in }, .. } if retry_in == secs(30) - BACKGROUND_PROBE_AFTER),
+        "a live call waits out half_open_after: {live:?}"
+    );
+    // A failed background probe opens it again, for another few seconds of background.
+    let _ = ballast::background(p.read(|_| async { Err::<(), _>(Down) })).await;
+    assert_eq!(breaker.state(), BreakerState::Open);
+    tokio::time::advance(BACKGROUND_PROBE_AFTER).await;
+    ballast::background(p.read(|_| async { Ok::<_, Down>(()) })).await.unwrap();
+    assert_eq!(breaker.state(), BreakerState::Closed, "the probe's success closed it");
+    p.read(|_| async { Ok::<_, Down>(()) }).await.unwrap();
+}

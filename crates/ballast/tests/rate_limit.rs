@@ -210,3 +210,65 @@ proptest! {
         })?;
     }
 }
+
+/// Paced background work ([`ballast::background_within`]) with `wait`, each
+/// call timing its attempt: when it was sent, or how it was refused.
+async fn paced_backlog(policy: &Policy, calls: usize, wait: Duration) -> Vec<Result<Instant, Failure<Busy>>> {
+    let mut backlog = Vec::new();
+    for _ in 0..calls {
+        let policy = policy.clone();
+        backlog.push(tokio::spawn(async move {
+            let call = policy.read(|_| async { Ok::<_, Busy>(Instant::now()) });
+            ballast::background_within(wait, call).await
+        }));
+        // Queued in the order they came.
+        tokio::task::yield_now().await;
+    }
+    let mut out = Vec::new();
+    for call in backlog {
+        out.push(call.await.unwrap());
+    }
+    out
+}
+
+/// A backlog is not refused for want of a permit: each delivery waits its
+/// turn and the whole is sent at the limit's rate, first come first served.
+#[tokio::test(start_paused = true)]
+async fn a_paced_backlog_is_sent_at_the_limits_rate_and_none_is_refused() {
+    let policy = Policy::builder("sms")
+        .rate_limit(RateLimit::per_second(10).burst(2))
+        .timeout(Timeout::cooperative(Duration::from_secs(1)).total(Duration::from_secs(2)))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let sent: Vec<Instant> =
+        paced_backlog(&policy, 50, Duration::from_secs(30)).await.into_iter().map(Result::unwrap).collect();
+    // A burst of 2, then one every 100 ms: the last at 4.8 s, though each
+    // call's total timeout is 2 s — it counts from the call's turn.
+    let last = sent.iter().max().unwrap().duration_since(start);
+    assert!(last >= Duration::from_millis(4_800) && last < Duration::from_millis(4_900), "{last:?}");
+    assert!(sent.windows(2).all(|w| w[0] <= w[1]), "sent in the order they came");
+    // Never three within an interval: a burst of 2 at 10/s.
+    for (i, at) in sent.iter().enumerate().skip(2) {
+        assert!(at.duration_since(sent[i - 2]) >= Duration::from_millis(99), "{i}: over the rate");
+    }
+    assert_eq!(policy.rate_limiter().unwrap().snapshot().limited, 0);
+}
+
+/// A turn that does not come within the bound is refused with nothing sent,
+/// and says when a permit may come.
+#[tokio::test(start_paused = true)]
+async fn a_paced_call_whose_turn_does_not_come_in_time_is_refused_unsent() {
+    let policy = Policy::builder("sms").rate_limit(RateLimit::per_second(1).burst(1)).build().unwrap();
+    let out = paced_backlog(&policy, 5, Duration::from_millis(2_500)).await;
+    let sent = out.iter().filter(|o| o.is_ok()).count();
+    assert_eq!(sent, 3, "at 0, 1 and 2 s");
+    for refused in out.iter().filter_map(|o| o.as_ref().err()) {
+        match refused {
+            Failure::Rejected { rejection: Rejection::RateLimited { retry_in }, attempts: 0, .. } => {
+                assert!(*retry_in <= Duration::from_secs(1), "{retry_in:?}")
+            }
+            other => panic!("expected a rate-limit refusal, got {other:?}"),
+        }
+    }
+}

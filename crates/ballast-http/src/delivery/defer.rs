@@ -366,7 +366,7 @@ impl HttpSystem {
         // probe, the next permit), but never past the time the delivery may
         // still be sent: a refusal that names a far time must end in an
         // alert, not a task nobody ever claims.
-        let due = outcome.as_ref().err().and_then(Failure::rejection).and_then(|r| r.retry_in());
+        let due = outcome.as_ref().err().and_then(Failure::rejection).and_then(|r| r.background_retry_in());
         let task = match (due, send_by) {
             (None, _) => task,
             (Some(due), None) => task.run_after(due),

@@ -91,6 +91,22 @@ pub enum DeliveryError {
         /// Where its status was read, relative to the system's base URL.
         status_path: String,
     },
+    /// This worker already holds as many deliveries to the system as its
+    /// share of the system's rate limit sends within the pace: this one is
+    /// handed back to the queue unsent, the attempt not counted, for
+    /// whichever worker has room.
+    #[error(
+        "delivery to {system} handed back to the queue unsent: {waiting} deliveries to it already wait on this \
+         worker, what its share of the rate limit sends in half a lease; any worker takes it again in {retry_in:?}"
+    )]
+    HandedBack {
+        /// The system's name.
+        system: String,
+        /// Deliveries to it waiting on this worker.
+        waiting: usize,
+        /// When it is looked at again.
+        retry_in: std::time::Duration,
+    },
     /// The system gave no answer to the write.
     #[error("{}", failed_message(system, *dedupes_by_key, failure))]
     Failed {
@@ -186,7 +202,7 @@ impl Classify for DeliveryError {
                 return Classification::transient().with_retry_after(HOLD_UNKNOWN)
             }
             DeliveryError::Sealed { .. } => return Classification::transient().with_retry_after(HOLD_SEALED),
-            DeliveryError::Running { retry_in, .. } => {
+            DeliveryError::Running { retry_in, .. } | DeliveryError::HandedBack { retry_in, .. } => {
                 return Classification::transient().with_retry_after(*retry_in)
             }
             _ => return Classification::permanent(),

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use crate::{HttpError, HttpSystem, Systems};
 
+use super::line::Lines;
 use super::{Delivery, DeliveryError, ExpiredBy, Following};
 
 /// Runs [`Delivery`](crate::Delivery) tasks ([`DELIVERY_KIND`](crate::DELIVERY_KIND)): sends each with
@@ -23,9 +24,16 @@ use super::{Delivery, DeliveryError, ExpiredBy, Following};
 /// failure that sent nothing (a rejection, a refused connection) is tried
 /// again.
 ///
-/// Each delivery is [background](ballast::background) work: it waits for a
-/// bulkhead slot outside the share reserved for live calls rather than
-/// being refused, and for a rate-limit permit within its deadline.
+/// Each delivery is [paced](ballast::background_within) background work:
+/// it waits its turn — a bulkhead slot outside the share reserved for live
+/// calls, then a rate-limit permit, first come first served — for up to
+/// half the worker's lease, rather than being refused, so a backlog drains
+/// at the system's allowed rate; its total timeout counts from its turn. A
+/// worker holds at most what its share of the rate sends in that time, per
+/// system: one more is handed back to the queue, unsent and not counted,
+/// for whichever worker has room ([`DeliveryError::HandedBack`](crate::DeliveryError::HandedBack)) — a
+/// backlog spreads over the live replicas, and one that dies strands only
+/// that share until its lease runs out.
 ///
 /// An attempt the breaker or the rate limit refused before anything was sent,
 /// or one whose system is not configured (a reload removed it), is
@@ -49,6 +57,7 @@ use super::{Delivery, DeliveryError, ExpiredBy, Following};
 pub struct DeliveryHandler {
     systems: Systems,
     max_age: Duration,
+    lines: Lines,
 }
 
 /// How long a delivery whose system is not configured waits before it is
@@ -67,7 +76,7 @@ impl DeliveryHandler {
     /// Delivers to the systems of `systems` as they are at each delivery, so
     /// a reload that replaces them reaches the worker too.
     pub fn shared(systems: Systems) -> Self {
-        Self { systems, max_age: DEFAULT_MAX_AGE }
+        Self { systems, max_age: DEFAULT_MAX_AGE, lines: Lines::default() }
     }
 
     /// How long after its first attempt a delivery may still be sent when
@@ -160,13 +169,22 @@ impl Handler for DeliveryHandler {
         };
         #[cfg(feature = "otel")]
         crate::otel::continue_trace(&span, &delivery.headers);
-        // Background work: no caller waits for it, so it waits for a
-        // bulkhead slot (outside the live calls' share) instead of being
-        // refused — a backlog drains at the system's pace.
+        // Background work: no caller waits for it, so it waits its turn
+        // for a slot and a permit instead of being refused — a backlog
+        // drains at the system's pace — well within the lease.
+        let pace = task.lease().lease() / 2;
+        let _place = self.lines.join(&system, pace).map_err(|full| {
+            task.hand_back();
+            DeliveryError::HandedBack {
+                system: delivery.system.clone(),
+                waiting: full.waiting,
+                retry_in: full.retry_in,
+            }
+        })?;
         let plan = system.plan(Operation::KeyedWrite(key), &request).map_err(DeliveryError::Invalid)?;
         let follow = plan.route().and_then(|r| r.followed()).cloned();
         let path = request.path().to_owned();
-        let sent = ballast::background(system.send_planned(plan, request));
+        let sent = ballast::background_within(pace, system.send_planned(plan, request));
         let response = sent.instrument(span).await.map_err(|failure| {
             let stopped =
                 matches!(failure.error(), Some(HttpError::Stopped { .. })) && failure.attempts() <= 1;

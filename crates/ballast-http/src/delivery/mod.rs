@@ -32,6 +32,7 @@ mod defer;
 mod error;
 mod follow;
 mod handler;
+mod line;
 mod view;
 mod wire;
 

@@ -223,6 +223,7 @@ impl WorkerBuilder {
                 // Time for a request to leave once the gate let it: a renewal
                 // comes every third of the lease, so a held lease has more.
                 margin: self.lease / 4,
+                lease: self.lease,
             },
             claim: ClaimRequest {
                 kinds: kinds.into(),

@@ -21,6 +21,10 @@ use super::RunSummary;
 #[derive(Debug)]
 pub(super) struct Settling {
     pub outcome: Outcome,
+    /// When the worker looks for the task again itself, sooner than its
+    /// poll: a task it postponed for a moment (the breaker's probe), not
+    /// one it handed back for another worker to take.
+    pub due_in: Option<Duration>,
     /// The attempt counters of the task's kind.
     pub counters: Arc<AttemptCounters>,
     pub report: Report,
@@ -30,7 +34,17 @@ pub(super) struct Settling {
 #[derive(Debug)]
 pub(super) enum Report {
     Completed,
-    Rescheduled { kind: String, attempt: u32, delay: Duration },
+    Rescheduled {
+        kind: String,
+        attempt: u32,
+        delay: Duration,
+    },
+    /// Rescheduled unsent, for any worker to take ([`TaskContext::hand_back`](crate::TaskContext::hand_back)).
+    HandedBack {
+        kind: String,
+        attempt: u32,
+        delay: Duration,
+    },
     Failed(Box<FailedTask>),
     Released,
 }
@@ -150,7 +164,8 @@ impl Completer {
                     // Nobody may be listening: nothing to tell then.
                     let _ = self.ended.send(lease.id);
                 }
-                Report::Rescheduled { kind, attempt, delay } => {
+                Report::Rescheduled { kind, attempt, delay }
+                | Report::HandedBack { kind, attempt, delay } => {
                     self.summary.rescheduled += 1;
                     let Outcome::Rescheduled { error, counted, .. } = outcome else { continue };
                     if *counted {

@@ -41,6 +41,8 @@ pub(super) struct Attempts {
     /// How long before its lease's deadline a task's gate closes
     /// ([`LeaseGate`](crate::LeaseGate)).
     pub margin: Duration,
+    /// The worker's lease, told to handlers ([`LeaseGate::lease`](crate::LeaseGate::lease)).
+    pub lease: Duration,
 }
 
 impl Attempts {
@@ -140,8 +142,13 @@ impl Attempts {
                 return Finished::NotStarted;
             }
         };
-        let settle =
-            |outcome, report| Finished::Ran(Settling { outcome, counters: Arc::clone(&counters), report });
+        let settle = |outcome, report| {
+            let due_in = match (&outcome, &report) {
+                (Outcome::Rescheduled { delay, .. }, Report::Rescheduled { .. }) => Some(*delay),
+                _ => None,
+            };
+            Finished::Ran(Settling { outcome, due_in, counters: Arc::clone(&counters), report })
+        };
         let (attempt, max) = (count(task.attempt), count(task.max_attempts));
         if attempt > max {
             let error =
@@ -172,7 +179,8 @@ impl Attempts {
             result: Arc::default(),
             next_payload: Arc::default(),
             not_attempted: Arc::default(),
-            gate: crate::handler::LeaseGate::new(deadline, cancel.clone(), self.margin),
+            handed_back: Arc::default(),
+            gate: crate::handler::LeaseGate::new(deadline, cancel.clone(), self.margin, self.lease),
             cancel,
         };
         let result = Arc::clone(&context.result);
@@ -212,7 +220,12 @@ impl Attempts {
                 let payload = next_payload.lock().unwrap_or_else(PoisonError::into_inner).take();
                 let outcome =
                     Outcome::Rescheduled { lease: task.lease, delay, error: message, counted, payload };
-                (outcome, Report::Rescheduled { kind: task.kind, attempt, delay })
+                let report = if probe.was_handed_back() {
+                    Report::HandedBack { kind: task.kind, attempt, delay }
+                } else {
+                    Report::Rescheduled { kind: task.kind, attempt, delay }
+                };
+                (outcome, report)
             }
             Err(AttemptError::Failed { message, .. }) if panicked => {
                 self.fail(&task, FailReason::Panicked, message)

@@ -20,6 +20,10 @@ use crate::Queue;
 /// How often a worker looks for tasks held behind a sequence nothing holds.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
+/// How long after a task it put back is due a worker looks for it: the
+/// round trip that writes its `run_at` is still to come.
+const DUE_MARGIN: Duration = Duration::from_millis(100);
+
 /// A round trip's answer, with what it asked for.
 struct RoundTrip {
     flushed: Flushed,
@@ -58,6 +62,7 @@ pub(super) async fn run(worker: super::Worker, shutdown: CancellationToken) -> R
         poll_interval,
         linger_until: None,
         retry_at: None,
+        due_at: None,
         quiet: crate::quiet::Quiet::default(),
     };
     run.until(&shutdown).await;
@@ -75,6 +80,8 @@ enum Event {
     Answered(RoundTrip),
     Tick,
     Woken,
+    /// A task put back by this worker is due.
+    Due,
     Backed,
 }
 
@@ -97,6 +104,10 @@ pub(super) struct Run {
     linger_until: Option<Instant>,
     /// After a database error: no round trip before then.
     retry_at: Option<Instant>,
+    /// When a task this worker put back comes due, sooner than the next
+    /// poll: a delivery looked at again in a second is claimed then, not
+    /// at the poll after.
+    due_at: Option<Instant>,
     /// Repeated errors, logged once an interval.
     quiet: crate::quiet::Quiet,
 }
@@ -149,6 +160,7 @@ impl Run {
                 Some(finished) = self.executor.next() => Event::Finished(finished),
                 Some(answer) = self.trips.join_next() => Event::Answered(answer.expect("a round trip does not panic")),
                 _ = tokio::time::sleep_until(retry_at), if backing_off => Event::Backed,
+                _ = tokio::time::sleep_until(self.due_at.unwrap_or(retry_at)), if self.due_at.is_some() => Event::Due,
                 _ = poll.tick() => Event::Tick,
                 _ = self.queue.wake.notified() => Event::Woken,
                 _ = self.producer.notified() => Event::Woken,
@@ -176,6 +188,10 @@ impl Run {
             Event::Finished(finished) => self.finished(finished),
             Event::Answered(answer) => self.answered(answer),
             Event::Tick | Event::Woken => self.producer.wake(),
+            Event::Due => {
+                self.due_at = None;
+                self.producer.wake();
+            }
             Event::Stop | Event::Backed => {}
         }
     }
@@ -183,6 +199,12 @@ impl Run {
     /// An attempt came back: its outcome waits for the next round trip.
     fn finished(&mut self, (lease, finished): (crate::store::Lease, Finished)) {
         if let Finished::Ran(settling) = finished {
+            if let Some(delay) = settling.due_in.filter(|delay| *delay < self.poll_interval) {
+                // Its run_at is set when the outcome is written, a round
+                // trip from now: looked for just after.
+                let due = Instant::now() + delay + DUE_MARGIN;
+                self.due_at = Some(self.due_at.map_or(due, |at| at.min(due)));
+            }
             self.held.remove(lease);
             self.completer.push(settling);
         }
@@ -255,6 +277,7 @@ impl Run {
         for (lease, counters) in self.held.drain() {
             self.completer.push(Settling {
                 outcome: Outcome::Released { lease },
+                due_in: None,
                 counters,
                 report: Report::Released,
             });

@@ -32,6 +32,15 @@ use consecutive::Consecutive;
 use count::CountWindow;
 use sampling::SamplingWindow;
 
+/// How soon after it opened an open breaker lets
+/// [background](crate::background) work through as its probe, when
+/// `half_open_after` is longer: a durable delivery (keyed, deduplicated,
+/// no caller waiting) is a probe that costs the system one request, so a
+/// backlog learns within seconds that the system is back — and live calls
+/// with it, as the probe's success closes the breaker — where live calls
+/// alone would wait out the whole `half_open_after`.
+pub const BACKGROUND_PROBE_AFTER: Duration = Duration::from_secs(2);
+
 /// The state of a circuit breaker. As a number (the
 /// `ballast_breaker_state` gauge): 0 closed, 1 half-open, 2 open, 3 isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -131,6 +140,16 @@ pub(crate) struct Admission<'a> {
 }
 
 impl Admission<'_> {
+    /// After a wait (a paced call's turn): the refusal the breaker gives
+    /// now, if it opened meanwhile — nothing is sent into an outage the
+    /// breaker learned of while the call waited. A probe is still the probe.
+    pub(crate) fn refusal_now(&self) -> Option<Rejection> {
+        if self.probe {
+            return None;
+        }
+        self.breaker.refusal()
+    }
+
     /// Records the attempt's outcome.
     #[inline]
     pub(crate) fn record(mut self, failure: bool) {
@@ -290,7 +309,7 @@ impl CircuitBreaker {
             BreakerState::Isolated => Some(Rejection::BreakerIsolated),
             BreakerState::Open => {
                 let now = Instant::now();
-                let at = self.lock().half_open_at;
+                let at = self.refuses_until(&self.lock());
                 (now < at).then(|| Rejection::BreakerOpen { retry_in: at - now })
             }
         }
@@ -303,31 +322,52 @@ impl CircuitBreaker {
         let admission = match self.state() {
             BreakerState::Closed => Ok(Admission { breaker: self, probe: false, recorded: false }),
             BreakerState::Isolated => Err(Rejection::BreakerIsolated),
-            BreakerState::Open if now < s.half_open_at => {
-                Err(Rejection::BreakerOpen { retry_in: s.half_open_at - now })
+            BreakerState::Open if now < self.refuses_until(&s) => {
+                Err(Rejection::BreakerOpen { retry_in: self.refuses_until(&s) - now })
             }
-            BreakerState::Open | BreakerState::HalfOpen => {
-                if self.state() == BreakerState::Open {
-                    s.since = now;
-                    s.probes_taken = 0;
-                    s.probes_ok = 0;
-                    self.state.store(BreakerState::HalfOpen.as_u8(), Ordering::Release);
-                    half_opened = true;
-                }
-                if s.probes_taken < self.cfg.probes {
-                    s.probes_taken += 1;
-                    Ok(Admission { breaker: self, probe: true, recorded: false })
-                } else {
-                    let retry_in = self.peek_reopen_delay(&s);
-                    Err(Rejection::BreakerHalfOpen { retry_in })
-                }
-            }
+            BreakerState::Open | BreakerState::HalfOpen => self.half_open(&mut s, now, &mut half_opened),
         };
         drop(s);
         if half_opened {
             self.events.emit(EventKind::BreakerHalfOpened);
         }
         admission
+    }
+
+    /// Until when the open breaker refuses the running call: its
+    /// `half_open_after`, or [`BACKGROUND_PROBE_AFTER`] for background work
+    /// (a durable delivery probes sooner: the backlog learns within seconds
+    /// that the system is back, and one probe every few seconds costs it
+    /// one request).
+    fn refuses_until(&self, s: &Episode) -> Instant {
+        match crate::background::current() {
+            Some(_) => s.half_open_at.min(deadline_after(s.since, BACKGROUND_PROBE_AFTER)),
+            None => s.half_open_at,
+        }
+    }
+
+    /// A probe's admission, half-opening an open breaker (`half_opened`
+    /// says so), or the refusal when the probes are taken.
+    fn half_open(
+        &self,
+        s: &mut Episode,
+        now: Instant,
+        half_opened: &mut bool,
+    ) -> Result<Admission<'_>, Rejection> {
+        if self.state() == BreakerState::Open {
+            s.since = now;
+            s.probes_taken = 0;
+            s.probes_ok = 0;
+            self.state.store(BreakerState::HalfOpen.as_u8(), Ordering::Release);
+            *half_opened = true;
+        }
+        if s.probes_taken < self.cfg.probes {
+            s.probes_taken += 1;
+            Ok(Admission { breaker: self, probe: true, recorded: false })
+        } else {
+            let retry_in = self.peek_reopen_delay(s);
+            Err(Rejection::BreakerHalfOpen { retry_in })
+        }
     }
 
     fn record_probe(&self, failure: bool, now: Instant) {

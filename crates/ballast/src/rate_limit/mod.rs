@@ -65,6 +65,10 @@ pub struct RateLimiter {
     /// while the fleet cannot be reached.
     shared: Option<SharedPermits>,
     degraded_interval: AtomicU64,
+    /// The line of [paced](crate::background_within) attempts: only its head
+    /// waits for a permit, so a backlog reserves one permit at a time and
+    /// live calls still find the ones it has not reached.
+    line: tokio::sync::Mutex<()>,
     events: Emitter,
 }
 
@@ -99,6 +103,7 @@ impl RateLimiter {
             held_until: AtomicU64::new(0),
             shared: (limit.scope == Scope::Fleet).then(|| SharedPermits::new(rate)),
             degraded_interval: AtomicU64::new(interval(rate)),
+            line: tokio::sync::Mutex::new(()),
             limit,
             events,
         }
@@ -116,6 +121,17 @@ impl RateLimiter {
             Some(shared) if !shared.is_degraded() => shared.fleet_rate(),
             Some(_) => 1e9 / self.degraded_interval.load(Ordering::Relaxed) as f64,
             None => self.rate_at(self.gcra.now()),
+        }
+    }
+
+    /// Permits a second this replica may expect: its share of a fleet-wide
+    /// limit's rate (the whole fleet's until the first grant, its local
+    /// rate while the fleet cannot be reached), the limit's rate otherwise.
+    /// A worker sizes what it holds by it.
+    pub fn share(&self) -> f64 {
+        match &self.shared {
+            Some(shared) if !shared.is_degraded() => shared.share_rate(),
+            _ => self.rate(),
         }
     }
 
@@ -189,9 +205,13 @@ impl RateLimiter {
     /// Takes a permit for an attempt, reserving one due within the wait
     /// and within `room` (what is left of the call's deadline).
     pub(crate) fn take(&self, room: Duration) -> Grant {
+        self.counted(self.offer(self.limit.wait.min(room)))
+    }
+
+    /// A permit due within `wait`, reserved; or why not, uncounted.
+    fn offer(&self, wait: Duration) -> Grant {
         let now = self.gcra.now();
-        let wait = self.limit.wait.min(room);
-        let grant = match &self.shared {
+        match &self.shared {
             Some(shared) if !shared.is_degraded() => shared.take(now, wait),
             Some(shared) => {
                 let grant = self.gcra.take(now, self.degraded_interval.load(Ordering::Relaxed), wait);
@@ -199,15 +219,19 @@ impl RateLimiter {
                 grant
             }
             None => self.gcra.take(now, self.interval_at(now), wait),
-        };
-        self.counted(grant)
+        }
     }
 
     /// [`take`](Self::take) for a fleet's permits none of which was on
     /// hand ([`Grant::Pending`]): waits up to `wait` for the keeper's grant
     /// and takes again, refused if there is still none.
     pub(crate) async fn take_granted(&self, wait: Duration, room: Duration) -> Grant {
-        let Some(shared) = &self.shared else { return self.take(room) };
+        let grant = self.offer_granted(wait, room).await;
+        self.counted(grant)
+    }
+
+    async fn offer_granted(&self, wait: Duration, room: Duration) -> Grant {
+        let Some(shared) = &self.shared else { return self.offer(self.limit.wait.min(room)) };
         /// Stops the waiting [`SharedPermits::take`] counted, however the
         /// wait ends (a call dropped while it waits included).
         struct Waiting<'a>(&'a SharedPermits);
@@ -220,18 +244,49 @@ impl RateLimiter {
         shared.next_grant(wait.min(room)).await;
         drop(waiting);
         let now = self.gcra.now();
-        let grant = match shared.take(now, Duration::ZERO) {
+        match shared.take(now, Duration::ZERO) {
             Grant::Pending(_) => {
                 shared.stop_waiting();
                 shared.refused(now)
             }
             grant => grant,
-        };
-        self.counted(grant)
+        }
+    }
+
+    /// A permit for a [paced](crate::background_within) attempt: it waits in
+    /// line, then for a permit — the fleet's next grant, the end of a hold —
+    /// for as long as `room` allows. [`Grant::After`] a wait the caller
+    /// sleeps while it still holds the returned place in line (so the
+    /// next in line reserves the permit after this one, not the same
+    /// stretch of the bucket); `None` when `room` ran out in line.
+    pub(crate) async fn take_paced(
+        &self,
+        room: Duration,
+    ) -> Option<(Grant, tokio::sync::MutexGuard<'_, ()>)> {
+        let until = crate::timeout::deadline_after(Instant::now(), room);
+        let place = tokio::time::timeout_at(until, self.line.lock()).await.ok()?;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let grant = match self.offer(left) {
+                Grant::Pending(wait) => self.offer_granted(wait, left).await,
+                grant => grant,
+            };
+            match grant {
+                // A fleet whose grant went to others, or held by the
+                // system's word: looked at again when a permit may come.
+                Grant::Refused(retry_in) if retry_in < left => tokio::time::sleep(retry_in).await,
+                grant => return Some((self.counted(grant), place)),
+            }
+        }
+    }
+
+    /// About how long until a permit: one interval at the rate now.
+    pub(crate) fn interval_now(&self) -> Duration {
+        Duration::from_nanos(interval(self.rate()))
     }
 
     /// `grant`, a refusal counted and told.
-    fn counted(&self, grant: Grant) -> Grant {
+    pub(crate) fn counted(&self, grant: Grant) -> Grant {
         if let Grant::Refused(retry_in) = grant {
             self.limited.fetch_add(1, Ordering::Relaxed);
             self.events.emit(EventKind::RateLimited { retry_in });

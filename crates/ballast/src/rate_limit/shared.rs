@@ -257,6 +257,11 @@ impl SharedPermits {
         f64::from_bits(self.fleet_rate.load(Ordering::Relaxed))
     }
 
+    /// This replica's share of the fleet's rate, as last granted.
+    pub(super) fn share_rate(&self) -> f64 {
+        1e9 / self.share_interval.load(Ordering::Relaxed) as f64
+    }
+
     /// How long the fleet is held, as last granted.
     pub(super) fn held_for(&self, now: u64) -> Duration {
         Duration::from_nanos(self.held_until.load(Ordering::Relaxed).saturating_sub(now))
