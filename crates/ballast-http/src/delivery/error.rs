@@ -149,16 +149,17 @@ fn answered_message(
     verdict: Classification,
     attempts: u32,
 ) -> String {
-    let said = crate::error::status_message(status, verdict.class);
     if verdict.throttled {
+        // Not "a contract error": a 429 here says the write was not taken.
         let when = verdict
             .retry_after
             .map_or_else(|| "after the queue's backoff".to_owned(), |d| format!("in {d:?}"));
         return format!(
-            "delivery to {system}: {said}: the system did not take it (too many requests); sent again {when}, \
-             the attempt not counted, until it may no longer be sent"
+            "delivery to {system}: the system answered {status} and did not take it (too many requests); \
+             sent again {when}, the attempt not counted, until it may no longer be sent"
         );
     }
+    let said = crate::error::status_message(status, verdict.class);
     match verdict.class {
         ballast::Class::Permanent => format!("delivery to {system}: {said} ({attempts} attempt(s); R-RES-RE-X2)"),
         ballast::Class::Transient if dedupes_by_key => format!("delivery to {system}: {said} ({attempts} attempt(s))"),
@@ -241,5 +242,33 @@ impl Classify for DeliveryError {
             },
             _ => Classification::permanent(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 429 to a delivery says the write was not taken and when it goes
+    /// again — not that the request is wrong.
+    #[test]
+    fn a_throttled_delivery_says_it_was_not_taken_not_a_contract_error() {
+        let verdict = Classification {
+            throttled: true,
+            ..Classification::transient().with_retry_after(std::time::Duration::from_secs(1))
+        };
+        let said = DeliveryError::Answered {
+            system: "pay".into(),
+            dedupes_by_key: true,
+            status: http::StatusCode::TOO_MANY_REQUESTS,
+            verdict,
+            attempts: 1,
+        }
+        .to_string();
+        assert!(!said.contains("contract error"), "{said}");
+        assert!(
+            said.contains("429 Too Many Requests and did not take it") && said.contains("in 1s"),
+            "{said}"
+        );
     }
 }
