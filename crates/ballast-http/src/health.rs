@@ -95,6 +95,22 @@ pub struct SystemHealth {
     pub since_secs: Option<f64>,
     /// When open: seconds until a probe is let through.
     pub next_probe_in_secs: Option<f64>,
+    /// A rate limit the fleet shares (`scope = "fleet"`): whether this
+    /// replica takes its permits from the fleet's bucket or, the fleet's
+    /// database away, holds its share on its own. `None` for a local limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_limit: Option<FleetLimit>,
+}
+
+/// How a fleet-wide rate limit is held on this replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FleetLimit {
+    /// Permits come from the fleet's bucket.
+    Shared,
+    /// The fleet's bucket cannot be reached: this replica holds the
+    /// fleet's rate over the replicas last seen on its own.
+    Degraded,
 }
 
 impl Health {
@@ -148,6 +164,13 @@ impl Health {
                     state: breaker.map(|b| b.state()),
                     since_secs: breaker.map(|b| b.in_state_for().as_secs_f64()),
                     next_probe_in_secs: breaker.and_then(|b| b.next_probe_in()).map(|d| d.as_secs_f64()),
+                    fleet_limit: w.policy.rate_limiter().and_then(|r| r.shared()).map(|shared| {
+                        if shared.is_degraded() {
+                            FleetLimit::Degraded
+                        } else {
+                            FleetLimit::Shared
+                        }
+                    }),
                 }
             })
             .collect();

@@ -89,7 +89,7 @@ pub use build_error::{parse_base_url, SystemBuildError};
 pub use classify::{Reqwest, RetryOn, TlsFailure, TransportKind, UnknownClass};
 pub use error::HttpError;
 pub use fingerprint::Fingerprint;
-pub use health::{Health, HealthReport, SystemHealth, SystemStatus};
+pub use health::{FleetLimit, Health, HealthReport, SystemHealth, SystemStatus};
 pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};
 pub use plan::{Plan, SentOnce};
 pub use proxy::{Proxy, ProxyError, ProxyUrlError};

@@ -43,13 +43,13 @@ impl Queue {
 
     /// One task, if it exists.
     pub async fn get(&self, id: i64) -> Result<Option<TaskInfo>> {
-        self.store.get(id).await
+        self.answered(self.store.get(id)).await
     }
 
     /// The task of `kind` enqueued with idempotency key `key`, if it exists
     /// (a key names one task of a kind).
     pub async fn get_by_key(&self, kind: &str, key: &str) -> Result<Option<TaskInfo>> {
-        self.store.get_by_key(kind, key).await
+        self.answered(self.store.get_by_key(kind, key)).await
     }
 
     /// Puts a failed task back to pending, due now, with a fresh set of
@@ -104,7 +104,7 @@ impl Queue {
     /// The task that holds `sequence` now — the first pending, running or
     /// failed one — if any: a write of the sequence goes behind it.
     pub async fn sequence_head(&self, sequence: &str) -> Result<Option<i64>> {
-        self.store.sequence_head(sequence).await
+        self.answered(self.store.sequence_head(sequence)).await
     }
 
     /// Makes due every task held behind a sequence that nothing holds any

@@ -37,6 +37,16 @@ pub enum Error {
     /// The database refused or failed a statement.
     #[error("database error: {0}; check that the database is reachable and that Queue::migrate() has run")]
     Database(#[from] sqlx::Error),
+    /// The database did not answer within the queue's bound for its callers
+    /// ([`Queue::answering_within`](crate::Queue::answering_within)).
+    #[error(
+        "the queue's database did not answer within {within:?}; check that it is reachable. A task being \
+         stored may have been stored: sending it again with the same key joins it"
+    )]
+    Unanswered {
+        /// The bound.
+        within: std::time::Duration,
+    },
     /// A SQLite queue in memory: its workers' connection could not open the
     /// same database.
     #[error("a SQLite queue must be a file (sqlite://path/to/file.db): an in-memory database cannot be shared by the queue's connections")]

@@ -107,7 +107,7 @@ pub use error::{Error, Result};
 pub use handler::{Handler, LeaseGate, LeaseLost, TaskContext, TaskEnd};
 pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};
 pub use migrations::SCHEMA;
-pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot};
+pub use monitor::{QueueMonitor, QueueMonitorBuilder, QueueSnapshot, PROBE_EVERY, PROBE_TIMEOUT};
 pub use periodic::{CatchUp, Periodic, PeriodicStatus, Schedule, ScheduleError, MAX_CATCH_UP, MIN_PERIOD};
 pub use queue::{Queue, TxConnection};
 pub use retention::Retention;

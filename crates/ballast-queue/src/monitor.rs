@@ -57,7 +57,20 @@ pub struct QueueMonitorBuilder {
     /// that does not answer (default: not checked).
     #[setters(generate, strip_option)]
     storage: Option<Queue>,
+    /// Time between the probes that tell, between two refreshes, whether
+    /// the database still answers (default [`PROBE_EVERY`]): readiness
+    /// follows a database that went away within a probe and its timeout,
+    /// not a whole refresh interval.
+    #[setters(generate)]
+    probe_every: Duration,
 }
+
+/// How often a [`QueueMonitor`] asks the database whether it answers,
+/// between two refreshes of its counts.
+pub const PROBE_EVERY: Duration = Duration::from_millis(500);
+
+/// How long a probe may take before the database counts as unreachable.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl QueueMonitorBuilder {
     /// Starts refreshing at once, until `shutdown` is cancelled. Also records
@@ -71,7 +84,12 @@ impl QueueMonitorBuilder {
         });
         let monitor = QueueMonitor { shared: Arc::clone(&shared) };
         let every = self.every.max(Duration::from_millis(10));
-        tokio::spawn(refresh_loop(self.queue, self.storage, shared, every, self.timeout, shutdown));
+        let timing = Timing {
+            every,
+            timeout: self.timeout,
+            probe_every: self.probe_every.max(Duration::from_millis(10)),
+        };
+        tokio::spawn(refresh_loop(self.queue, self.storage, shared, timing, shutdown));
         monitor
     }
 }
@@ -120,6 +138,7 @@ impl QueueMonitor {
             every: Duration::from_secs(5),
             timeout: Duration::from_secs(5),
             storage: None,
+            probe_every: PROBE_EVERY,
         }
     }
 
@@ -144,14 +163,22 @@ impl QueueMonitor {
     }
 }
 
+/// When the monitor refreshes and probes.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    every: Duration,
+    timeout: Duration,
+    probe_every: Duration,
+}
+
 async fn refresh_loop(
     queue: Queue,
     storage: Option<Queue>,
     shared: Arc<Published>,
-    every: Duration,
-    timeout: Duration,
+    timing: Timing,
     shutdown: CancellationToken,
 ) {
+    let timeout = timing.timeout;
     loop {
         let outcome = tokio::select! {
             () = shutdown.cancelled() => return,
@@ -202,10 +229,52 @@ async fn refresh_loop(
         }
         shared.reachable.set(if next.reachable { 1.0 } else { 0.0 });
         shared.snapshot.send_replace(Arc::new(next));
+        if !probe_until_refresh(&queue, &shared, timing, &shutdown).await {
+            return;
+        }
+    }
+}
+
+/// Between two refreshes, asks the database every `probe_every` whether
+/// it answers: one that stops is published unreachable at once, one that
+/// comes back ends the wait (the counts are read again now). False on
+/// shutdown.
+async fn probe_until_refresh(
+    queue: &Queue,
+    shared: &Published,
+    timing: Timing,
+    shutdown: &CancellationToken,
+) -> bool {
+    let refresh_at = tokio::time::Instant::now() + timing.every;
+    loop {
+        let wait = timing.probe_every.min(refresh_at.saturating_duration_since(tokio::time::Instant::now()));
         tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(every) => {}
-            () = shared.nudged.notified() => {}
+            () = shutdown.cancelled() => return false,
+            () = tokio::time::sleep(wait) => {}
+            () = shared.nudged.notified() => return true,
+        }
+        if tokio::time::Instant::now() >= refresh_at {
+            return true;
+        }
+        let answered = tokio::select! {
+            () = shutdown.cancelled() => return false,
+            probed = tokio::time::timeout(PROBE_TIMEOUT, queue.is_migrated()) => match probed {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
+            },
+        };
+        let previous = Arc::clone(&shared.snapshot.borrow());
+        match answered {
+            Ok(()) if !previous.reachable => return true,
+            Ok(()) => {}
+            Err(error) if previous.reachable => {
+                tracing::warn!(%error, "queue database unreachable; readiness reports it");
+                shared.reachable.set(0.0);
+                let now = SystemTime::now();
+                shared.snapshot.send_replace(Arc::new(unreachable(&previous, error, now)));
+            }
+            Err(_) => {}
         }
     }
 }

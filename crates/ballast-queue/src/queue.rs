@@ -46,6 +46,12 @@ pub struct Queue {
     pub(crate) schedule: DurableSchedule,
     /// The ids of tasks this process ended (its workers, its cancels).
     pub(crate) ended: tokio::sync::broadcast::Sender<i64>,
+    /// How long a caller-facing statement may go unanswered
+    /// ([`answering_within`](Self::answering_within)).
+    pub(crate) answer_within: Option<Duration>,
+    /// Until when the database counts as not answering, after a statement
+    /// it left unanswered: callers are answered at once until then.
+    pub(crate) unanswered_until: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
 }
 
 /// How many ended task ids a slow [`Queue::ended`] receiver may fall behind
@@ -81,7 +87,7 @@ impl Queue {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        self.store.ended_among(ids).await
+        self.answered(self.store.ended_among(ids)).await
     }
 
     /// Connects to `sqlite://path/to/file.db` (created if missing; WAL,
@@ -263,6 +269,8 @@ impl Queue {
             gauges: Arc::default(),
             schedule: DurableSchedule::default(),
             ended: tokio::sync::broadcast::channel(ENDED_BACKLOG).0,
+            answer_within: None,
+            unanswered_until: Arc::default(),
         }
     }
 
@@ -326,6 +334,53 @@ impl Queue {
         self.store.probe_write().await
     }
 
+    /// This queue, answering its callers within `within`: an enqueue or a
+    /// look-up (`get`, `get_by_key`, `sequence_head`, `ended_among`) the
+    /// database does not answer in that time fails with
+    /// [`Error::Unanswered`] instead of waiting for the pool's acquire
+    /// timeout (30 s) or a partitioned connection; for as long again after
+    /// that, they have a tenth of it. A gateway answers its caller `503` then. An enqueue cut off that way may still
+    /// be stored; sent again with the same key, it joins its task. The
+    /// worker's own statements are not bounded by it (clones made before
+    /// keep theirs).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), ballast_queue::Error> {
+    /// use std::time::Duration;
+    /// use ballast_queue::Queue;
+    ///
+    /// let for_callers = Queue::connect("postgres://app@db/q").await?.answering_within(Duration::from_secs(1));
+    /// # let _ = for_callers; Ok(()) }
+    /// ```
+    pub fn answering_within(mut self, within: Duration) -> Self {
+        self.answer_within = Some(within);
+        self
+    }
+
+    /// `statement`, within [`answering_within`](Self::answering_within)'s bound.
+    /// After one goes unanswered, the next ones for as long again get a
+    /// tenth of the bound: a caller whose request meets the queue twice (a
+    /// key's look-up, then its enqueue) waits for about one bound, not two,
+    /// and a database that is back answers them as before.
+    pub(crate) async fn answered<T>(
+        &self,
+        statement: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let Some(within) = self.answer_within else { return statement.await };
+        let now = tokio::time::Instant::now();
+        let until = *self.unanswered_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let within = if until.is_some_and(|until| now < until) { within / 10 } else { within };
+        match tokio::time::timeout(within, statement).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                let until = tokio::time::Instant::now() + self.answer_within.unwrap_or(within);
+                *self.unanswered_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                    Some(until);
+                Err(Error::Unanswered { within })
+            }
+        }
+    }
+
     /// Enqueues one task. With a key that already exists for the kind, returns
     /// the existing task with `created: false`.
     pub async fn enqueue(&self, task: NewTask) -> Result<EnqueueOutcome> {
@@ -339,7 +394,7 @@ impl Queue {
     pub async fn enqueue_batch(&self, tasks: Vec<NewTask>) -> Result<Vec<EnqueueOutcome>> {
         let max_attempts = self.schedule.max_attempts;
         let tasks = tasks.into_iter().map(|t| t.validate(max_attempts)).collect::<Result<Vec<_>>>()?;
-        let out = self.store.enqueue(tasks).await?;
+        let out = self.answered(self.store.enqueue(tasks)).await?;
         self.wake.notify_one();
         Ok(out)
     }

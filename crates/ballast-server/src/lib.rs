@@ -68,6 +68,11 @@ pub use gateway::Gateway;
 pub use listener::Limits;
 pub use ui::Ui;
 
+/// How long the gateway waits for the queue's database on a caller's
+/// behalf (a deferral, a key's look-up, a task's state) before it answers
+/// `503 queue_unavailable`: with the database away a caller is answered
+/// within 2 s.
+pub const QUEUE_ANSWER: std::time::Duration = std::time::Duration::from_millis(1500);
 /// How often the Prometheus recorder drains its histograms when nobody scrapes.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
@@ -232,7 +237,9 @@ impl Server {
         build::check_callbacks(&systems.all(), &callbacks)?;
         // Told where this process listens once it is bound: no callback goes there.
         let own_listeners = callbacks.clone();
-        let deferrals = queue.clone();
+        // A caller waits on the gateway's queue statements: bounded, so a
+        // database away is a 503 at once, not a hang.
+        let deferrals = queue.clone().answering_within(QUEUE_ANSWER);
         let periodic = build::periodic(&queue_settings, &queue)?;
         let worker = build::worker(&queue_settings, queue.clone(), periodic.clone())
             .handler(

@@ -214,13 +214,18 @@ pub struct Problem {
     ballast: Detail,
 }
 
+/// The `Retry-After` of a `503 queue_unavailable`.
+pub const QUEUE_RETRY_AFTER: Duration = Duration::from_secs(2);
+
 impl Problem {
     /// A problem for `reason` (with its [status](Reason::status)), saying `detail`.
     pub fn new(reason: Reason, detail: impl Into<String>) -> Self {
         let status = reason.status();
         Self {
             status,
-            retry_after: None,
+            // A database away comes back in its own time: ask again soon,
+            // with the same key — a write it stored after all is joined.
+            retry_after: (reason == Reason::QueueUnavailable).then_some(QUEUE_RETRY_AFTER),
             title: status.canonical_reason().unwrap_or("Error"),
             code: status.as_u16(),
             detail: detail.into(),
