@@ -46,7 +46,15 @@ struct One(Policy);
 
 impl Members for One {
     fn members(&self) -> Vec<Member> {
-        vec![Member { name: "crm".into(), policy: self.0.clone(), calls: 0, throttled: 0, breaker: None }]
+        vec![Member {
+            name: "crm".into(),
+            policy: self.0.clone(),
+            calls: 0,
+            sent: 0,
+            refused: 0,
+            throttled: 0,
+            breaker: None,
+        }]
     }
 }
 

@@ -77,6 +77,11 @@ pub struct Member {
     pub policy: Policy,
     /// Calls made since it was built.
     pub calls: u64,
+    /// Attempts sent to the system since it was built.
+    pub sent: u64,
+    /// Calls the policy refused unsent since it was built (an open
+    /// breaker, a full bulkhead, no rate-limit permit).
+    pub refused: u64,
     /// 429 answers it got since it was built.
     pub throttled: u64,
     /// Its breaker's state, if it has one.

@@ -1,8 +1,8 @@
 //! What each replica did per system, written every [`SAMPLE_EVERY`] to
 //! `ballast_fleet_samples` and read back as the fleet's series over the last
-//! [`WINDOW`]: calls and 429s a second and the breakers' state, summed or
-//! taken worst over the replicas, in steps of [`STEP`] — what every
-//! replica's dashboard draws alike.
+//! [`WINDOW`]: attempts sent, calls refused unsent and 429s a second and the
+//! breakers' state, summed or taken worst over the replicas, in steps of
+//! [`STEP`] — what every replica's dashboard draws alike.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,8 +16,9 @@ use crate::Member;
 /// How often a replica writes its samples.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
-/// How far back the fleet's series go.
-pub const WINDOW: Duration = Duration::from_secs(15 * 60);
+/// How far back the fleet's series go: an hour, so an incident and what
+/// led to it are on one chart.
+pub const WINDOW: Duration = Duration::from_secs(60 * 60);
 
 /// The width of one point of a series.
 pub const STEP: Duration = Duration::from_secs(10);
@@ -27,8 +28,13 @@ pub const STEP: Duration = Duration::from_secs(10);
 pub struct Point {
     /// Seconds before now its step ends.
     pub ago: f64,
-    /// Calls a second, the whole fleet's.
+    /// Calls a second, the whole fleet's: sent or refused.
     pub calls: f64,
+    /// Attempts sent to the system a second, the whole fleet's.
+    pub sent: f64,
+    /// Calls refused unsent a second (an open breaker, a full bulkhead, no
+    /// rate-limit permit), the whole fleet's.
+    pub refused: f64,
     /// 429s a second from the system, the whole fleet's.
     pub throttled: f64,
     /// The worst breaker state any replica had: 0 closed, 1 half-open, 2 open, 3 isolated.
@@ -44,8 +50,17 @@ pub struct Series {
     pub points: Vec<Point>,
 }
 
-/// One replica's sample: seconds ago, calls and 429s so far, breaker state.
-type Sample = (f64, i64, i64, u8);
+/// One replica's sample: its counters so far, and its breaker's state.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    /// Seconds before now it was taken.
+    ago: f64,
+    calls: i64,
+    sent: i64,
+    refused: i64,
+    throttled: i64,
+    breaker: u8,
+}
 
 /// Writes one sample per member, and drops samples past the window.
 pub(crate) async fn write(pool: &PgPool, me: Uuid, members: &[Member]) -> Result<(), FleetError> {
@@ -53,14 +68,16 @@ pub(crate) async fn write(pool: &PgPool, me: Uuid, members: &[Member]) -> Result
         return Ok(());
     }
     let systems: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
-    let calls: Vec<i64> = members.iter().map(|m| i64::try_from(m.calls).unwrap_or(i64::MAX)).collect();
-    let throttled: Vec<i64> =
-        members.iter().map(|m| i64::try_from(m.throttled).unwrap_or(i64::MAX)).collect();
+    let count = |of: fn(&Member) -> u64| -> Vec<i64> {
+        members.iter().map(|m| i64::try_from(of(m)).unwrap_or(i64::MAX)).collect()
+    };
+    let (calls, sent, refused, throttled) =
+        (count(|m| m.calls), count(|m| m.sent), count(|m| m.refused), count(|m| m.throttled));
     let breakers: Vec<&str> = members.iter().map(|m| m.breaker.map_or("closed", |b| b.as_str())).collect();
     sqlx::query(
         "WITH old AS (DELETE FROM ballast_fleet_samples WHERE at < now() - $6 * interval '1 millisecond')
-         INSERT INTO ballast_fleet_samples (replica, system, calls, throttled, breaker)
-         SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[])
+         INSERT INTO ballast_fleet_samples (replica, system, calls, throttled, breaker, sent, refused)
+         SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $7::bigint[], $8::bigint[])
          ON CONFLICT DO NOTHING",
     )
     .bind(me)
@@ -69,6 +86,8 @@ pub(crate) async fn write(pool: &PgPool, me: Uuid, members: &[Member]) -> Result
     .bind(&throttled)
     .bind(&breakers)
     .bind((WINDOW + STEP * 4).as_millis() as f64)
+    .bind(&sent)
+    .bind(&refused)
     .execute(pool)
     .await?;
     Ok(())
@@ -77,7 +96,7 @@ pub(crate) async fn write(pool: &PgPool, me: Uuid, members: &[Member]) -> Result
 /// The fleet's series, per system.
 pub(crate) async fn series(pool: &PgPool) -> Result<Vec<Series>, FleetError> {
     let rows = sqlx::query(
-        "SELECT system, replica, extract(epoch FROM now() - at)::float8 AS ago, calls, throttled, breaker
+        "SELECT system, replica, extract(epoch FROM now() - at)::float8 AS ago, calls, sent, refused, throttled, breaker
          FROM ballast_fleet_samples WHERE at > now() - $1 * interval '1 millisecond'
          ORDER BY system, replica, at",
     )
@@ -92,12 +111,16 @@ pub(crate) async fn series(pool: &PgPool) -> Result<Vec<Series>, FleetError> {
             "isolated" => 3,
             _ => 0,
         };
-        samples
-            .entry(row.try_get("system")?)
-            .or_default()
-            .entry(row.try_get("replica")?)
-            .or_default()
-            .push((row.try_get("ago")?, row.try_get("calls")?, row.try_get("throttled")?, breaker));
+        samples.entry(row.try_get("system")?).or_default().entry(row.try_get("replica")?).or_default().push(
+            Sample {
+                ago: row.try_get("ago")?,
+                calls: row.try_get("calls")?,
+                sent: row.try_get("sent")?,
+                refused: row.try_get("refused")?,
+                throttled: row.try_get("throttled")?,
+                breaker,
+            },
+        );
     }
     Ok(samples
         .into_iter()
@@ -111,30 +134,34 @@ fn points<'a>(replicas: impl Iterator<Item = &'a Vec<Sample>>) -> Vec<Point> {
     let steps = (WINDOW.as_secs_f64() / STEP.as_secs_f64()).ceil() as usize;
     let mut out: Vec<Option<Point>> = vec![None; steps];
     for samples in replicas {
-        // Calls, throttles and seconds covered, per step, of this replica.
-        let mut own = vec![(0.0, 0.0, 0.0, 0u8); steps];
+        // What this replica counted per step, and the seconds covered.
+        let mut own = vec![(Sample::default(), 0.0); steps];
         for pair in samples.windows(2) {
-            let ((ago_a, calls_a, thr_a, _), (ago_b, calls_b, thr_b, breaker)) = (pair[0], pair[1]);
-            let secs = ago_a - ago_b;
+            let (a, b) = (pair[0], pair[1]);
+            let secs = a.ago - b.ago;
             // A restarted replica's counters start again from zero.
-            if secs <= 0.0 || calls_b < calls_a {
+            if secs <= 0.0 || b.calls < a.calls {
                 continue;
             }
-            let Some(step) = own.get_mut((ago_b / STEP.as_secs_f64()) as usize) else { continue };
-            step.0 += (calls_b - calls_a) as f64;
-            step.1 += (thr_b - thr_a).max(0) as f64;
-            step.2 += secs;
-            step.3 = step.3.max(breaker);
+            let Some((step, covered)) = own.get_mut((b.ago / STEP.as_secs_f64()) as usize) else { continue };
+            step.calls += b.calls - a.calls;
+            step.sent += (b.sent - a.sent).max(0);
+            step.refused += (b.refused - a.refused).max(0);
+            step.throttled += (b.throttled - a.throttled).max(0);
+            step.breaker = step.breaker.max(b.breaker);
+            *covered += secs;
         }
-        for (index, (calls, throttled, secs, breaker)) in own.into_iter().enumerate() {
+        for (index, (counted, secs)) in own.into_iter().enumerate() {
             if secs <= 0.0 {
                 continue;
             }
             let point = out[index]
                 .get_or_insert(Point { ago: index as f64 * STEP.as_secs_f64(), ..Point::default() });
-            point.calls += calls / secs;
-            point.throttled += throttled / secs;
-            point.breaker = point.breaker.max(breaker);
+            point.calls += counted.calls as f64 / secs;
+            point.sent += counted.sent as f64 / secs;
+            point.refused += counted.refused as f64 / secs;
+            point.throttled += counted.throttled as f64 / secs;
+            point.breaker = point.breaker.max(counted.breaker);
         }
     }
     out.into_iter().rev().flatten().collect()
@@ -146,18 +173,31 @@ mod tests {
 
     #[test]
     fn replicas_rates_add_up_step_by_step() {
-        // Two replicas, each 10 calls a second and 1 throttle a second, one of
-        // them open in the last step.
-        let a: Vec<Sample> =
-            (0..12).map(|i| (60.0 - f64::from(i) * 5.0, i64::from(i) * 50, i64::from(i) * 5, 0)).collect();
+        // Two replicas, each 10 calls a second — 8 sent, 2 refused — and 1
+        // throttle a second, one of them open in the last step.
+        let a: Vec<Sample> = (0..12)
+            .map(|i| {
+                let n = i64::from(i);
+                Sample {
+                    ago: 60.0 - f64::from(i) * 5.0,
+                    calls: n * 50,
+                    sent: n * 40,
+                    refused: n * 10,
+                    throttled: n * 5,
+                    breaker: 0,
+                }
+            })
+            .collect();
         let mut b = a.clone();
-        b.last_mut().unwrap().3 = 2;
+        b.last_mut().unwrap().breaker = 2;
         let points = points([&a, &b].into_iter());
         // A minute of samples: one point per step of it.
         assert_eq!(points.len(), (60.0 / STEP.as_secs_f64()) as usize, "{points:?}");
         assert!(points.windows(2).all(|p| p[0].ago > p[1].ago), "oldest first: {points:?}");
         let last = points.last().unwrap();
-        assert!((last.calls - 20.0).abs() < 0.01 && (last.throttled - 2.0).abs() < 0.01, "{last:?}");
+        let near = |got: f64, want: f64| (got - want).abs() < 0.01;
+        assert!(near(last.calls, 20.0) && near(last.throttled, 2.0), "{last:?}");
+        assert!(near(last.sent, 16.0) && near(last.refused, 4.0), "sent and refused apart: {last:?}");
         assert_eq!((points[0].breaker, last.breaker), (0, 2));
     }
 }

@@ -10,6 +10,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/0001_fleet.sql")),
     (2, include_str!("../migrations/0002_queue_schema.sql")),
     (3, include_str!("../migrations/0003_ceiling_expiry.sql")),
+    (4, include_str!("../migrations/0004_samples_sent.sql")),
 ];
 
 /// Serializes concurrent migrations across replicas (apart from the queue's).

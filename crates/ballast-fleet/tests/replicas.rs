@@ -74,6 +74,8 @@ impl ballast_fleet::Members for One {
             name: "crm".into(),
             policy: self.0.clone(),
             calls: 0,
+            sent: 0,
+            refused: 0,
             throttled: 0,
             breaker: None,
         }]

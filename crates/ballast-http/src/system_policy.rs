@@ -32,6 +32,7 @@ pub(crate) struct SystemPolicy {
     calls: AtomicU64,
     attempts: AtomicU64,
     throttled: AtomicU64,
+    refused: AtomicU64,
     last_error: Mutex<Option<(SystemTime, String)>>,
 }
 
@@ -45,6 +46,9 @@ pub struct CallStats {
     pub attempts: u64,
     /// Attempts the system answered 429 (too many requests).
     pub throttled: u64,
+    /// Calls that ended refused by the policy — an open breaker, a full
+    /// bulkhead, no rate-limit permit — their last attempt never sent.
+    pub refused: u64,
     /// The last call that failed: when, and why.
     pub last_error: Option<(SystemTime, String)>,
 }
@@ -62,6 +66,7 @@ impl SystemPolicy {
             calls: AtomicU64::new(0),
             attempts: AtomicU64::new(0),
             throttled: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             last_error: Mutex::new(None),
         }
     }
@@ -72,6 +77,7 @@ impl SystemPolicy {
             calls: self.calls.load(Ordering::Relaxed),
             attempts: self.attempts.load(Ordering::Relaxed),
             throttled: self.throttled.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
             last_error: self.last_error.lock().unwrap_or_else(PoisonError::into_inner).clone(),
         }
     }
@@ -136,6 +142,9 @@ impl SystemPolicy {
         let result = call.await;
         metrics.call_took(started.elapsed());
         if let Err(failure) = &result {
+            if matches!(failure, Failure::Rejected { .. }) {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+            }
             *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) =
                 Some((SystemTime::now(), failure.to_string()));
         }

@@ -24,6 +24,8 @@ impl Members for SystemsMembers {
                     name: system.name().to_owned(),
                     policy: system.policy().clone(),
                     calls: stats.calls,
+                    sent: stats.attempts,
+                    refused: stats.refused,
                     throttled: stats.throttled,
                     breaker: system.breaker_state(),
                 }

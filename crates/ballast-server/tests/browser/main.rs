@@ -230,7 +230,8 @@ async fn with_a_token_the_browser_logs_in_first() {
 }
 
 /// Two replicas on one PostgreSQL queue: the Fleet page of either lists
-/// both, live, and draws each system's calls over the last minutes.
+/// both, live, and draws each system's attempts sent, calls refused and
+/// 429s over the last 15 minutes and the last hour.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_page_shows_every_replica_and_the_fleet_s_calls() {
     let Ok(pg) = std::env::var("BALLAST_TEST_PG") else {
@@ -267,13 +268,17 @@ async fn the_fleet_page_shows_every_replica_and_the_fleet_s_calls() {
         .await;
     browser.until_text("#replicas tbody", |rows| rows.contains("this one") && !rows.contains("drift")).await;
     browser
-        .until_text("section[data-system='pay'] h2", |h| h.contains("calls/s") && h.contains("429/s"))
+        .until_text("section[data-system='pay'] h2", |h| {
+            h.contains("sent/s") && h.contains("refused/s") && h.contains("429/s")
+        })
         .await;
-    let lines = browser
-        .client
-        .find_all(Locator::Css("section[data-system='pay'] svg.chart polyline.calls"))
-        .await
-        .unwrap();
-    assert_eq!(lines.len(), 1, "the fleet's calls a second, drawn");
+    for line in ["sent", "refused", "throttled"] {
+        let lines = browser
+            .client
+            .find_all(Locator::Css(&format!("section[data-system='pay'] svg.chart polyline.{line}")))
+            .await
+            .unwrap();
+        assert_eq!(lines.len(), 2, "the fleet's {line} a second, drawn over 15 minutes and an hour");
+    }
     save_screenshot(&browser.client.screenshot().await.unwrap(), "fleet.png");
 }
