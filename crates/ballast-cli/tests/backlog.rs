@@ -321,3 +321,72 @@ async fn a_backlog_drains_at_the_fleets_rate_though_a_replica_is_killed_mid_drai
         drain_on_three_replicas("drain3kill", true).await;
     }
 }
+
+/// The trial's shape, on one `ballast serve` (SQLite): 200 keyed payments
+/// at 8 a second, the caller letting each be deferred (`Prefer:
+/// respond-async`), the provider down for 5 s from the fifth second, the
+/// breaker's `half_open_after` 30 s. Each payment deferred is followed from
+/// its 202 to its completion (`GET /tasks/{handle}?wait=`): the median
+/// within 15 s, the last within 30 s — the backlog woken by a delivery's
+/// probe 2 s after the breaker opened, not its 30 s, and sent at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_payments_complete_within_seconds_of_an_outage() {
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let is_down = Arc::clone(&down);
+    let upstream = Upstream::start(move |_, _| {
+        if is_down.load(Ordering::SeqCst) {
+            Reply::status(503)
+        } else {
+            Reply::body(201, r#"{"payment_id":"p"}"#)
+        }
+    })
+    .await;
+    let served = Served::start(
+        &upstream,
+        "",
+        "[systems.pay]\nbase_url = \"http://{up}/\"\ndedupes_by_key = true\nkey_ttl = \"1h\"\n\n\
+         [systems.pay.breaker]\nkind = \"consecutive\"\nthreshold = 5\nhalf_open_after = \"30s\"\n",
+    );
+    let served = Arc::new(served);
+    let started = std::time::Instant::now();
+    let mut followed = Vec::new();
+    for n in 0..200u32 {
+        let at = started + Duration::from_millis(125 * u64::from(n));
+        tokio::time::sleep(at.saturating_duration_since(std::time::Instant::now())).await;
+        let since = started.elapsed();
+        down.store(since >= Duration::from_secs(5) && since < Duration::from_secs(10), Ordering::SeqCst);
+        let served = Arc::clone(&served);
+        followed.push(tokio::spawn(async move {
+            let answer = served.defer("pay/payments", &format!("trial-{n}")).await;
+            if answer.status() != 202 {
+                assert!(answer.status().is_success(), "payment {n}: {}", answer.status());
+                return None;
+            }
+            let deferred = std::time::Instant::now();
+            let location = answer.headers()["location"].to_str().unwrap().to_owned();
+            loop {
+                let task = served.waited(&location).await;
+                match task["state"].as_str() {
+                    Some("completed") => return Some(deferred.elapsed()),
+                    // Still running, or too many waiting at once: asked again.
+                    Some("pending" | "running") | None if deferred.elapsed() < Duration::from_secs(90) => {
+                        if task["state"].is_null() {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    }
+                    _ => panic!("payment {n} did not complete: {task}"),
+                }
+            }
+        }));
+    }
+    down.store(false, Ordering::SeqCst);
+    let mut took: Vec<Duration> = Vec::new();
+    for follow in followed {
+        took.extend(follow.await.unwrap());
+    }
+    took.sort();
+    assert!(took.len() >= 20, "the outage deferred {} payments", took.len());
+    let (min, p50, max) = (took[0], took[took.len() / 2], took[took.len() - 1]);
+    eprintln!("{} payments deferred; 202 → completion min {min:?}, p50 {p50:?}, max {max:?}", took.len());
+    assert!(p50 <= Duration::from_secs(15) && max <= Duration::from_secs(30), "{min:?} / {p50:?} / {max:?}");
+}

@@ -36,7 +36,9 @@ use super::{Delivery, DeliveryError, ExpiredBy, Following};
 /// that share until its lease runs out.
 ///
 /// An attempt the breaker or the rate limit refused before anything was sent,
-/// or one whose system is not configured (a reload removed it), is
+/// one whose system is not configured (a reload removed it), and, for a
+/// system that deduplicates by key, one that failed while the system's
+/// breaker is open (the outage failed it, not the write) is
 /// postponed — to the breaker's next probe, when it says — without counting
 /// against the task's `max_attempts`
 /// ([`TaskContext::not_attempted`]): a long outage cannot use up a
@@ -193,6 +195,7 @@ impl Handler for DeliveryHandler {
                     failure,
                     Failure::Rejected { attempts: 0, .. } | Failure::Timeout { attempts: 0, .. }
                 )
+                || met_an_outage(&system)
             {
                 task.not_attempted();
             }
@@ -207,7 +210,7 @@ impl Handler for DeliveryHandler {
             // taken: tried again when the system says, bounded by send_by,
             // not by max_attempts — a rate-limited backlog never fails a
             // write the system never processed.
-            if verdict.throttled {
+            if verdict.throttled || (verdict.is_transient() && met_an_outage(&system)) {
                 task.not_attempted();
             }
             return Err(DeliveryError::Answered {
@@ -232,6 +235,16 @@ impl Handler for DeliveryHandler {
         let _ = task.set_result(&system.keep_answer_of(key, &delivery, &response));
         Ok(())
     }
+}
+
+/// Whether the system's breaker is open after an attempt failed: the
+/// outage it declared failed the attempt, not the write. Such an attempt —
+/// most often the probe a delivery makes of an open breaker every few
+/// seconds — is not counted against `max_attempts` for a system that
+/// deduplicates by key (resending is safe): a long outage cannot fail the
+/// deliveries that probe it; `send_by` bounds them instead.
+fn met_an_outage(system: &HttpSystem) -> bool {
+    system.dedupes_by_key() && system.breaker_state() == Some(ballast::BreakerState::Open)
 }
 
 /// The task's lease as a [`SendGate`](crate::SendGate) (C4, C6): every
