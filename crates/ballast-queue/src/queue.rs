@@ -369,11 +369,15 @@ impl Queue {
         let Some(within) = self.answer_within else { return statement.await };
         let now = tokio::time::Instant::now();
         let until = *self.unanswered_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let within = if until.is_some_and(|until| now < until) { within / 10 } else { within };
-        match tokio::time::timeout(within, statement).await {
+        let short = until.is_some_and(|until| now < until);
+        let bound = if short { within / 10 } else { within };
+        match tokio::time::timeout(bound, statement).await {
             Ok(answer) => answer,
+            // Only a whole bound unanswered starts the short window: a slow
+            // database that answers within it is not held to a tenth forever.
+            Err(_) if short => Err(Error::Unanswered { within: bound }),
             Err(_) => {
-                let until = tokio::time::Instant::now() + self.answer_within.unwrap_or(within);
+                let until = tokio::time::Instant::now() + within;
                 *self.unanswered_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
                     Some(until);
                 Err(Error::Unanswered { within })

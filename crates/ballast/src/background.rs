@@ -17,9 +17,9 @@ tokio::task_local! {
 /// Runs `call` as background work: each of its policy calls waits, within
 /// its total deadline, for a bulkhead slot outside the share reserved for
 /// live calls, instead of being refused `BulkheadFull` when the bulkhead is
-/// busy, and for a rate-limit permit. A worker delivering a backlog wraps
-/// each delivery in it, or in [`background_within`], so the backlog drains
-/// as fast as the system's limits allow.
+/// busy. A worker delivering a backlog wraps each delivery in
+/// [`background_within`], which waits for a rate-limit permit too, so the
+/// backlog drains as fast as the system's limits allow.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {

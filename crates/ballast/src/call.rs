@@ -313,7 +313,11 @@ impl<F, J> Call<'_, F, J> {
             Ok(a) => a,
             Err(rejection) => return Step::Stopped(Err(self.rejected::<T, E>(rejection, done, None))),
         };
-        let background = crate::background::current().is_some();
+        let background = crate::background::current();
+        // Paced work (`background_within`) waits its turn in the rate
+        // limit's line; plain background work only waits for a slot.
+        let paced = matches!(background, Some(Some(_)));
+        let background = background.is_some();
         // Paced work's first attempt waits its turn until its own bound;
         // every other wait is bounded by the call's deadline.
         let wait_by = self.admit_by.or(self.deadline);
@@ -352,7 +356,7 @@ impl<F, J> Call<'_, F, J> {
         if let Some(limiter) = &inner.rate_limit {
             // Never a wait past the total deadline: the permit is not taken then.
             let room = wait_by.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
-            let (grant, place) = if background {
+            let (grant, place) = if paced {
                 // In line behind the backlog, as long as its bound allows.
                 let paced = match self.cancel {
                     None => Box::pin(limiter.take_paced(room)).await.map(Some),
@@ -389,12 +393,16 @@ impl<F, J> Call<'_, F, J> {
             }
             drop(place);
         }
-        if background {
-            if let Some(rejection) = admission.as_ref().and_then(|a| a.refusal_now()) {
-                drop(slot);
-                return Step::Stopped(Err(self.rejected::<T, E>(rejection, done, None)));
-            }
-        }
+        let admission = match admission {
+            Some(admitted) if paced => match admitted.readmit() {
+                Ok(admitted) => Some(admitted),
+                Err(rejection) => {
+                    drop(slot);
+                    return Step::Stopped(Err(self.rejected::<T, E>(rejection, done, None)));
+                }
+            },
+            other => other,
+        };
         if self.admit_by.take().is_some() {
             // Its turn came: the total timeout counts from here.
             self.start_deadline();

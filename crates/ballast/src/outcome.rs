@@ -132,12 +132,13 @@ impl Rejection {
     /// When [background](crate::background) work — a durable delivery of
     /// the refused call — may be let through: [`retry_in`](Self::retry_in),
     /// but no later than [`BACKGROUND_PROBE_AFTER`](crate::breaker::BACKGROUND_PROBE_AFTER)
-    /// for an open breaker, which lets background work probe that soon. A
+    /// for an open breaker, which lets background work probe that soon, or
+    /// a half-open one, whose probe's result comes within that. A
     /// write deferred by an open breaker is due then, not after the whole
     /// `half_open_after`.
     pub fn background_retry_in(&self) -> Option<Duration> {
         match self {
-            Rejection::BreakerOpen { retry_in } => {
+            Rejection::BreakerOpen { retry_in } | Rejection::BreakerHalfOpen { retry_in } => {
                 Some((*retry_in).min(crate::breaker::BACKGROUND_PROBE_AFTER))
             }
             other => other.retry_in(),

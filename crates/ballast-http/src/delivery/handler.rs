@@ -186,6 +186,9 @@ impl Handler for DeliveryHandler {
         let plan = system.plan(Operation::KeyedWrite(key), &request).map_err(DeliveryError::Invalid)?;
         let follow = plan.route().and_then(|r| r.followed()).cloned();
         let path = request.path().to_owned();
+        // An outage the breaker knew of before this delivery: its failure is
+        // the outage's, not the write's.
+        let outage_before = system.breaker_state().is_some_and(|s| s != ballast::BreakerState::Closed);
         let sent = ballast::background_within(pace, system.send_planned(plan, request));
         let response = sent.instrument(span).await.map_err(|failure| {
             let stopped =
@@ -195,7 +198,7 @@ impl Handler for DeliveryHandler {
                     failure,
                     Failure::Rejected { attempts: 0, .. } | Failure::Timeout { attempts: 0, .. }
                 )
-                || met_an_outage(&system)
+                || met_an_outage(&system, outage_before)
             {
                 task.not_attempted();
             }
@@ -210,7 +213,7 @@ impl Handler for DeliveryHandler {
             // taken: tried again when the system says, bounded by send_by,
             // not by max_attempts — a rate-limited backlog never fails a
             // write the system never processed.
-            if verdict.throttled || (verdict.is_transient() && met_an_outage(&system)) {
+            if verdict.throttled || (verdict.is_transient() && met_an_outage(&system, outage_before)) {
                 task.not_attempted();
             }
             return Err(DeliveryError::Answered {
@@ -237,14 +240,15 @@ impl Handler for DeliveryHandler {
     }
 }
 
-/// Whether the system's breaker is open after an attempt failed: the
-/// outage it declared failed the attempt, not the write. Such an attempt —
-/// most often the probe a delivery makes of an open breaker every few
-/// seconds — is not counted against `max_attempts` for a system that
-/// deduplicates by key (resending is safe): a long outage cannot fail the
-/// deliveries that probe it; `send_by` bounds them instead.
-fn met_an_outage(system: &HttpSystem) -> bool {
-    system.dedupes_by_key() && system.breaker_state() == Some(ballast::BreakerState::Open)
+/// Whether an attempt failed in an outage the breaker had declared before
+/// the delivery began (`before`) and still holds: the outage failed it, not
+/// the write. Such an attempt — most often the probe a delivery makes of an
+/// open breaker every few seconds — is not counted against `max_attempts`
+/// for a system that deduplicates by key (resending is safe): a long outage
+/// cannot fail the deliveries that probe it; `send_by` bounds them instead.
+/// A write whose own failures opened the breaker is counted as before.
+fn met_an_outage(system: &HttpSystem, before: bool) -> bool {
+    before && system.dedupes_by_key() && system.breaker_state() == Some(ballast::BreakerState::Open)
 }
 
 /// The task's lease as a [`SendGate`](crate::SendGate) (C4, C6): every

@@ -140,14 +140,17 @@ pub(crate) struct Admission<'a> {
 }
 
 impl Admission<'_> {
-    /// After a wait (a paced call's turn): the refusal the breaker gives
-    /// now, if it opened meanwhile — nothing is sent into an outage the
-    /// breaker learned of while the call waited. A probe is still the probe.
-    pub(crate) fn refusal_now(&self) -> Option<Rejection> {
-        if self.probe {
-            return None;
+    /// After a wait (a paced call's turn): this admission while the breaker
+    /// is still closed, or it is the probe; otherwise the breaker is asked
+    /// again — a call admitted before an outage the breaker learned of while
+    /// it waited goes only as the probe, or is refused.
+    pub(crate) fn readmit(self) -> Result<Self, Rejection> {
+        if self.probe || self.breaker.state() == BreakerState::Closed {
+            return Ok(self);
         }
-        self.breaker.refusal()
+        let breaker = self.breaker;
+        drop(self);
+        breaker.admit_slow(Instant::now())
     }
 
     /// Records the attempt's outcome.

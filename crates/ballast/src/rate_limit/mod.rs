@@ -66,8 +66,8 @@ pub struct RateLimiter {
     shared: Option<SharedPermits>,
     degraded_interval: AtomicU64,
     /// The line of [paced](crate::background_within) attempts: only its head
-    /// waits for a permit, so a backlog reserves one permit at a time and
-    /// live calls still find the ones it has not reached.
+    /// waits for a permit, so a backlog reserves one permit at a time, in
+    /// the order it came, rather than the bucket seconds ahead.
     line: tokio::sync::Mutex<()>,
     events: Emitter,
 }
@@ -274,7 +274,11 @@ impl RateLimiter {
             match grant {
                 // A fleet whose grant went to others, or held by the
                 // system's word: looked at again when a permit may come.
-                Grant::Refused(retry_in) if retry_in < left => tokio::time::sleep(retry_in).await,
+                // Not sooner than a grant's round trip: a fleet's empty
+                // bucket is not asked again and again.
+                Grant::Refused(retry_in) if retry_in < left => {
+                    tokio::time::sleep(retry_in.max(shared::GRANT_WAIT).min(left)).await;
+                }
                 grant => return Some((self.counted(grant), place)),
             }
         }

@@ -250,6 +250,10 @@ impl SharedPermits {
 
     pub(super) fn set_degraded(&self, degraded: bool) {
         self.degraded.store(degraded, Ordering::Release);
+        if degraded {
+            // No grant is coming: those waiting for one take from the local bucket.
+            self.granted.notify_waiters();
+        }
     }
 
     /// The fleet's rate as last granted.
