@@ -22,12 +22,7 @@ const ANSWERED_WITHIN: Duration = Duration::from_secs(2);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_database_away_a_write_that_needs_the_queue_is_answered_within_2s() {
     let Some(url) = support::pg_queue("away").await else { return };
-    let pg: std::net::SocketAddr = {
-        let host = url.split('@').nth(1).unwrap().split('/').next().unwrap();
-        tokio::net::lookup_host(host).await.unwrap().next().unwrap()
-    };
-    let relay = Relay::start(pg).await;
-    let through = url.replacen(&pg.to_string(), &relay.addr.to_string(), 1);
+    let (relay, through) = support::through_relay(&url).await;
     let upstream = Upstream::start(|_, _| Reply::status(503)).await;
     let text = format!(
         "[queue]\nurl = \"{through}\"\n\n[gateway]\nlisten = \"127.0.0.1:0\"\n\n\

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ballast_test_support::{eventually, Relay, Reply, Seen, Upstream};
+use ballast_test_support::{eventually, Reply, Seen, Upstream};
 use serde_json::Value;
 use support::{client, Served};
 
@@ -367,12 +367,7 @@ async fn a_replica_cut_off_opens_only_its_own_breaker_and_a_quorum_opens_the_fle
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_database_each_replica_holds_its_share() {
     let Some((url, _turn)) = schema().await else { return };
-    let pg: std::net::SocketAddr = {
-        let host = url.split('@').nth(1).unwrap().split('/').next().unwrap();
-        tokio::net::lookup_host(host).await.unwrap().next().unwrap()
-    };
-    let relay = Relay::start(pg).await;
-    let through = url.replacen(&pg.to_string(), &relay.addr.to_string(), 1);
+    let (relay, through) = support::through_relay(&url).await;
     let upstream = Upstream::start(|_, _| Reply::status(200)).await;
     let system = "retry = \"none\"\nbreaker = \"none\"\n[systems.crm.rate_limit]\nrate = \"60/s\"\nburst = 5\nscope = \"fleet\"\n";
     let text = config(&through, &upstream, system);

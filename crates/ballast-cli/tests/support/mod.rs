@@ -187,3 +187,14 @@ pub async fn pg_queue(name: &str) -> Option<String> {
     let separator = if url.contains('?') { '&' } else { '?' };
     Some(format!("{url}{separator}options=-c%20search_path%3D{schema}"))
 }
+
+/// A relay in front of the PostgreSQL server of the queue `url`, and `url`
+/// through it: a test cuts or partitions the database without touching the
+/// server other tests share.
+pub async fn through_relay(url: &str) -> (ballast_test_support::Relay, String) {
+    let host = url.split('@').nth(1).unwrap().split('/').next().unwrap();
+    let pg = tokio::net::lookup_host(host).await.unwrap().next().unwrap();
+    let relay = ballast_test_support::Relay::start(pg).await;
+    let through = url.replacen(&pg.to_string(), &relay.addr.to_string(), 1);
+    (relay, through)
+}
