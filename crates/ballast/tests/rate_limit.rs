@@ -146,8 +146,10 @@ struct Model {
     ceiling: f64,
     decided: f64,
     decided_at: f64,
-    /// (opened at, granted then, throttles) of the open window.
-    window: Option<(f64, u64, u64)>,
+    /// (opened at, granted then, throttles) of the open window. Times are
+    /// whole durations, as the limiter keeps them: in floats, 1.545 s -
+    /// 0.545 s falls short of the one-second hold.
+    window: Option<(Duration, u64, u64)>,
 }
 
 impl Model {
@@ -155,17 +157,19 @@ impl Model {
         (self.decided * (1.0 + CLIMB * (now - self.decided_at))).min(self.ceiling)
     }
 
-    fn throttled(&mut self, now: f64, granted: u64) {
+    fn throttled(&mut self, now: Duration, granted: u64) {
         let Some((opened, granted_then, throttles)) = self.window else {
             self.window = Some((now, granted, 1));
             return;
         };
         let throttles = throttles + 1;
-        if now - opened < HOLD.as_secs_f64() {
+        if now - opened < HOLD {
             self.window = Some((opened, granted_then, throttles));
             return;
         }
-        let accepted = (granted - granted_then).saturating_sub(throttles) as f64 / (now - opened);
+        let accepted =
+            (granted - granted_then).saturating_sub(throttles) as f64 / (now - opened).as_secs_f64();
+        let now = now.as_secs_f64();
         self.decided = (BETA * self.rate(now).min(accepted)).clamp(self.ceiling * FLOOR, self.ceiling);
         self.decided_at = now;
         self.window = None;
@@ -190,7 +194,7 @@ proptest! {
             let start = Instant::now();
             let mut model = Model { ceiling: 100.0, decided: 100.0, decided_at: 0.0, window: None };
             for step in steps {
-                let now = || start.elapsed().as_secs_f64();
+                let now = || start.elapsed();
                 match step {
                     Step::Wait(ms) => tokio::time::advance(Duration::from_millis(ms)).await,
                     Step::Send(n) => {
@@ -203,7 +207,7 @@ proptest! {
                         model.throttled(now(), limiter.snapshot().granted);
                     }
                 }
-                let (actual, expected) = (limiter.rate(), model.rate(now()));
+                let (actual, expected) = (limiter.rate(), model.rate(now().as_secs_f64()));
                 prop_assert!((actual - expected).abs() <= expected * 1e-6, "rate {actual} but the model says {expected}");
             }
             Ok(())
