@@ -398,3 +398,63 @@ async fn without_the_database_each_replica_holds_its_share() {
     })
     .await;
 }
+
+/// `ballast lint` reads a fleet breaker's `quorum` against the replicas that
+/// ran at once on the queue's database in the last day: two replicas side
+/// by side, and a third that ran before them, make a quorum of 3 a warning
+/// naming 2, and a quorum of 2 clean; `--offline` reads only the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lint_warns_of_a_quorum_the_replicas_that_ran_never_reach() {
+    let Some((url, _turn)) = schema().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let file = |quorum: u32| {
+        let path = dir.path().join(format!("quorum-{quorum}.toml"));
+        let text = format!(
+            "[queue]\nurl = \"{url}\"\n\n[systems.crm]\nbase_url = \"https://crm.example/\"\nretry = \"none\"\n\n\
+             [systems.crm.breaker]\nkind = \"consecutive\"\nthreshold = 5\nscope = \"fleet\"\nquorum = {quorum}\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let (three, two) = (file(3), file(2));
+
+    // No fleet ever ran here: nothing to compare with, and nothing created.
+    let said = support::ballast(&["lint", &three]);
+    let text = String::from_utf8_lossy(&said.stdout).into_owned();
+    assert!(text.contains("note: no replica ran on this database in the last day"), "{text}");
+
+    let fleet = support::ballast(&["fleet", "--config", &three]);
+    assert!(fleet.status.success(), "{}", String::from_utf8_lossy(&fleet.stderr));
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    for (started, gone) in [("3 hours", "2 hours"), ("1 hour", "0 hours"), ("30 minutes", "0 hours")] {
+        sqlx::query(
+            "INSERT INTO ballast_fleet_replicas (id, host, pid, version, config_digest, started_at, heartbeat_at)
+             VALUES (gen_random_uuid(), 'h', 1, 'v', 'd', now() - $1::interval, now() - $2::interval)",
+        )
+        .bind(started)
+        .bind(gone)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+
+    let said = support::ballast(&["lint", &three]);
+    let text = String::from_utf8_lossy(&said.stdout).into_owned();
+    assert_eq!(said.status.code(), Some(0), "a warning, not an error: {text}");
+    assert!(text.contains("0 errors, 1 warning"), "counted in the file's summary: {text}");
+    assert!(
+        text.contains("opens once 3 replicas see it failing, but at most 2 ran at once in the last day"),
+        "{text}"
+    );
+    assert!(text.contains("set quorum to at most 2"), "{text}");
+    let json = support::ballast(&["lint", "--format", "json", &three]);
+    let found: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(found.as_array().unwrap().iter().any(|f| f["severity"] == "warning"), "{found}");
+
+    let clean = support::ballast(&["lint", &two]);
+    let text = String::from_utf8_lossy(&clean.stdout).into_owned();
+    assert!(!text.contains("ran at once"), "a quorum of 2 is reached: {text}");
+    let offline = support::ballast(&["lint", "--offline", &three]);
+    let text = String::from_utf8_lossy(&offline.stdout).into_owned();
+    assert!(!text.contains("ran at once"), "--offline reads only the file: {text}");
+}

@@ -46,8 +46,11 @@ async fn a_check_says_what_is_pending_and_the_migration_applies_it() {
     let check = ballast(&["queue", "--db", &db, "migrate", "--check"]);
     let text = said(&check);
     assert_eq!(check.status.code(), Some(0), "{text}");
-    assert!(text.contains("is at schema 5; this version speaks schema 6"), "{text}");
-    assert!(text.contains("pending: 6 "), "{text}");
+    assert!(text.contains("is at schema 5; this version speaks schema 7"), "{text}");
+    assert!(
+        text.contains("pending: 6 ") && text.contains("pending: 7 keys bound to their requests"),
+        "{text}"
+    );
     assert!(text.contains("the fleet can take them"), "{text}");
     assert_eq!(std::fs::read(&path).unwrap(), before, "a check changes nothing");
 
@@ -57,7 +60,7 @@ async fn a_check_says_what_is_pending_and_the_migration_applies_it() {
 
     let applied = ballast(&["queue", "--db", &db, "migrate"]);
     assert!(
-        said(&applied).contains("applied 1 migration(s): the database is at schema 6"),
+        said(&applied).contains("applied 2 migration(s): the database is at schema 7"),
         "{}",
         said(&applied)
     );

@@ -10,7 +10,8 @@
 //!    compile-time refusals, misspelt system names among them; the exception
 //!    filter's mapping of every reason; the `import`/`require` identity; the
 //!    testing module), with `BALLAST_BIN` pointing at the binary;
-//! 4. `npm pack` of both packages, `npm ci` of the example
+//! 4. `npm pack` of both packages (the Nest tarball alone refused, naming
+//!    the client's tarball), `npm ci` of the example
 //!    (`examples/sber-adapter`, its own lockfile) and the tarballs installed
 //!    into it with `npm install --no-save`;
 //! 5. `tsc --noEmit` over the example;
@@ -112,6 +113,16 @@ fn the_typescript_clients_and_the_example_pass_against_ballast_serve() {
         &["ci", "--no-audit", "--no-fund", "--prefer-offline"],
         INSTALL_DEADLINE,
     );
+    // The Nest package alone is refused, naming the tarball it needs beside
+    // it: in an app of its own, outside the workspace, whose client the
+    // install would find otherwise (its peers left out: nothing is fetched).
+    let app = tempfile::tempdir().unwrap();
+    std::fs::write(app.path().join("package.json"), r#"{"name":"alone","private":true}"#).unwrap();
+    let nestjs = tarballs.iter().find(|t| t.to_string_lossy().contains("nestjs")).unwrap();
+    let mut alone = install[..5].to_vec();
+    alone.extend(["--legacy-peer-deps", nestjs.to_str().unwrap()]);
+    let said = steps.refused("install the Nest tarball alone", app.path(), &alone, INSTALL_DEADLINE);
+    assert!(said.contains("npm install ./ballast-client-0.1.0.tgz ./ballast-nestjs-0.1.0.tgz"), "{said}");
     steps.run("install the tarballs into the Nest starter", &starter, &install, INSTALL_DEADLINE);
     steps.run("compile the Nest starter's quick start", &starter, &["run", "compile"], RUN_DEADLINE);
 
@@ -136,6 +147,41 @@ impl Steps {
     /// succeeds within `deadline`, else a failure naming the step with its
     /// output.
     fn run(&self, step: &str, dir: &Path, args: &[&str], deadline: Duration) -> String {
+        match self.outcome(step, dir, args, deadline) {
+            (Some(status), out, _, _) if status.success() => out,
+            (Some(status), out, err, command) => {
+                panic!("{step} failed ({status}): {command}\n--- stdout:\n{out}\n--- stderr:\n{err}")
+            }
+            (None, out, err, command) => panic!(
+                "{step} did not finish within {deadline:?}; killed: {command}\n--- stdout:\n{out}\n--- stderr:\n{err}"
+            ),
+        }
+    }
+
+    /// Runs `npm args` as [`run`](Self::run) does, expecting it to fail;
+    /// what it printed, stdout and stderr together.
+    fn refused(&self, step: &str, dir: &Path, args: &[&str], deadline: Duration) -> String {
+        match self.outcome(step, dir, args, deadline) {
+            (Some(status), out, err, command) if status.success() => {
+                panic!("{step} succeeded, and should not have: {command}\n--- stdout:\n{out}\n--- stderr:\n{err}")
+            }
+            (Some(_), out, err, _) => format!("{out}\n{err}"),
+            (None, out, err, command) => panic!(
+                "{step} did not finish within {deadline:?}; killed: {command}\n--- stdout:\n{out}\n--- stderr:\n{err}"
+            ),
+        }
+    }
+
+    /// Runs `npm args` in `dir` within `deadline`: its exit status (`None`
+    /// when it was killed at the deadline), stdout, stderr, and the command
+    /// as a failure names it.
+    fn outcome(
+        &self,
+        step: &str,
+        dir: &Path,
+        args: &[&str],
+        deadline: Duration,
+    ) -> (Option<std::process::ExitStatus>, String, String, String) {
         let (stdout, stderr) = (self.logs.path().join("stdout"), self.logs.path().join("stderr"));
         let mut child = Command::new("npm")
             .args(args)
@@ -162,11 +208,7 @@ impl Steps {
         let (out, err) = (read(&stdout), read(&stderr));
         let (major, minor) = self.node;
         let command = format!("npm {} (in {}, node {major}.{minor})", args.join(" "), dir.display());
-        match status {
-            Some(status) if status.success() => out,
-            Some(status) => panic!("{step} failed ({status}): {command}\n--- stdout:\n{out}\n--- stderr:\n{err}"),
-            None => panic!("{step} did not finish within {deadline:?}; killed: {command}\n--- stdout:\n{out}\n--- stderr:\n{err}"),
-        }
+        (status, out, err, command)
     }
 }
 

@@ -1,8 +1,8 @@
 //! A key names one request (R-RES-RE-1), through the real `ballast serve`:
 //! the same key with another body is refused 422 `key_reused` unsent and
-//! never merged into the first request's task; the same request sent twice
-//! at once (a double click) reaches the system once and both callers get
-//! its answer.
+//! never merged into the first request's task, and after a live answer for
+//! the system's `key_ttl`; the same request sent twice at once (a double
+//! click) reaches the system once and both callers get its answer.
 
 mod support;
 
@@ -69,6 +69,51 @@ async fn a_key_reused_with_another_body_is_refused_unsent_and_the_task_keeps_the
     assert_eq!(again.status().as_u16(), 202);
     assert_eq!(again.headers()["location"].to_str().unwrap(), location, "joined the deferred task");
     assert_eq!(again.headers()["ballast-attempts"], "0", "nothing sent");
+}
+
+/// After a live 201, the same key with another body is 422 `key_reused`,
+/// nothing sent, whether it asks to be deferred or not, and after a
+/// restart; the same request again is sent (the system dedupes it); another
+/// caller's request under the key is its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_answered_live_stays_bound_to_its_request_for_its_key_ttl() {
+    let upstream = Upstream::start(|_, _| Reply::body(201, r#"{"payment":"p-1"}"#)).await;
+    let mut served = Served::start(&upstream, "", PAY);
+
+    for defer in [false, true] {
+        let key = format!("order-3-pay-{defer}");
+        let first = pay(&served, &key, r#"{"amount":100}"#, defer).await;
+        assert_eq!(first.status().as_u16(), 201, "the system is up: answered live");
+
+        let other = pay(&served, &key, r#"{"amount":999999}"#, defer).await;
+        assert_eq!(other.status().as_u16(), 422, "defer {defer}");
+        assert_eq!(other.headers()["ballast-problem"], "key_reused");
+        assert_eq!(other.headers()["ballast-attempts"], "0");
+        let problem: Value = other.json().await.unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains("sent within the key's life"), "{detail}");
+        assert!(detail.contains("derive it from the payment attempt, not the order"), "{detail}");
+        assert_eq!(problem["ballast"]["rule"], "R-RES-RE-1", "{problem}");
+    }
+    assert!(!upstream.requests().iter().any(|seen| seen.text().contains("999999")), "nothing of it was sent");
+
+    served.restart(&[]);
+    let again = pay(&served, "order-3-pay-false", r#"{"amount":5}"#, false).await;
+    assert_eq!(again.status().as_u16(), 422, "the binding is in the database, not the process");
+    let retry = pay(&served, "order-3-pay-false", r#"{"amount":100}"#, false).await;
+    assert_eq!(retry.status().as_u16(), 201, "a retry of the same request is sent");
+    assert_eq!(upstream.count_with("idempotency-key", "order-3-pay-false"), 2);
+
+    let theirs = client()
+        .post(format!("{}/call/pay/payments", served.gateway))
+        .header("idempotency-key", "order-3-pay-false")
+        .header("authorization", "Bearer another-service")
+        .header("content-type", "application/json")
+        .body(r#"{"amount":7}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(theirs.status().as_u16(), 201, "another caller's key is its own");
 }
 
 /// Two identical keyed writes at once reach the system once; both callers

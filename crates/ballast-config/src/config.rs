@@ -88,6 +88,56 @@ impl Config {
 }
 
 impl Config {
+    /// Checks the fleet's settings against the fleet that ran on the
+    /// configuration's queue database: a breaker held by the fleet
+    /// (`scope = "fleet"`) whose `quorum` is above `replicas`, the most
+    /// replicas that ran at once lately, can never open for the fleet — a
+    /// warning at its `quorum` (or its `scope`, when the default quorum is
+    /// too many).
+    pub fn check_fleet(&self, replicas: u32, lately: &str) -> Vec<Finding> {
+        let mut found = Vec::new();
+        for (name, system) in &self.file.systems {
+            let Some(breaker) = system.breaker.as_ref().and_then(crate::model::Part::section) else {
+                continue;
+            };
+            if breaker.scope.as_deref() != Some("fleet") {
+                continue;
+            }
+            let quorum = breaker.quorum.unwrap_or(crate::systems::translate::DEFAULT_QUORUM);
+            if quorum <= u64::from(replicas) {
+                continue;
+            }
+            let key = if breaker.quorum.is_some() { "quorum" } else { "scope" };
+            let path = crate::finding::system_path(name, &["breaker", key]);
+            let span = self.index.span(&path);
+            let (severity, message, help) = if replicas == 0 {
+                (
+                    ballast::Severity::Note,
+                    format!(
+                        "no replica ran on this database {lately}: the fleet's breaker of {name:?} (quorum \
+                         {quorum}) is not checked against the replicas"
+                    ),
+                    "lint again once the fleet runs".to_owned(),
+                )
+            } else {
+                (
+                    ballast::Severity::Warning,
+                    format!(
+                        "the fleet's breaker of {name:?} opens once {quorum} replicas see it failing, but at most \
+                         {replicas} ran at once {lately}: it can never open for the fleet, and each replica keeps \
+                         calling a system the others see down"
+                    ),
+                    format!(
+                        "set quorum to at most {replicas} (a majority of {replicas} is {}), or run more replicas",
+                        replicas / 2 + 1
+                    ),
+                )
+            };
+            found.push(crate::finding::spanned(&self.source, None, severity, span, message, help));
+        }
+        found
+    }
+
     /// `Err` with the errors among `problems` of `section`, if any.
     pub(crate) fn refuse(&self, section: &str, problems: Vec<KeyFinding>) -> Result<(), ConfigError> {
         let errors: Vec<Finding> = problems

@@ -115,6 +115,15 @@ pub struct FleetView {
 impl FleetView {
     /// Connects to the fleet's database (the queue's `postgres://…` URL).
     pub async fn connect(url: &str) -> Result<FleetView, FleetError> {
+        let view = Self::reading(url).await?;
+        schema::migrate(&view.pool).await?;
+        Ok(view)
+    }
+
+    /// Connects to the fleet's database without creating the fleet's
+    /// tables: what `ballast lint` reads with, on a database a fleet may
+    /// never have run on.
+    pub async fn reading(url: &str) -> Result<FleetView, FleetError> {
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
             let scheme = url.split("://").next().unwrap_or(url);
             return Err(FleetError::NotPostgres(scheme.to_owned()));
@@ -128,8 +137,14 @@ impl FleetView {
                 sqlx::Error::PoolTimedOut => FleetError::Unreachable(CONNECT_TIMEOUT),
                 e => FleetError::Database(e),
             })?;
-        schema::migrate(&pool).await?;
         Ok(FleetView { pool })
+    }
+
+    /// The most replicas that ran at once in the last `since`, from their
+    /// start, heartbeat and stop times; 0 when none did (or no fleet ever
+    /// ran on this database). Reads only.
+    pub async fn most_at_once(&self, since: Duration) -> Result<u32, FleetError> {
+        replicas::most_at_once(&self.pool, since).await
     }
 
     /// The replicas seen in the last hour, newest first.

@@ -147,6 +147,33 @@ pub(crate) async fn leave(pool: &PgPool, id: Uuid) -> Result<(), FleetError> {
     Ok(())
 }
 
+/// The most replicas alive at one time in the last `since`. Replicas
+/// overlap most at some replica's start (or at the window's start): each
+/// such moment counts the replicas started by then and not yet gone
+/// (stopped, or past their last heartbeat).
+pub(crate) async fn most_at_once(pool: &PgPool, since: Duration) -> Result<u32, FleetError> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('ballast_fleet_replicas') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    if !exists {
+        return Ok(0);
+    }
+    let most: i64 = sqlx::query_scalar(
+        "WITH lately AS (
+             SELECT started_at, COALESCE(stopped_at, heartbeat_at) AS gone_at
+             FROM ballast_fleet_replicas
+             WHERE COALESCE(stopped_at, heartbeat_at) > now() - $1 * interval '1 millisecond'),
+         moments AS (
+             SELECT GREATEST(started_at, now() - $1 * interval '1 millisecond') AS at FROM lately)
+         SELECT COALESCE(max((SELECT count(*) FROM lately l WHERE l.started_at <= m.at AND l.gone_at >= m.at)), 0)
+         FROM moments m",
+    )
+    .bind(since.as_millis() as f64)
+    .fetch_one(pool)
+    .await?;
+    Ok(u32::try_from(most).unwrap_or(u32::MAX))
+}
+
 /// Every replica registered in the last `since`, newest first, with its
 /// state and flags.
 pub(crate) async fn list(pool: &PgPool, since: Duration) -> Result<Vec<Replica>, FleetError> {

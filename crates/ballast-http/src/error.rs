@@ -101,18 +101,21 @@ pub enum HttpError {
         routes: String,
     },
     /// The idempotency key is already used by another request — another
-    /// method, path, query, body or content type — in flight or deferred:
+    /// method, path, query, body or content type — in flight, deferred, or
+    /// sent within the key's life ([`crate::key_life`]):
     /// a key names one request, so this one is refused unsent (R-RES-RE-1)
     /// and never gets the earlier request's answer or task.
     #[error(
         "the idempotency key {key:?} already names another request ({first_in}) with another method, path, \
          query, body or content type: a key names one request, so this one was not sent (R-RES-RE-1); make a \
-         new key for a new request, and send a retry exactly as the first"
+         new key for a new request (derive it from the payment attempt, not the order, when the amount can \
+         change), and send a retry exactly as the first"
     )]
     KeyReused {
         /// The key.
         key: String,
-        /// Where the first request is: `in flight` or `deferred`.
+        /// Where the first request is: `in flight`, `deferred`, or `sent
+        /// within the key's life`.
         first_in: &'static str,
     },
     /// An earlier write of the request's sequence waits in the durable

@@ -72,6 +72,7 @@ pub mod schema {
 }
 mod admin;
 mod alert;
+pub mod bound_keys;
 mod error;
 mod handler;
 mod handover;
@@ -103,6 +104,7 @@ pub use ballast_vocab::queue::{
 };
 
 pub use alert::{Alert, FailReason, FailedTask, LogAlert};
+pub use bound_keys::KeyBinding;
 pub use error::{Error, Result};
 pub use handler::{Handler, LeaseGate, LeaseLost, TaskContext, TaskEnd};
 pub use handover::{hand_over, Handover, HandoverError, WriteOrDefer};

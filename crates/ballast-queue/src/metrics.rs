@@ -38,7 +38,8 @@ pub const TASKS: &str = "ballast_queue_tasks";
 pub const LAG: &str = "ballast_queue_lag_seconds";
 /// Gauge: 1 while a monitor's last refresh reached the queue database, else 0.
 pub const REACHABLE: &str = "ballast_queue_reachable";
-/// Counter of final tasks deleted past their retention.
+/// Counter of final tasks deleted past their retention, by `state`, and of
+/// expired key bindings ([`crate::bound_keys`]), `state="key_binding"`.
 pub const PRUNED: &str = "ballast_queue_pruned_total";
 /// The name of every metric this crate records.
 pub const NAMES: [&str; 5] = [ATTEMPTS, TASKS, LAG, REACHABLE, PRUNED];

@@ -39,6 +39,7 @@ pub const HISTORY: &[Migration] = &[
     Migration { version: 4, name: "the storage probe's table", oldest_reader: 1 },
     Migration { version: 5, name: "sequences: writes to one entity in order", oldest_reader: 1 },
     Migration { version: 6, name: "the claim walks pending tasks only (PostgreSQL)", oldest_reader: 1 },
+    Migration { version: 7, name: "keys bound to their requests", oldest_reader: 1 },
 ];
 
 /// The schema this version speaks: every migration it knows applied.

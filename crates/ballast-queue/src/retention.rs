@@ -6,7 +6,8 @@
 //! A pruned task's idempotency key no longer deduplicates enqueueing: keep
 //! completed tasks longer than the external systems keep their keys
 //! (R-RES-RE-1). Failed tasks are kept longer still: a human has to look at
-//! them (R-RES-RE-5).
+//! them (R-RES-RE-5). Key bindings ([`crate::bound_keys`]) go once their
+//! key's life is over, in the same passes.
 //!
 //! ```no_run
 //! # async fn run(queue: ballast_queue::Queue) {
@@ -75,7 +76,7 @@ impl Retention {
     }
 
     /// Deletes what is past its retention now, a batch at a time, and
-    /// returns how many tasks went. Stops early, with what it deleted so far,
+    /// returns how many tasks and expired key bindings went. Stops early, with what it deleted so far,
     /// when `stop` is cancelled.
     pub async fn prune(&self, queue: &Queue, stop: &CancellationToken) -> crate::Result<u64> {
         let mut total = 0;
@@ -98,6 +99,18 @@ impl Retention {
                 tokio::task::yield_now().await;
             }
         }
+        loop {
+            if stop.is_cancelled() {
+                return Ok(total);
+            }
+            let deleted = queue.prune_bound_keys(self.batch).await?;
+            total += deleted;
+            ::metrics::counter!(PRUNED, "state" => "key_binding").increment(deleted);
+            if deleted < u64::from(self.batch) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
         Ok(total)
     }
 
@@ -111,7 +124,9 @@ impl Retention {
             while stop.run_until_cancelled(tick.tick()).await.is_some() {
                 match self.prune(&queue, &stop).await {
                     Ok(0) => {}
-                    Ok(deleted) => tracing::info!(deleted, "pruned tasks past their retention"),
+                    Ok(deleted) => {
+                        tracing::info!(deleted, "pruned tasks and key bindings past their retention")
+                    }
                     Err(e) => tracing::warn!(error = %e, "pruning failed; trying again at the next pass"),
                 }
             }

@@ -19,21 +19,23 @@ use support::{pg_options, wait_for, PG_ENV};
 use tokio_util::sync::CancellationToken;
 
 /// Each backend's migrations, as the stores apply them.
-const PG: [&str; 6] = [
+const PG: [&str; 7] = [
     include_str!("../migrations/postgres/0001_tasks.sql"),
     include_str!("../migrations/postgres/0002_live_index.sql"),
     include_str!("../migrations/postgres/0003_task_result.sql"),
     include_str!("../migrations/postgres/0004_probe.sql"),
     include_str!("../migrations/postgres/0005_sequence.sql"),
     include_str!("../migrations/postgres/0006_pending_claim.sql"),
+    include_str!("../migrations/postgres/0007_bound_keys.sql"),
 ];
-const SQLITE: [&str; 6] = [
+const SQLITE: [&str; 7] = [
     include_str!("../migrations/sqlite/0001_tasks.sql"),
     include_str!("../migrations/sqlite/0002_live_index.sql"),
     include_str!("../migrations/sqlite/0003_task_result.sql"),
     include_str!("../migrations/sqlite/0004_probe.sql"),
     include_str!("../migrations/sqlite/0005_sequence.sql"),
     include_str!("../migrations/sqlite/0006_pending_claim.sql"),
+    include_str!("../migrations/sqlite/0007_bound_keys.sql"),
 ];
 
 /// What the previous schema's worker runs, statement by statement: its

@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 use ballast::{Classification, Classify, IdempotencyKey};
 use ballast_queue::{
     Alert, DurableBackoff, EnqueueOutcome, FailReason, FailedTask, Handler, Handover, HandoverError,
-    ListFilter, NewTask, Queue, RunSummary, Schedule, TaskContext, TaskInfo, TaskState, TxConnection, Worker,
-    WorkerBuilder, WriteOrDefer,
+    KeyBinding, ListFilter, NewTask, Queue, RunSummary, Schedule, TaskContext, TaskInfo, TaskState,
+    TxConnection, Worker, WorkerBuilder, WriteOrDefer,
 };
 use serde::{Deserialize, Serialize};
 use support::{wait_for, Db, Harness};
@@ -784,6 +784,41 @@ async fn retention_prunes_by_state_in_batches(h: &Harness) {
     assert_eq!(left, vec![live], "a live task is never pruned");
 }
 
+/// A key is bound to its first request for its life, per system and
+/// caller; an expired binding gives way to the next request and retention
+/// deletes it.
+async fn a_key_is_bound_to_its_first_request_for_its_life(h: &Harness) {
+    let day = Duration::from_secs(24 * 3600);
+    let binding = |system, caller, fingerprint, expires_in| KeyBinding {
+        system,
+        caller,
+        key: "order-17-attempt-1",
+        fingerprint,
+        expires_in,
+    };
+    assert_eq!(h.queue.bind_key(&binding("pay", "c1", "fp-a", day)).await.unwrap(), "fp-a");
+    // The same request again, and another request under the key.
+    assert_eq!(h.queue.bind_key(&binding("pay", "c1", "fp-a", day)).await.unwrap(), "fp-a");
+    assert_eq!(h.queue.bind_key(&binding("pay", "c1", "fp-b", day)).await.unwrap(), "fp-a");
+    // Another system's key, another caller's key: their own.
+    assert_eq!(h.queue.bind_key(&binding("crm", "c1", "fp-b", day)).await.unwrap(), "fp-b");
+    assert_eq!(h.queue.bind_key(&binding("pay", "c2", "fp-b", day)).await.unwrap(), "fp-b");
+
+    // Once its life is over, the key binds the next request.
+    let short = Duration::from_millis(1);
+    assert_eq!(h.queue.bind_key(&binding("sms", "c1", "fp-a", short)).await.unwrap(), "fp-a");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(h.queue.bind_key(&binding("sms", "c1", "fp-b", short)).await.unwrap(), "fp-b");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    assert_eq!(ballast_queue::Retention::default().batch(1).prune(&h.queue, &stop).await.unwrap(), 1);
+    assert_eq!(h.scalar("SELECT count(*) FROM ballast_bound_keys").await, 3);
+
+    let empty = h.queue.bind_key(&binding("pay", "", "fp-a", day)).await.unwrap_err().to_string();
+    assert!(empty.contains("the caller must be 1 to 512 bytes"), "{empty}");
+}
+
 async fn error_history_is_bounded(h: &Harness) {
     let handler = Scripted::default();
     let id = h.queue.enqueue(NewTask::new("job", &job("transient")).max_attempts(13)).await.unwrap().id;
@@ -1091,6 +1126,7 @@ conformance!(
     shutdown_finishes_in_flight_then_releases_the_rest,
     admin_stats_list_retry_cancel_prune,
     retention_prunes_by_state_in_batches,
+    a_key_is_bound_to_its_first_request_for_its_life,
     error_history_is_bounded,
     many_workers_never_share_a_task,
     new_task_wakes_an_idle_worker,

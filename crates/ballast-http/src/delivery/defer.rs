@@ -230,7 +230,10 @@ impl HttpSystem {
     /// A task already deferred under `key` decides first: the same request
     /// ([`Fingerprint`]) while it waits is that task, [`Handover::Deferred`]
     /// with nothing sent; another request is refused unsent
-    /// ([`HttpError::KeyReused`]) and never handed the task.
+    /// ([`HttpError::KeyReused`]) and never handed the task. Then the key
+    /// is bound to the request for the system's `key_ttl`
+    /// ([`HttpSystem::bind_key`]): another request the same caller sent
+    /// under it within that life refuses this one unsent too.
     pub async fn write_or_defer(
         &self,
         key: &IdempotencyKey,
@@ -300,6 +303,7 @@ impl HttpSystem {
         if let Some(joined) = self.deferred_with(queue, key, &asking).await? {
             return Ok(joined);
         }
+        self.bind_key(queue, key, &request).await.map_err(|e| HandoverError::Failed(Failure::unsent(e)))?;
         let named = plan.sequence(&request);
         let sequence = match named.as_deref() {
             Some(name) => Some(

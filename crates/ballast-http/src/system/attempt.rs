@@ -150,6 +150,14 @@ impl HttpSystem {
     /// What every attempt sends, or why the request cannot be sent. A
     /// method-override header stays only when the request reached its route
     /// through it.
+    /// Whether a request with `head` can be sent at all: the errors
+    /// [`prepare`](Self::prepare) would refuse it with for its own sake.
+    #[cfg(feature = "queue")]
+    pub(crate) fn check_sendable(&self, head: &Head) -> Result<(), HttpError> {
+        head.check()?;
+        self.inner.base.uri(head).map(drop)
+    }
+
     fn prepare(&self, head: &Head, plan: &Plan<'_>) -> Result<Prepared, HttpError> {
         head.check()?;
         let uri = self.inner.base.uri(head)?;

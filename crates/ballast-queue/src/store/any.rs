@@ -12,6 +12,7 @@ use super::postgres;
 #[cfg(feature = "sqlite")]
 use super::sqlite;
 use super::{ClaimRequest, Exchange, Lease, Store, ValidTask};
+use crate::bound_keys::KeyBinding;
 use crate::error::Result;
 use crate::outcome::Outcome;
 use crate::types::{EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
@@ -112,5 +113,11 @@ impl Store for AnyStore {
     }
     async fn prune(&self, state: Option<TaskState>, older_than: Duration, limit: Option<u32>) -> Result<u64> {
         dispatch!(self, s => s.prune(state, older_than, limit))
+    }
+    async fn bind_key(&self, scope: &[u8; 16], binding: &KeyBinding<'_>) -> Result<String> {
+        dispatch!(self, s => s.bind_key(scope, binding))
+    }
+    async fn prune_bound_keys(&self, limit: u32) -> Result<u64> {
+        dispatch!(self, s => s.prune_bound_keys(limit))
     }
 }

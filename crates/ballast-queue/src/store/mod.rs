@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use uuid::Uuid;
 
+use crate::bound_keys::KeyBinding;
 use crate::error::Result;
 use crate::outcome::Outcome;
 use crate::types::{EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
@@ -151,4 +152,9 @@ pub(crate) trait Store: Send + Sync {
     /// Deletes final tasks (of `state` only, when given) finalized more than
     /// `older_than` ago, oldest first, at most `limit` of them when given.
     async fn prune(&self, state: Option<TaskState>, older_than: Duration, limit: Option<u32>) -> Result<u64>;
+    /// Binds a key (its `scope`) to its request unless it is bound and not
+    /// expired; the fingerprint it is bound to ([`crate::bound_keys`]).
+    async fn bind_key(&self, scope: &[u8; 16], binding: &KeyBinding<'_>) -> Result<String>;
+    /// Deletes at most `limit` expired key bindings, oldest first.
+    async fn prune_bound_keys(&self, limit: u32) -> Result<u64>;
 }

@@ -8,6 +8,10 @@
 //! key goes through [`HttpSystem::write_or_defer_planned`]: 202 and a task
 //! handle when the queue takes it over.
 //!
+//! A keyed write binds its key to its request for the system's `key_ttl`
+//! ([`ballast_http::key_life`]): another request under a key its caller
+//! used within that life is refused unsent, `422 key_reused`.
+//!
 //! A request a route matched is answered with `Ballast-Route: POST
 //! /payments/{id}` — the template, never the path — which the server span's
 //! `http.route` and the route metrics carry too.
@@ -187,6 +191,13 @@ async fn planned(
         };
         if let Some(pending) = pending {
             return answer(Err(Failure::unsent(pending)), system);
+        }
+    }
+    // A deferrable write binds its key on its way to the queue
+    // (`write_or_defer`); any other keyed write binds it here.
+    if let Some(key) = plan.operation().key().filter(|_| !deferrable) {
+        if let Err(reused) = system.bind_key(gateway.queue(), key, &request).await {
+            return answer(Err(Failure::unsent(reused)), system);
         }
     }
     let at_the_cut = super::cut::AtTheCut::of(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ballast::{Failure, Rejection, Rule, StopReason};
+use ballast::{Failure, Rejection, Rule, StopReason, TimeoutKind};
 use ballast_http::{HttpError, TlsFailure, TransportKind};
 use serde::Serialize;
 
@@ -27,8 +27,9 @@ pub enum Reason {
     /// `Idempotency-Key`: refused unsent (R-RES-RE-1).
     KeyRequired,
     /// The `Idempotency-Key` already names another request (another method,
-    /// path, query, body or content type) in flight or deferred: refused
-    /// unsent, without the earlier request's answer or task (R-RES-RE-1).
+    /// path, query, body or content type) in flight, deferred, or sent within
+    /// the key's life (the system's `key_ttl`): refused unsent, without the
+    /// earlier request's answer or task (R-RES-RE-1).
     KeyReused,
     /// An earlier write of the request's `Ballast-Sequence` waits in the
     /// durable queue: the write was not sent, so it cannot overtake it.
@@ -280,9 +281,17 @@ impl Problem {
             Some(
                 HttpError::KeyRequired { .. } | HttpError::KeyReused { .. } | HttpError::Unrouted { .. },
             ) => Some(Rule::Re1),
+            // The way the system is reached is wrong: asking again cannot help.
+            _ if failure
+                .error()
+                .and_then(HttpError::transport_kind)
+                .is_some_and(|k| k.is_configuration()) =>
+            {
+                Some(Rule::ReX2)
+            }
             _ => failure.stop_reason().rule(),
         };
-        let said = failure.to_string();
+        let said = told(failure, system, rule);
         let problem = match failure {
             Failure::Rejected { rejection, .. } => Self::rejected(*rejection, said),
             _ if failure.stop_reason() == StopReason::BudgetExhausted => {
@@ -333,10 +342,6 @@ impl Problem {
                     Problem::new(Reason::Transport, said).sent(sent)
                 }
             },
-        };
-        let rule = match failure.error().and_then(HttpError::transport_kind) {
-            Some(kind) if kind.is_configuration() => Some(Rule::ReX2),
-            _ => rule,
         };
         problem.attempts(failure.attempts()).rule(rule)
     }
@@ -390,6 +395,9 @@ impl Problem {
             ),
             _ => (Reason::Transport, "nothing was processed: safe to send again".to_owned()),
         };
+        let mut fix = fix.chars();
+        let fix: String =
+            fix.next().map(|first| first.to_uppercase().chain(fix).collect()).unwrap_or_default();
         let problem = Problem::new(reason, format!("{said}. {fix}")).sent(false);
         match reason {
             Reason::TokenUnavailable | Reason::ProxyRefused => problem.retry_after(Duration::from_secs(1)),
@@ -413,6 +421,62 @@ impl Problem {
             _ => Problem::new(Reason::BreakerOpen, said),
         }
     }
+}
+
+/// What happened to a call, in a person's words: what went wrong, how
+/// many times it was tried and why it was not tried again — the rule that
+/// decided the outcome named once, at the end, and no other. (A failure's
+/// own `Display`, "(permanent, 1 attempt(s); …)", is for logs.)
+fn told(failure: &Failure<HttpError>, system: &str, rule: Option<Rule>) -> String {
+    let tried = |attempts: u32| match attempts {
+        0 => String::new(),
+        1 => "tried once".to_owned(),
+        n => format!("tried {n} times"),
+    };
+    let mut told = match failure {
+        // A configuration error's own words say it is not retried, and why.
+        Failure::Operation { error, attempts, stop, .. } => {
+            let configuration = error.transport_kind().is_some_and(|k| k.is_configuration());
+            let why = match stop {
+                _ if configuration => "",
+                StopReason::Permanent => "not sent again: asking again gets the same answer",
+                StopReason::Exhausted => "every attempt allowed was made",
+                StopReason::NotRetryable => "not sent again: a write without an Idempotency-Key runs once",
+                StopReason::NotDeduplicated => "not sent again: the system does not deduplicate by the key",
+                StopReason::DeadlineWouldOverrun => "the next wait would overrun the call's deadline",
+                StopReason::Nested => "the policy around this call retries it",
+                _ => "",
+            };
+            let mut told = error.to_string();
+            for part in [tried(*attempts), why.to_owned()].iter().filter(|p| !p.is_empty()) {
+                told.push_str(if told.ends_with(')') || told.contains("; ") { ", " } else { "; " });
+                told.push_str(part);
+            }
+            told
+        }
+        Failure::Timeout { kind: TimeoutKind::Attempt, attempts, .. } => {
+            format!("{system} did not answer within the attempt's timeout; {}", tried(*attempts))
+        }
+        Failure::Timeout { kind: TimeoutKind::Total, attempts, .. } => {
+            format!("{system} did not answer within the call's total timeout; {}", tried(*attempts))
+        }
+        Failure::Rejected { rejection, attempts, last_error } => {
+            let mut told = format!("{system} is unavailable: {rejection}");
+            match attempts {
+                0 => told.push_str("; nothing was sent"),
+                n => told.push_str(&format!(" after it was {}", tried(*n))),
+            }
+            if let Some(error) = last_error {
+                told.push_str(&format!("; the last attempt: {error}"));
+            }
+            told
+        }
+        Failure::Cancelled { attempts } => format!("the call was cancelled; {}", tried(*attempts)),
+    };
+    if let Some(rule) = rule.map(|r| r.id()).filter(|id| !told.contains(id)) {
+        told.push_str(&format!(" ({rule})"));
+    }
+    told
 }
 
 impl IntoResponse for Problem {
@@ -439,10 +503,116 @@ impl IntoResponse for Problem {
 
 #[cfg(test)]
 mod tests {
-    use ballast::Failure;
-    use ballast_http::HttpError;
+    use std::time::Duration;
+
+    use ballast::{Class, Failure, Rejection, StopReason, TimeoutKind};
+    use ballast_http::{HttpError, TlsFailure, TransportKind};
 
     use super::{Problem, Reason};
+
+    /// A transport failure of `kind` after `attempts`.
+    fn transport(kind: TransportKind, class: Class, attempts: u32, stop: StopReason) -> Failure<HttpError> {
+        let error = HttpError::Transport {
+            kind,
+            class,
+            url: "https://bank.example/payments".into(),
+            source: "the peer said no".into(),
+        };
+        Failure::Operation { error, class, attempts, stop }
+    }
+
+    /// Every failure the gateway answers for a call, with the reason and
+    /// the rule it is answered with: the detail says what happened and what
+    /// to do in a person's words, names its rule once (and no other), and
+    /// says "attempt(s)" or "permanent error" nowhere — the problem's
+    /// `attempts` and `rule` members carry those.
+    #[test]
+    fn every_failure_of_a_call_says_why_in_a_person_s_words_and_its_rule_once() {
+        use StopReason::{Exhausted, Permanent};
+        let tls = |failure| transport(TransportKind::Tls(failure), Class::Permanent, 1, Permanent);
+        let failures = [
+            (tls(TlsFailure::Untrusted), Reason::TlsUntrusted, Some("R-RES-RE-X2")),
+            (tls(TlsFailure::Expired), Reason::TlsExpired, Some("R-RES-RE-X2")),
+            (tls(TlsFailure::NameMismatch), Reason::TlsNameMismatch, Some("R-RES-RE-X2")),
+            (tls(TlsFailure::ClientCertRefused), Reason::TlsClientCertRefused, Some("R-RES-RE-X2")),
+            (tls(TlsFailure::Protocol), Reason::TlsProtocol, Some("R-RES-RE-X2")),
+            (
+                transport(TransportKind::ProxyAuth, Class::Permanent, 1, Permanent),
+                Reason::ProxyAuthRequired,
+                Some("R-RES-RE-X2"),
+            ),
+            (
+                transport(TransportKind::CredentialRefused, Class::Permanent, 1, Permanent),
+                Reason::TokenRefused,
+                Some("R-RES-RE-X2"),
+            ),
+            (
+                transport(TransportKind::Proxy, Class::Transient, 3, Exhausted),
+                Reason::ProxyRefused,
+                Some("R-RES-RE-3"),
+            ),
+            (
+                transport(TransportKind::Credential, Class::Transient, 3, Exhausted),
+                Reason::TokenUnavailable,
+                Some("R-RES-RE-3"),
+            ),
+            (
+                transport(TransportKind::Reset, Class::Transient, 3, Exhausted),
+                Reason::Transport,
+                Some("R-RES-RE-3"),
+            ),
+            (
+                transport(TransportKind::Connect, Class::Transient, 3, Exhausted),
+                Reason::Transport,
+                Some("R-RES-RE-3"),
+            ),
+            (
+                transport(TransportKind::TooLarge, Class::Permanent, 1, Permanent),
+                Reason::AnswerTooLarge,
+                Some("R-RES-RE-X2"),
+            ),
+            (
+                Failure::Timeout { kind: TimeoutKind::Total, attempts: 2, stop: StopReason::TotalTimeout },
+                Reason::Timeout,
+                None,
+            ),
+            (
+                Failure::Rejected {
+                    rejection: Rejection::BreakerOpen { retry_in: Duration::from_secs(3) },
+                    attempts: 0,
+                    last_error: None,
+                },
+                Reason::BreakerOpen,
+                None,
+            ),
+            (
+                Failure::Rejected { rejection: Rejection::BulkheadFull, attempts: 0, last_error: None },
+                Reason::BulkheadFull,
+                None,
+            ),
+            (
+                Failure::Rejected {
+                    rejection: Rejection::RateLimited { retry_in: Duration::from_millis(300) },
+                    attempts: 0,
+                    last_error: None,
+                },
+                Reason::RateLimited,
+                None,
+            ),
+        ];
+        for (failure, reason, rule) in failures {
+            let problem = Problem::from_failure(&failure, "bank");
+            let json = serde_json::to_value(&problem).unwrap();
+            let detail = json["detail"].as_str().unwrap();
+            assert_eq!(problem.ballast.reason, reason, "{detail}");
+            assert_eq!(json["ballast"]["rule"].as_str(), rule, "{detail}");
+            assert!(!detail.contains("attempt(s)") && !detail.contains("permanent error"), "{detail}");
+            for id in ["R-RES-RE-1", "R-RES-RE-X2", "R-RES-RE-2", "R-RES-RE-3"] {
+                let times = detail.matches(id).count();
+                assert!(times <= usize::from(rule == Some(id)), "{id} {times} times in {detail}");
+            }
+        }
+    }
 
     /// Every refusal made before anything was sent, in the words its caller
     /// reads: why, in a person's words, the rule once where one decided it,

@@ -22,7 +22,7 @@ import type { Task } from './client.js';
  * | `unknown_system`, `not_found` | 404 | no such system; no deferred write of that handle, or a path the gateway does not serve |
  * | `bad_key`, `bad_path`, `bad_request`, `seal_key_missing` | 400 | refused unsent |
  * | `key_required` | 400 | the route is declared `keyed_write` and the write carried no key: refused unsent (R-RES-RE-1) |
- * | `key_reused` | 422 | the key already names another request (another method, path, body or content type) in flight or deferred: refused unsent (R-RES-RE-1) |
+ * | `key_reused` | 422 | the key already names another request (another method, path, body or content type) in flight, deferred, or sent within the key's life (`key_ttl`): refused unsent (R-RES-RE-1) |
  * | `sequence_pending` | 409 | an earlier write of the request's `Ballast-Sequence` waits in the queue: not sent, so it cannot overtake it (defer it with `Prefer: respond-async` to queue it behind) |
  * | `unrouted` | 400 | a write no route of the system declares: refused unsent (R-RES-RE-1) |
  * | `bad_callback` | 400 | `Ballast-Callback` names a host not in `[gateway] callback_hosts` (or callbacks are not configured): refused unsent |

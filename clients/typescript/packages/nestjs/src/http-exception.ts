@@ -22,6 +22,7 @@ interface Mapping {
 
 const system = (e: BallastError) => e.system ?? 'the system';
 const wait = (e: BallastError) => (e.retryAfter === undefined ? 'ask again later' : `ask again in ${e.retryAfter} s`);
+const tried = (attempts: number) => (attempts === 1 ? 'tried once' : `tried ${attempts} times`);
 const unavailable = (e: BallastError) => `${system(e)} is unavailable now: ${wait(e)}`;
 const bug = (says: (e: BallastError) => string): Mapping => ({
   status: HttpStatus.INTERNAL_SERVER_ERROR,
@@ -58,13 +59,13 @@ const MAPPINGS: Readonly<Record<Reason, Mapping>> = {
   timeout: {
     status: HttpStatus.GATEWAY_TIMEOUT,
     programmingError: false,
-    says: (e) => `${system(e)} did not answer in time (${e.attempts} attempt(s))`,
+    says: (e) => `${system(e)} did not answer in time (${tried(e.attempts)})`,
   },
   transport: {
     status: HttpStatus.BAD_GATEWAY,
     programmingError: false,
     says: (e) =>
-      `${system(e)} gave no complete answer (${e.attempts} attempt(s)): ` +
+      `${system(e)} gave no complete answer (${tried(e.attempts)}): ` +
       (e.sent === false ? 'nothing was sent' : 'the request may have arrived'),
   },
   answer_too_large: {

@@ -19,6 +19,7 @@ use settle::split;
 use sql::*;
 
 use super::{ClaimRequest, Exchange, Lease, Store, ValidTask};
+use crate::bound_keys::KeyBinding;
 use crate::error::Result;
 use crate::outcome::Outcome;
 use crate::types::{
@@ -475,6 +476,33 @@ impl Store for PgStore {
         .bind(duration_micros(older_than))
         .bind(state.map(TaskState::as_str))
         .bind(limit.map(i64::from))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn bind_key(&self, scope: &[u8; 16], binding: &KeyBinding<'_>) -> Result<String> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO ballast_bound_keys AS b (scope, fingerprint, expires_at)
+             VALUES ($1, $2, now() + $3 * interval '1 microsecond')
+             ON CONFLICT (scope) DO UPDATE SET
+                 fingerprint = CASE WHEN b.expires_at <= now() THEN excluded.fingerprint ELSE b.fingerprint END,
+                 expires_at = CASE WHEN b.expires_at <= now() THEN excluded.expires_at ELSE b.expires_at END
+             RETURNING fingerprint",
+        )
+        .bind(&scope[..])
+        .bind(binding.fingerprint)
+        .bind(duration_micros(binding.expires_in))
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn prune_bound_keys(&self, limit: u32) -> Result<u64> {
+        let done = sqlx::query(
+            "DELETE FROM ballast_bound_keys WHERE scope IN (
+                 SELECT scope FROM ballast_bound_keys WHERE expires_at < now() ORDER BY expires_at LIMIT $1)",
+        )
+        .bind(i64::from(limit))
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())

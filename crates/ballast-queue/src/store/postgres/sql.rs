@@ -11,6 +11,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("../../../migrations/postgres/0004_probe.sql")),
     (5, include_str!("../../../migrations/postgres/0005_sequence.sql")),
     (6, include_str!("../../../migrations/postgres/0006_pending_claim.sql")),
+    (7, include_str!("../../../migrations/postgres/0007_bound_keys.sql")),
 ];
 
 /// Serializes concurrent `migrate()` calls across processes.

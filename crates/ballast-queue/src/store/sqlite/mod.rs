@@ -22,6 +22,7 @@ use engine::Engine;
 use file::OpenedFile;
 
 use super::{ClaimRequest, Exchange, Lease, Store, ValidTask};
+use crate::bound_keys::KeyBinding;
 use crate::error::Result;
 use crate::outcome::Outcome;
 use crate::types::{
@@ -35,6 +36,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("../../../migrations/sqlite/0004_probe.sql")),
     (5, include_str!("../../../migrations/sqlite/0005_sequence.sql")),
     (6, include_str!("../../../migrations/sqlite/0006_pending_claim.sql")),
+    (7, include_str!("../../../migrations/sqlite/0007_bound_keys.sql")),
 ];
 
 const COLUMNS: &str = "id, kind, payload, idempotency_key, state, attempt, max_attempts, run_at, \
@@ -409,6 +411,37 @@ impl Store for SqliteStore {
         .bind(now().saturating_sub(duration_micros(older_than)))
         .bind(state.map(TaskState::as_str))
         .bind(limit.map_or(-1, i64::from))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn bind_key(&self, scope: &[u8; 16], binding: &KeyBinding<'_>) -> Result<String> {
+        self.check_file()?;
+        let now = now();
+        Ok(sqlx::query_scalar(
+            "INSERT INTO ballast_bound_keys AS b (scope, fingerprint, expires_at)
+             VALUES (?1, ?2, ?3)
+             ON CONFLICT (scope) DO UPDATE SET
+                 fingerprint = CASE WHEN b.expires_at <= ?4 THEN excluded.fingerprint ELSE b.fingerprint END,
+                 expires_at = CASE WHEN b.expires_at <= ?4 THEN excluded.expires_at ELSE b.expires_at END
+             RETURNING fingerprint",
+        )
+        .bind(&scope[..])
+        .bind(binding.fingerprint)
+        .bind(now.saturating_add(duration_micros(binding.expires_in)))
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn prune_bound_keys(&self, limit: u32) -> Result<u64> {
+        let done = sqlx::query(
+            "DELETE FROM ballast_bound_keys WHERE rowid IN (
+                 SELECT rowid FROM ballast_bound_keys WHERE expires_at < ?1 ORDER BY expires_at LIMIT ?2)",
+        )
+        .bind(now())
+        .bind(i64::from(limit))
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
