@@ -49,7 +49,8 @@ impl HttpSystem {
     /// use ballast::IdempotencyKey;
     /// use ballast_http::Request;
     ///
-    /// let key = IdempotencyKey::new("order-17-attempt-1")?;
+    /// // One key per payment attempt, not per order: the amount may change.
+    /// let key = IdempotencyKey::v5("order-17/attempt-1", "register-payment");
     /// let payment = Request::post("payments").json(&serde_json::json!({ "amount": 100 }));
     /// system.bind_key(&queue, &key, &payment).await?;
     /// let charged = system.write(&key, payment).await;
