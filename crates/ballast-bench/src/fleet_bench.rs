@@ -46,15 +46,7 @@ struct One(Policy);
 
 impl Members for One {
     fn members(&self) -> Vec<Member> {
-        vec![Member {
-            name: "crm".into(),
-            policy: self.0.clone(),
-            calls: 0,
-            sent: 0,
-            refused: 0,
-            throttled: 0,
-            breaker: None,
-        }]
+        vec![Member::new("crm", self.0.clone())]
     }
 }
 

@@ -88,6 +88,14 @@ pub struct Member {
     pub breaker: Option<BreakerState>,
 }
 
+impl Member {
+    /// System `name` with `policy`, nothing counted yet: its counts and
+    /// its breaker's state are filled in by whoever reports on it.
+    pub fn new(name: impl Into<String>, policy: Policy) -> Self {
+        Self { name: name.into(), policy, calls: 0, sent: 0, refused: 0, throttled: 0, breaker: None }
+    }
+}
+
 impl std::fmt::Debug for Member {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Member").field("name", &self.name).finish_non_exhaustive()

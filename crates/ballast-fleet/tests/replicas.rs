@@ -70,15 +70,7 @@ struct One(ballast::Policy);
 
 impl ballast_fleet::Members for One {
     fn members(&self) -> Vec<ballast_fleet::Member> {
-        vec![ballast_fleet::Member {
-            name: "crm".into(),
-            policy: self.0.clone(),
-            calls: 0,
-            sent: 0,
-            refused: 0,
-            throttled: 0,
-            breaker: None,
-        }]
+        vec![ballast_fleet::Member::new("crm", self.0.clone())]
     }
 }
 

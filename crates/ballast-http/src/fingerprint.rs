@@ -45,7 +45,18 @@ impl Fingerprint {
     /// amount, a card number) against it.
     #[cfg(feature = "queue")]
     pub(crate) fn sealed(seal: &crate::SealKey, system: &str, request: &Request) -> Self {
-        Self(seal.digest(PURPOSE, &[system.as_bytes(), &digest(request)]))
+        Self::stored(system, &digest(request), Some(seal))
+    }
+
+    /// The fingerprint as stored of the request whose [`digest`] is
+    /// `asked`, to `system`: [`sealed`](Self::sealed) with a seal key, else
+    /// plain ([`of`](Self::of)).
+    #[cfg(feature = "queue")]
+    pub(crate) fn stored(system: &str, asked: &[u8; 32], seal: Option<&crate::SealKey>) -> Self {
+        match seal {
+            Some(seal) => Self(seal.digest(PURPOSE, &[system.as_bytes(), asked])),
+            None => Self(asked[..16].iter().map(|b| format!("{b:02x}")).collect()),
+        }
     }
 
     /// Whether this stored fingerprint is that of the request whose
@@ -58,8 +69,7 @@ impl Fingerprint {
             return seal
                 .is_some_and(|seal| seal.digest_matches(&self.0, PURPOSE, &[system.as_bytes(), asked]));
         }
-        let plain: String = asked[..16].iter().map(|b| format!("{b:02x}")).collect();
-        self.0 == plain
+        *self == Self::stored(system, asked, None)
     }
 
     /// The fingerprint as stored: 32 hex digits (keyed: `k:…`).

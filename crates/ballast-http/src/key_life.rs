@@ -62,12 +62,21 @@ impl HttpSystem {
         key: &IdempotencyKey,
         request: &Request,
     ) -> Result<(), HttpError> {
+        self.bind_digested(queue, key, request, &crate::fingerprint::digest(request)).await
+    }
+
+    /// [`bind_key`](Self::bind_key) of `request`, whose
+    /// [`digest`](crate::fingerprint::digest) is `asks`: taken once by a
+    /// caller that needs it too.
+    pub(crate) async fn bind_digested(
+        &self,
+        queue: &Queue,
+        key: &IdempotencyKey,
+        request: &Request,
+        asks: &[u8; 32],
+    ) -> Result<(), HttpError> {
         self.check_sendable(&request.head)?;
-        let asks = crate::fingerprint::digest(request);
-        let fingerprint = match self.seal_key() {
-            Some(seal) => Fingerprint::sealed(seal, self.name(), request),
-            None => Fingerprint::of(request),
-        };
+        let fingerprint = Fingerprint::stored(self.name(), asks, self.seal_key());
         let caller = self.caller(request).stored(self.name(), self.seal_key());
         let binding = KeyBinding {
             system: self.name(),
@@ -80,7 +89,7 @@ impl HttpSystem {
             Ok(bound) if bound == fingerprint.as_str() => Ok(()),
             // Bound under a seal key since rotated, or before one was set.
             Ok(bound)
-                if Fingerprint::from_stored(bound.as_str()).is_of(self.name(), &asks, self.seal_key()) =>
+                if Fingerprint::from_stored(bound.as_str()).is_of(self.name(), asks, self.seal_key()) =>
             {
                 Ok(())
             }

@@ -303,7 +303,9 @@ impl HttpSystem {
         if let Some(joined) = self.deferred_with(queue, key, &asking).await? {
             return Ok(joined);
         }
-        self.bind_key(queue, key, &request).await.map_err(|e| HandoverError::Failed(Failure::unsent(e)))?;
+        self.bind_digested(queue, key, &request, &asking.asks)
+            .await
+            .map_err(|e| HandoverError::Failed(Failure::unsent(e)))?;
         let named = plan.sequence(&request);
         let sequence = match named.as_deref() {
             Some(name) => Some(
