@@ -82,29 +82,45 @@ fn config(queue_url: &str, upstream: &Upstream, system: &str) -> String {
 
 /// Offers `per_second` GETs a second to each of `gateways` until `until`;
 /// the statuses the callers got.
-async fn offer(gateways: Vec<String>, per_second: u32, until: Instant) -> Vec<u16> {
-    let statuses = Arc::new(Mutex::new(Vec::new()));
+async fn offer(gateways: Vec<String>, per_second: u32, until: Instant) -> Vec<Answered> {
+    let answered = Arc::new(Mutex::new(Vec::new()));
     let mut runs = tokio::task::JoinSet::new();
-    for gateway in gateways {
-        let statuses = Arc::clone(&statuses);
+    for (gateway_n, gateway) in gateways.into_iter().enumerate() {
+        let answered = Arc::clone(&answered);
         runs.spawn(async move {
             let client = client();
             let mut every = tokio::time::interval(Duration::from_secs(1) / per_second);
             while Instant::now() < until {
                 every.tick().await;
-                let (client, url, statuses) =
-                    (client.clone(), format!("{gateway}/call/crm/leads"), Arc::clone(&statuses));
+                let (client, url, answered) =
+                    (client.clone(), format!("{gateway}/call/crm/leads"), Arc::clone(&answered));
                 tokio::spawn(async move {
+                    let at = Instant::now();
                     let status = client.get(url).send().await.map_or(0, |r| r.status().as_u16());
-                    statuses.lock().unwrap().push(status);
+                    answered.lock().unwrap().push(Answered { gateway: gateway_n, at, status });
                 });
             }
         });
     }
     while runs.join_next().await.is_some() {}
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let out = statuses.lock().unwrap().clone();
+    let out = answered.lock().unwrap().clone();
     out
+}
+
+/// One caller's call as [`offer`] made it.
+#[derive(Debug, Clone, Copy)]
+struct Answered {
+    /// Which of the gateways it went to.
+    gateway: usize,
+    /// When it was sent.
+    at: Instant,
+    /// The status answered (0: none).
+    status: u16,
+}
+
+fn statuses(answered: &[Answered]) -> Vec<u16> {
+    answered.iter().map(|a| a.status).collect()
 }
 
 /// Counts the upstream's 200s and 429s answered to requests that arrived
@@ -197,7 +213,8 @@ async fn three_replicas_keep_the_system_s_rate_limit_together() {
     tokio::time::sleep(Duration::from_secs(15)).await;
     let killed_at = Instant::now();
     let _ = replicas[2].child.kill();
-    let statuses = load.await.unwrap();
+    let answered = load.await.unwrap();
+    let statuses = statuses(&answered);
     let keys = writes.await.unwrap();
     let answers = answers.lock().unwrap().clone();
     let (throttled, ok) = shares(&upstream, &answers, start + Duration::from_secs(3), killed_at);
@@ -216,6 +233,16 @@ async fn three_replicas_keep_the_system_s_rate_limit_together() {
     assert!(throttled <= 0.05, "the fleet keeps the limit: {:.1} % 429s", throttled * 100.0);
     assert!(used >= 0.9, "and uses it: {:.0} %", used * 100.0);
     assert!(after_throttled <= 0.05 && after_used >= 0.9, "two replicas take the third's share within 3 s");
+    // Callers split evenly over the replicas: so are the permits.
+    let mut sent = [0_u32; 3];
+    for a in answered.iter().filter(|a| a.status == 200) {
+        if a.at >= start + Duration::from_secs(3) && a.at < killed_at {
+            sent[a.gateway] += 1;
+        }
+    }
+    let (least, most) = (sent.iter().min().copied().unwrap(), sent.iter().max().copied().unwrap());
+    eprintln!("permits sent per replica while all three ran: {sent:?}");
+    assert!(f64::from(most) <= 1.5 * f64::from(least.max(1)), "an even demand, an even split: {sent:?}");
     let refused = statuses.iter().filter(|s| **s == 503).count();
     // 0: a call to the killed replica, which answers nothing; 429: the
     // upstream's own answer, passed on (the share above).
@@ -378,7 +405,7 @@ async fn without_the_database_each_replica_holds_its_share() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = upstream.count();
     let started = Instant::now();
-    let statuses = offer(gateways.clone(), 50, started + Duration::from_secs(10)).await;
+    let statuses = statuses(&offer(gateways.clone(), 50, started + Duration::from_secs(10)).await);
     let sent = upstream.count() - before;
     let rate = sent as f64 / 10.0;
     eprintln!(

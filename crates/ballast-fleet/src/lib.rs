@@ -211,7 +211,7 @@ impl Fleet {
 
     async fn supervise(self, members: Arc<dyn Members>, stop: CancellationToken) {
         let pool = self.view.pool.clone();
-        let buckets = Arc::new(limits::PgBuckets(pool.clone()));
+        let buckets = Arc::new(limits::PgBuckets { pool: pool.clone(), replica: self.id });
         let live = metrics::gauge!("ballast_fleet_replicas");
         let mut keepers: HashMap<(String, &'static str), (usize, CancellationToken)> = HashMap::new();
         let mut beat = tokio::time::interval(replicas::HEARTBEAT_EVERY);

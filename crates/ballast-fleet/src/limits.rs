@@ -28,6 +28,7 @@ use ballast::Policy;
 use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::error::FleetError;
 
@@ -44,6 +45,9 @@ pub const LEASE_TIMEOUT: Duration = Duration::from_millis(500);
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Ask {
     pub want: f64,
+    /// This replica's demand, permits a second: what its share of a
+    /// saturated bucket is weighed by.
+    pub pace: f64,
     pub configured: f64,
     pub burst: f64,
     pub adaptive: bool,
@@ -66,17 +70,25 @@ pub(crate) trait Bucket: Send + Sync + 'static {
     fn lease(&self, system: &str, ask: &Ask) -> impl Future<Output = Result<Lease, FleetError>> + Send;
 }
 
-/// The buckets in `ballast_fleet_limits`, leased through
-/// `ballast_fleet_lease` in one round trip.
+/// The buckets in `ballast_fleet_limits`, leased by one replica through
+/// `ballast_fleet_lease` in one round trip; each replica's share of a
+/// saturated bucket is kept in `ballast_fleet_shares`
+/// (`migrations/0005_fair_shares.sql`).
 #[derive(Debug, Clone)]
-pub(crate) struct PgBuckets(pub PgPool);
+pub(crate) struct PgBuckets {
+    pub pool: PgPool,
+    pub replica: Uuid,
+}
 
 impl Bucket for PgBuckets {
     async fn lease(&self, system: &str, ask: &Ask) -> Result<Lease, FleetError> {
         let (granted, rate, held_ms): (f64, f64, f64) = sqlx::query_as(
-            "SELECT granted, rate, held_ms FROM ballast_fleet_lease($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            "SELECT granted, rate, held_ms FROM ballast_fleet_lease(\
+             $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
         )
         .bind(system)
+        .bind(self.replica)
+        .bind(ask.pace)
         .bind(ask.want)
         .bind(ask.configured)
         .bind(ask.burst)
@@ -88,7 +100,8 @@ impl Bucket for PgBuckets {
         .bind(ballast::rate_limit::adaptive::FLOOR)
         .bind(ask.signals.announced_for.map_or(0.0, |w| w.as_secs_f64() * 1000.0))
         .bind(ask.signals.reset)
-        .fetch_one(&self.0)
+        .bind((LEASE_EVERY + GOOD_FOR).as_secs_f64() * 1000.0)
+        .fetch_one(&self.pool)
         .await?;
         Ok(Lease { granted, rate, held: Duration::from_secs_f64(held_ms.max(0.0) / 1000.0) })
     }
@@ -101,7 +114,14 @@ impl Bucket for PgBuckets {
 pub(crate) struct Sizing {
     last: Option<(Instant, Demand)>,
     pace: f64,
+    /// The pace averaged over time (about [`DEMAND_OVER`]), for this
+    /// replica's share: leases come as often as a round trip when permits
+    /// run short, and `pace` follows each of them.
+    rate: f64,
 }
+
+/// Over about how long a replica's demand is averaged for its share.
+const DEMAND_OVER: Duration = Duration::from_millis(500);
 
 impl Sizing {
     pub fn want(&mut self, now: Instant, demand: Demand) -> f64 {
@@ -114,6 +134,8 @@ impl Sizing {
                     let pace = asked as f64 / secs;
                     // Half the old pace, half the new: a burst is followed, noise is not.
                     self.pace = if self.pace == 0.0 { pace } else { (self.pace + pace) / 2.0 };
+                    let weight = 1.0 - (-secs / DEMAND_OVER.as_secs_f64()).exp();
+                    self.rate += weight * (pace - self.rate);
                 }
                 asked
             }
@@ -124,6 +146,21 @@ impl Sizing {
             need.max(demand.waiting.max(1) as f64)
         } else {
             need.max(0.0)
+        }
+    }
+
+    /// This replica's demand, permits a second, for its share of a
+    /// saturated bucket: its pace, and the attempts waiting now as if
+    /// each wanted its permit within a permit's life — paced work waits
+    /// rather than being refused, so its pace alone counts only what it
+    /// was granted. Before a pace is known, what `want` asked for.
+    pub fn demand(&self, want: f64, waiting: u64) -> f64 {
+        let life = GOOD_FOR.as_secs_f64();
+        let asked = self.rate + waiting as f64 / life;
+        if asked > 0.0 {
+            asked
+        } else {
+            want / life
         }
     }
 
@@ -200,6 +237,7 @@ pub(crate) async fn keep<B: Bucket>(
         }
         let ask = Ask {
             want,
+            pace: sizing.demand(want, demand.waiting),
             configured: limit.rate(),
             burst: capacity(&limit),
             adaptive: limit.is_adaptive(),
@@ -415,6 +453,33 @@ mod tests {
         }
         stop.cancel();
         assert_eq!(through, 40, "an idle fleet lets every call through");
+    }
+
+    /// A replica short of permits leases as often as a round trip; its
+    /// demand for its share is its pace over time, not over the last
+    /// millisecond, and its attempts waiting in line count too.
+    #[test]
+    fn a_replica_s_demand_is_its_pace_over_time_and_what_waits() {
+        let start = Instant::now();
+        let mut sizing = Sizing::default();
+        let demand = |asked| Demand { taken: asked, refused: 0, left: 0, waiting: 0 };
+        sizing.want(start, demand(0));
+        // 100 a second for 3 s, leased in bursts: 1 call 1 ms after the
+        // last lease, then 9 more over the next 99 ms.
+        let mut asked = 0;
+        for step in 0..30 {
+            let at = start + Duration::from_millis(100) * step;
+            asked += 1;
+            sizing.want(at + Duration::from_millis(1), demand(asked));
+            asked += 9;
+            sizing.want(at + Duration::from_millis(100), demand(asked));
+        }
+        let rate = sizing.demand(0.0, 0);
+        assert!((80.0..=120.0).contains(&rate), "about 100 a second: {rate}");
+        assert!(sizing.pace > 150.0, "while the lease sizing follows the burst: {}", sizing.pace);
+        let waiting = sizing.demand(0.0, 5);
+        assert!((rate + 19.0..=rate + 21.0).contains(&waiting), "5 waiting over a permit's life: {waiting}");
+        assert_eq!(Sizing::default().demand(3.0, 0), 12.0, "before any pace, what the first lease wants");
     }
 
     #[test]

@@ -11,6 +11,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../migrations/0002_queue_schema.sql")),
     (3, include_str!("../migrations/0003_ceiling_expiry.sql")),
     (4, include_str!("../migrations/0004_samples_sent.sql")),
+    (5, include_str!("../migrations/0005_fair_shares.sql")),
 ];
 
 /// Serializes concurrent migrations across replicas (apart from the queue's).

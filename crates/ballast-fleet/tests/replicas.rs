@@ -2,36 +2,14 @@
 //! and said so, otherwise): joining, the live count, drift, a clock off the
 //! database's, and a stopped replica seen gone at once.
 
-use ballast_fleet::{Fleet, FleetView, Identity, ReplicaState};
+mod support;
 
-async fn database() -> Option<String> {
-    let Ok(url) = std::env::var("BALLAST_TEST_PG") else {
-        eprintln!("skipped: BALLAST_TEST_PG not set");
-        return None;
-    };
-    let schema = format!("fleet_r_{}", uuid::Uuid::now_v7().simple());
-    let admin = sqlx::PgPool::connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("BALLAST_TEST_PG={url} is set but PostgreSQL is unreachable: {e}"));
-    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
-    let separator = if url.contains('?') { '&' } else { '?' };
-    Some(format!("{url}{separator}options=-c%20search_path%3D{schema}"))
-}
-
-fn me(digest: &str) -> Identity {
-    Identity {
-        host: "gw".into(),
-        pid: std::process::id(),
-        version: "0.1.0".into(),
-        config_digest: digest.into(),
-        admin: "127.0.0.1:9464".into(),
-        queue_schema: Some(6),
-    }
-}
+use ballast_fleet::{Fleet, FleetView, ReplicaState};
+use support::me;
 
 #[tokio::test]
 async fn replicas_know_each_other_and_the_odd_one_is_flagged() {
-    let Some(url) = database().await else { return };
+    let Some(url) = support::database("fleet_r").await else { return };
     let a = Fleet::join(&url, me("aaaa")).await.unwrap();
     let b = Fleet::join(&url, me("aaaa")).await.unwrap();
     let c = Fleet::join(&url, me("cccc")).await.unwrap();
@@ -79,7 +57,7 @@ impl ballast_fleet::Members for One {
 /// second, with its next lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_one_replica_learns_reaches_the_other_within_a_second() {
-    let Some(url) = database().await else { return };
+    let Some(url) = support::database("fleet_r").await else { return };
     let stop = tokio_util::sync::CancellationToken::new();
     let mut policies = Vec::new();
     for n in 0..2 {

@@ -264,7 +264,12 @@ impl RateLimiter {
         room: Duration,
     ) -> Option<(Grant, tokio::sync::MutexGuard<'_, ()>)> {
         let until = crate::timeout::deadline_after(Instant::now(), room);
-        let place = tokio::time::timeout_at(until, self.line.lock()).await.ok()?;
+        let Ok(place) = tokio::time::timeout_at(until, self.line.lock()).await else {
+            if let Some(shared) = &self.shared {
+                shared.gave_up();
+            }
+            return None;
+        };
         loop {
             let left = until.saturating_duration_since(Instant::now());
             let grant = match self.offer(left) {
@@ -277,6 +282,9 @@ impl RateLimiter {
                 // Not sooner than a grant's round trip: a fleet's empty
                 // bucket is not asked again and again.
                 Grant::Refused(retry_in) if retry_in < left => {
+                    if let Some(shared) = &self.shared {
+                        shared.retrying();
+                    }
                     tokio::time::sleep(retry_in.max(shared::GRANT_WAIT).min(left)).await;
                 }
                 grant => return Some((self.counted(grant), place)),

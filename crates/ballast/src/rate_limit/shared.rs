@@ -186,6 +186,20 @@ impl SharedPermits {
         Grant::Refused(Duration::from_nanos(interval.max(until_held).max(1_000_000)))
     }
 
+    /// A paced attempt refused above tries again: its refusal is not
+    /// counted as demand twice. An attempt is demand once — taken, or
+    /// refused for good — so that a replica whose work waits in line
+    /// weighs its share by the work, not by how often it looked.
+    pub(super) fn retrying(&self) {
+        let _ = self.refused.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// A paced attempt that gave up in line, before it asked: demand all
+    /// the same.
+    pub(super) fn gave_up(&self) {
+        self.refused.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Waits at most `wait` for the keeper's next grant.
     pub(super) async fn next_grant(&self, wait: Duration) {
         let granted = self.granted.notified();
