@@ -3,7 +3,7 @@
 //! `ballast_bench::success_path`), each on a current-thread tokio runtime.
 //! Then ballast's guide policy called from one thread vs two threads.
 //!
-//! `cargo bench -p ballast-bench --features peers --bench success_path -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench -p ballast-bench --no-default-features --features peers --bench success_path -- --warm-up-time 1 --measurement-time 3`
 //!
 //! Heap allocations per call come from the `success_allocs` bin (a counting
 //! global allocator does not belong in the timing harness).

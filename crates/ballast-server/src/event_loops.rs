@@ -52,6 +52,12 @@ impl Sockets {
     pub fn loops(&self) -> usize {
         self.sockets.len()
     }
+
+    /// The sockets themselves, one per loop, for a server of another kind
+    /// on the same listening shape (the gateway bench's bare hyper proxy).
+    pub fn into_listeners(self) -> Vec<std::net::TcpListener> {
+        self.sockets
+    }
 }
 
 /// `workers` listening sockets on `addr`, each with `SO_REUSEPORT`, their

@@ -3,7 +3,7 @@
 //! multi-thread tokio runtime with 1, 2 and 8 worker threads, one shared
 //! policy beside a policy per thread.
 //!
-//! `cargo run --release -p ballast-bench --bin contention -- [--calls 2000000] [--rounds 7]`
+//! `cargo run --release -p ballast-bench --no-default-features --bin contention -- [--calls 2000000] [--rounds 7]`
 //!
 //! Every round runs every configuration once (see
 //! `ballast_bench::contention`); the median round of each is printed, with

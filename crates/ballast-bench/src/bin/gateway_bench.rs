@@ -1,7 +1,8 @@
 //! Prints the gateway overhead table of BENCHMARKS.md: requests/s, p50/p99
-//! latency and the proxy's CPU time per request for a direct call, nginx's
-//! `proxy_pass` and ballast's gateway to the same local upstream, with the
-//! target ratios.
+//! latency, the proxy's CPU time and instructions per request for a direct
+//! call, nginx's `proxy_pass`, a bare hyper proxy (the floor of the
+//! gateway's HTTP stack) and ballast's gateway to the same local upstream,
+//! with the target ratios.
 //!
 //! `cargo run --release -p ballast-bench --bin gateway_bench -- [--seconds 5] [--warm-up 1] [--rounds 3] [--connections 1,32] [--write]`
 //! (`--idle 2000`: the memory an idle kept-alive connection holds instead;
@@ -138,6 +139,9 @@ fn main() -> anyhow::Result<()> {
     );
     println!("load average before: {before}; after: {after}\n");
     println!("{}", report.table());
+    if let Some(why) = &report.instructions_missing {
+        println!("Instructions not counted: {why}.\n");
+    }
     print!("{}", report.ratio_table());
     let provider = report.provider_table();
     if !provider.is_empty() {

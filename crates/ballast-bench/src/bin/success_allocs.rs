@@ -2,7 +2,7 @@
 //! `success_path` bench, as a markdown table, after the size of the future a
 //! call through the guide's policy returns.
 //!
-//! `cargo run --release -p ballast-bench --features peers --bin success_allocs -- [--calls 100000] [--warm-up 10000] [--only LABEL]`
+//! `cargo run --release -p ballast-bench --no-default-features --features peers --bin success_allocs -- [--calls 100000] [--warm-up 10000] [--only LABEL]`
 //!
 //! A counting global allocator (`stats_alloc`, no unsafe code here) counts
 //! every allocation of the process while the calls run, one after another on

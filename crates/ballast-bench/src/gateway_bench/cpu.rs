@@ -53,6 +53,47 @@ pub fn used(who: &Who) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND))
 }
 
+/// The kernel's ids of the threads `who` names (for a process, its own
+/// and its children's threads), as `perf stat --tid` takes them.
+pub fn threads(who: &Who) -> Vec<u32> {
+    let tasks = |dir: &Path| -> Vec<u32> {
+        std::fs::read_dir(dir.join("task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|task| task.file_name().to_str()?.parse().ok())
+            .collect()
+    };
+    let proc = Path::new("/proc");
+    match who {
+        Who::Threads(names) => std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|task| {
+                Stat::read(&task.path()).is_some_and(|s| names.iter().any(|n| s.comm.starts_with(n)))
+            })
+            .filter_map(|task| task.file_name().to_str()?.parse().ok())
+            .collect(),
+        Who::Process(pid) => {
+            let mut ids = tasks(&proc.join(pid.to_string()));
+            for entry in std::fs::read_dir(proc).into_iter().flatten().flatten() {
+                if Stat::read(&entry.path()).is_some_and(|s| s.ppid == *pid) {
+                    ids.extend(tasks(&entry.path()));
+                }
+            }
+            ids
+        }
+        Who::Named(name) => std::fs::read_dir(proc)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| Stat::read(&entry.path()).is_some_and(|s| s.comm == *name))
+            .flat_map(|entry| tasks(&entry.path()))
+            .collect(),
+    }
+}
+
 /// The fields of `/proc/…/stat` used here.
 struct Stat {
     comm: String,

@@ -74,7 +74,7 @@ impl Aimd {
         };
         window.throttles += 1;
         let elapsed = now.saturating_sub(window.opened_at);
-        if elapsed < super::gcra::nanos(HOLD) {
+        if elapsed < super::clock::nanos(HOLD) {
             self.window = Some(window);
             return None;
         }

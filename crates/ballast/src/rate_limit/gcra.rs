@@ -11,13 +11,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use super::clock::{nanos, Clock};
 
-/// The limiter's clock: nanoseconds since it was made, on tokio's clock (so
-/// tests run it on the paused clock).
+/// One system's arrival time, on the limiter's [`Clock`].
 #[derive(Debug)]
 pub(crate) struct Gcra {
-    start: Instant,
+    clock: Clock,
     /// When the next permit is due, in ns since `start`, with a burst's
     /// tolerance still to be subtracted.
     tat: AtomicU64,
@@ -43,28 +42,44 @@ pub(crate) enum Grant {
 impl Gcra {
     pub(crate) fn new(burst: u32) -> Self {
         Self {
-            start: Instant::now(),
+            clock: Clock::new(),
             tat: AtomicU64::new(0),
             burst: u64::from(burst.max(1)),
             granted: AtomicU64::new(0),
         }
     }
 
-    /// Nanoseconds since the limiter was made.
+    /// Nanoseconds since the limiter was made, as of the clock's last tick
+    /// ([`Clock::coarse`]).
     pub(crate) fn now(&self) -> u64 {
-        nanos(Instant::now().saturating_duration_since(self.start))
+        self.clock.coarse()
     }
 
-    /// Takes a permit at `now` for a rate of one permit per `interval` ns,
-    /// reserving it if it is due within `max_wait`.
+    /// Takes a permit at `now` (a [coarse](Clock::coarse) reading) for a
+    /// rate of one permit per `interval` ns, reserving it if it is due
+    /// within `max_wait`.
     pub(crate) fn take(&self, now: u64, interval: u64, max_wait: Duration) -> Grant {
+        self.take_at(now, || self.clock.precise(), interval, max_wait)
+    }
+
+    /// [`take`](Self::take), with `precise` read for the time when a permit
+    /// is not due on `now`: a reading a tick late would refuse or delay
+    /// what is due.
+    fn take_at(&self, now: u64, precise: impl FnOnce() -> u64, interval: u64, max_wait: Duration) -> Grant {
         let tolerance = interval.saturating_mul(self.burst - 1);
         let max_wait = nanos(max_wait);
         let mut tat = self.tat.load(Ordering::Relaxed);
+        let (mut now, mut precise) = (now, Some(precise));
         loop {
             let from = tat.max(now);
             let due = from.saturating_sub(tolerance);
             let wait = due.saturating_sub(now);
+            if wait > 0 {
+                if let Some(precise) = precise.take() {
+                    now = now.max(precise());
+                    continue;
+                }
+            }
             if wait > max_wait {
                 return Grant::Refused(Duration::from_nanos(wait));
             }
@@ -100,25 +115,47 @@ impl Gcra {
     }
 }
 
-pub(crate) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
 
+    /// A permit at `now`, a reading as precise as the clock's.
+    fn take(gcra: &Gcra, now: u64, interval: u64, max_wait: Duration) -> Grant {
+        gcra.take_at(now, || now, interval, max_wait)
+    }
+
+    /// A coarse reading a tick late decides a permit only where it is due:
+    /// one it would refuse or delay is decided on the precise reading, and
+    /// one it finds due takes no precise reading at all.
+    #[test]
+    fn a_coarse_reading_a_tick_late_neither_refuses_nor_delays_a_due_permit() {
+        let gcra = Gcra::new(1);
+        let never = || panic!("a permit due on the coarse reading needs no precise one");
+        assert_eq!(gcra.take_at(0, never, 10 * MS, Duration::ZERO), Grant::After(Duration::ZERO));
+        // Due at 10 ms; the coarse clock says 7 ms, the precise one 10.
+        assert_eq!(gcra.take_at(7 * MS, || 10 * MS, 10 * MS, Duration::ZERO), Grant::After(Duration::ZERO));
+        // Due at 20 ms; a waiting caller at 17 ms (precise 18) waits 2 ms, not 3.
+        let wait = Duration::from_millis(5);
+        assert_eq!(gcra.take_at(17 * MS, || 18 * MS, 10 * MS, wait), Grant::After(Duration::from_millis(2)));
+        // Not due on either reading: refused for the time left by the precise one.
+        assert_eq!(
+            gcra.take_at(21 * MS, || 22 * MS, 10 * MS, Duration::ZERO),
+            Grant::Refused(Duration::from_millis(8))
+        );
+        assert_eq!(gcra.granted(), 3);
+    }
+
     #[test]
     fn a_burst_then_one_permit_per_interval() {
         let gcra = Gcra::new(3);
         for _ in 0..3 {
-            assert_eq!(gcra.take(0, 10 * MS, Duration::ZERO), Grant::After(Duration::ZERO));
+            assert_eq!(take(&gcra, 0, 10 * MS, Duration::ZERO), Grant::After(Duration::ZERO));
         }
-        assert_eq!(gcra.take(0, 10 * MS, Duration::ZERO), Grant::Refused(Duration::from_millis(10)));
-        assert_eq!(gcra.take(10 * MS, 10 * MS, Duration::ZERO), Grant::After(Duration::ZERO));
-        assert_eq!(gcra.take(10 * MS, 10 * MS, Duration::ZERO), Grant::Refused(Duration::from_millis(10)));
+        assert_eq!(take(&gcra, 0, 10 * MS, Duration::ZERO), Grant::Refused(Duration::from_millis(10)));
+        assert_eq!(take(&gcra, 10 * MS, 10 * MS, Duration::ZERO), Grant::After(Duration::ZERO));
+        assert_eq!(take(&gcra, 10 * MS, 10 * MS, Duration::ZERO), Grant::Refused(Duration::from_millis(10)));
         assert_eq!(gcra.granted(), 4);
     }
 
@@ -126,10 +163,10 @@ mod tests {
     fn a_wait_reserves_permits_in_turn() {
         let gcra = Gcra::new(1);
         let wait = Duration::from_millis(25);
-        assert_eq!(gcra.take(0, 10 * MS, wait), Grant::After(Duration::ZERO));
-        assert_eq!(gcra.take(0, 10 * MS, wait), Grant::After(Duration::from_millis(10)));
-        assert_eq!(gcra.take(0, 10 * MS, wait), Grant::After(Duration::from_millis(20)));
-        assert_eq!(gcra.take(0, 10 * MS, wait), Grant::Refused(Duration::from_millis(30)), "past the wait");
+        assert_eq!(take(&gcra, 0, 10 * MS, wait), Grant::After(Duration::ZERO));
+        assert_eq!(take(&gcra, 0, 10 * MS, wait), Grant::After(Duration::from_millis(10)));
+        assert_eq!(take(&gcra, 0, 10 * MS, wait), Grant::After(Duration::from_millis(20)));
+        assert_eq!(take(&gcra, 0, 10 * MS, wait), Grant::Refused(Duration::from_millis(30)), "past the wait");
     }
 
     /// Two threads racing for permits at the same instant: exactly the
@@ -143,7 +180,7 @@ mod tests {
                     let gcra = std::sync::Arc::clone(&gcra);
                     std::thread::spawn(move || {
                         (0..50_000)
-                            .filter(|_| matches!(gcra.take(now, 10 * MS, Duration::ZERO), Grant::After(_)))
+                            .filter(|_| matches!(take(&gcra, now, 10 * MS, Duration::ZERO), Grant::After(_)))
                             .count()
                     })
                 })
@@ -159,12 +196,12 @@ mod tests {
     fn a_hold_puts_off_every_permit() {
         let gcra = Gcra::new(2);
         gcra.hold_until(100 * MS, 10 * MS);
-        assert_eq!(gcra.take(0, 10 * MS, Duration::ZERO), Grant::Refused(Duration::from_millis(100)));
-        assert_eq!(gcra.take(100 * MS, 10 * MS, Duration::ZERO), Grant::After(Duration::ZERO));
+        assert_eq!(take(&gcra, 0, 10 * MS, Duration::ZERO), Grant::Refused(Duration::from_millis(100)));
+        assert_eq!(take(&gcra, 100 * MS, 10 * MS, Duration::ZERO), Grant::After(Duration::ZERO));
         // After a hold the rate resumes one permit at a time, not with a burst.
-        assert_eq!(gcra.take(100 * MS, 10 * MS, Duration::ZERO), Grant::Refused(Duration::from_millis(10)));
+        assert_eq!(take(&gcra, 100 * MS, 10 * MS, Duration::ZERO), Grant::Refused(Duration::from_millis(10)));
         // A hold that ends earlier than the permits already due changes nothing.
         gcra.hold_until(0, 10 * MS);
-        assert_eq!(gcra.take(110 * MS, 10 * MS, Duration::ZERO), Grant::After(Duration::ZERO));
+        assert_eq!(take(&gcra, 110 * MS, 10 * MS, Duration::ZERO), Grant::After(Duration::ZERO));
     }
 }

@@ -24,6 +24,7 @@
 //! key's TTL). [`RateLimiter::reset`] forgets what was learned.
 
 pub mod adaptive;
+mod clock;
 mod config;
 mod gcra;
 pub mod shared;
@@ -38,8 +39,9 @@ use tokio::time::Instant;
 
 use crate::events::{Emitter, EventKind};
 use adaptive::Aimd;
+use clock::nanos;
+use gcra::Gcra;
 pub(crate) use gcra::Grant;
-use gcra::{nanos, Gcra};
 use shared::{Demand, Granted, SharedPermits};
 
 /// The limiter of one policy, shared by its clones: permits, and what the

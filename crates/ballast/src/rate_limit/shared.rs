@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::gcra::{nanos, Grant};
+use super::clock::nanos;
+use super::gcra::Grant;
 
 /// What this replica has done with its permits, for sizing the next grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
