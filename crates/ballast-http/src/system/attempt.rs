@@ -101,7 +101,11 @@ impl HttpSystem {
             let (uri, headers, body) = (uri.clone(), headers.clone(), OutBody::Full(body.clone()));
             let gate = request.gate.clone();
             let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout, reading, gate };
-            unknown_if_panicked(self.attempt(&head.method, uri, headers, body, which))
+            // Boxed where it is made: the attempt's state is kilobytes
+            // (the client's request future within it), and the layers
+            // that wrap it — the panic guard, the judge, the policy's
+            // call — would otherwise each move it whole.
+            unknown_if_panicked(Box::pin(self.attempt(&head.method, uri, headers, body, which)))
         };
         let policy = &self.inner.system_policy;
         // One span (none without a subscriber that wants it) and the call

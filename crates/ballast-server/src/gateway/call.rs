@@ -176,11 +176,11 @@ async fn planned(
     if let Some(sequence) = sequence.as_deref().filter(|_| !deferrable && !request.is_read()) {
         // Sent now, it would overtake an earlier write of its sequence still
         // waiting in the queue.
-        let stored = match system.sequence_in(gateway.queue(), sequence).await {
+        let stored = match Box::pin(system.sequence_in(gateway.queue(), sequence)).await {
             Ok(stored) => stored,
             Err(e) => return answer(Err(Failure::unsent(e)), system),
         };
-        let pending = match gateway.queue().sequence_head(&stored).await {
+        let pending = match Box::pin(gateway.queue().sequence_head(&stored)).await {
             Ok(head) => {
                 head.map(|task_id| HttpError::SequencePending { sequence: sequence.to_owned(), task_id })
             }
@@ -196,7 +196,7 @@ async fn planned(
     // A deferrable write binds its key on its way to the queue
     // (`write_or_defer`); any other keyed write binds it here.
     if let Some(key) = plan.operation().key().filter(|_| !deferrable) {
-        if let Err(reused) = system.bind_key(gateway.queue(), key, &request).await {
+        if let Err(reused) = Box::pin(system.bind_key(gateway.queue(), key, &request)).await {
             return answer(Err(Failure::unsent(reused)), system);
         }
     }
@@ -214,11 +214,13 @@ async fn planned(
             if let Some(url) = defer.flatten() {
                 options = options.callback(url);
             }
-            deferred(gateway, system, plan, request, &options).await
+            Box::pin(deferred(gateway, system, plan, request, &options)).await
         } else {
             // The call's future is large (the policy's state, the attempt, the
             // transport's): boxed here once, the handler's stays small, so the
-            // router's layers move a pointer instead of copying it each.
+            // router's layers move a pointer instead of copying it each. So
+            // are the database round trips above and the deferral, which
+            // the handler's state would otherwise be as large as.
             answer(Box::pin(system.send_planned(plan, request)).await, system)
         }
     };
@@ -229,7 +231,7 @@ async fn planned(
             drain.finished();
             response
         }
-        () = drain.reached(crate::drain::Phase::Cut) => at_the_cut.answer(gateway, system).await,
+        () = drain.reached(crate::drain::Phase::Cut) => Box::pin(at_the_cut.answer(gateway, system)).await,
     };
     if let Some(route) = route {
         response.headers_mut().insert(ROUTE, route);
