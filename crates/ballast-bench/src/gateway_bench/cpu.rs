@@ -2,7 +2,7 @@
 //! the proxy itself, apart from the waiting that a busy machine adds to its
 //! latency.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The kernel's unit for CPU times in `/proc` (`USER_HZ`), 100 per second
@@ -22,33 +22,15 @@ pub enum Who {
 
 /// User and system time used so far; `None` where `/proc` cannot tell.
 pub fn used(who: &Who) -> Option<Duration> {
-    let ticks = match who {
+    if !Path::new("/proc/self/stat").exists() {
+        return None;
+    }
+    let ticks: u64 = match who {
         Who::Threads(names) => {
-            let mut ticks = 0;
-            for task in std::fs::read_dir("/proc/self/task").ok()? {
-                let stat = Stat::read(&task.ok()?.path())?;
-                if names.iter().any(|name| stat.comm.starts_with(name)) {
-                    ticks += stat.ticks;
-                }
-            }
-            ticks
+            own_threads(names).iter().filter_map(|task| Stat::read(task)).map(|s| s.ticks).sum()
         }
-        Who::Process(pid) => {
-            let mut ticks = Stat::read(&Path::new("/proc").join(pid.to_string()))?.ticks;
-            for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-                if let Some(stat) = Stat::read(&entry.path()).filter(|s| s.ppid == *pid) {
-                    ticks += stat.ticks;
-                }
-            }
-            ticks
-        }
-        Who::Named(name) => std::fs::read_dir("/proc")
-            .ok()?
-            .flatten()
-            .filter_map(|entry| Stat::read(&entry.path()))
-            .filter(|stat| stat.comm == *name)
-            .map(|stat| stat.ticks)
-            .sum(),
+        // A process's own line counts its threads, those gone included.
+        _ => processes(who).iter().filter_map(|process| Stat::read(process)).map(|s| s.ticks).sum(),
     };
     Some(Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND))
 }
@@ -56,42 +38,41 @@ pub fn used(who: &Who) -> Option<Duration> {
 /// The kernel's ids of the threads `who` names (for a process, its own
 /// and its children's threads), as `perf stat --tid` takes them.
 pub fn threads(who: &Who) -> Vec<u32> {
-    let tasks = |dir: &Path| -> Vec<u32> {
-        std::fs::read_dir(dir.join("task"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|task| task.file_name().to_str()?.parse().ok())
-            .collect()
+    let tasks = match who {
+        Who::Threads(names) => own_threads(names),
+        _ => processes(who).iter().flat_map(|process| entries(&process.join("task"))).collect(),
     };
+    tasks.iter().filter_map(|task| task.file_name()?.to_str()?.parse().ok()).collect()
+}
+
+/// The directories of this process's threads whose names start with one of `names`.
+fn own_threads(names: &[String]) -> Vec<PathBuf> {
+    entries(Path::new("/proc/self/task"))
+        .into_iter()
+        .filter(|task| Stat::read(task).is_some_and(|s| names.iter().any(|n| s.comm.starts_with(n))))
+        .collect()
+}
+
+/// The `/proc` directories of the processes `who` names: a process and its
+/// children, or every process of a name.
+fn processes(who: &Who) -> Vec<PathBuf> {
     let proc = Path::new("/proc");
     match who {
-        Who::Threads(names) => std::fs::read_dir("/proc/self/task")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|task| {
-                Stat::read(&task.path()).is_some_and(|s| names.iter().any(|n| s.comm.starts_with(n)))
-            })
-            .filter_map(|task| task.file_name().to_str()?.parse().ok())
-            .collect(),
+        Who::Threads(_) => Vec::new(),
         Who::Process(pid) => {
-            let mut ids = tasks(&proc.join(pid.to_string()));
-            for entry in std::fs::read_dir(proc).into_iter().flatten().flatten() {
-                if Stat::read(&entry.path()).is_some_and(|s| s.ppid == *pid) {
-                    ids.extend(tasks(&entry.path()));
-                }
-            }
-            ids
+            let children =
+                entries(proc).into_iter().filter(|p| Stat::read(p).is_some_and(|s| s.ppid == *pid));
+            std::iter::once(proc.join(pid.to_string())).chain(children).collect()
         }
-        Who::Named(name) => std::fs::read_dir(proc)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|entry| Stat::read(&entry.path()).is_some_and(|s| s.comm == *name))
-            .flat_map(|entry| tasks(&entry.path()))
-            .collect(),
+        Who::Named(name) => {
+            entries(proc).into_iter().filter(|p| Stat::read(p).is_some_and(|s| s.comm == *name)).collect()
+        }
     }
+}
+
+/// The entries of a directory; none where it cannot be read.
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir).into_iter().flatten().flatten().map(|entry| entry.path()).collect()
 }
 
 /// The fields of `/proc/…/stat` used here.
