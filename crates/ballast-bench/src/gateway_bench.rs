@@ -274,7 +274,11 @@ pub fn run(opts: &GatewayBenchOptions, mut progress: impl FnMut(&str)) -> anyhow
                 let (hop, addr, path) = (*hop, *addr, *path);
                 let load =
                     Load { connections, warm_up: opts.warm_up, measure: opts.measure, write: opts.write };
-                let counting = who.as_ref().map(instructions::Counting::start);
+                // A machine that could not count once will not the next time.
+                let counting = who
+                    .as_ref()
+                    .filter(|_| instructions_missing.is_none())
+                    .map(instructions::Counting::start);
                 let before = (upstream.served(), who.as_ref().and_then(cpu::used), collector.span_count());
                 let sample = client
                     .block_on(load::run(addr, path, upstream::BODY, load))
