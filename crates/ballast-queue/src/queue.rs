@@ -2,7 +2,6 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
-#[cfg(feature = "sqlite")]
 use std::time::Duration;
 
 #[cfg(feature = "postgres")]
@@ -30,7 +29,7 @@ use crate::DurableSchedule;
 /// How long a PostgreSQL connection may sit idle before it is pinged on its
 /// way out of the pool (see [`Queue::pg_pool_options`]).
 #[cfg(feature = "postgres")]
-const PING_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+const PING_IDLE: Duration = Duration::from_secs(10);
 
 /// A durable task queue in one database.
 ///

@@ -70,6 +70,7 @@ impl Base {
     /// `request_path`) as a path relative to the base URL and its query,
     /// if it is under the base URL: same scheme, host and port, and the
     /// base path.
+    #[cfg(feature = "queue")]
     pub(super) fn under(&self, request_path: &str, location: &str) -> Option<(String, Option<String>)> {
         let request =
             self.url.join(&format!("{}/{}", self.path, request_path.trim_start_matches('/'))).ok()?;

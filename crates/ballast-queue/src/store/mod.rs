@@ -78,7 +78,9 @@ pub(crate) struct ClaimRequest {
     /// tokens dropped (so the workers that lost them write no outcome): a
     /// claim takes pending tasks only, so this sweep, sent every so often
     /// ([`crate::lease::sweep_interval`]), is how an abandoned task runs
-    /// again. Rows settled in the same round trip are not swept.
+    /// again. Rows settled in the same round trip are not swept. Read by
+    /// PostgreSQL's claim alone: SQLite's claim takes expired leases itself.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub sweep: bool,
 }
 
