@@ -85,8 +85,8 @@ async fn serve(config: &Config, listen: Option<SocketAddr>, traces: ResolvedTele
         println!(
             "ballast serve: traces to {} (OTLP/HTTP, sampler {}, service.name {})",
             ballast::redact_url(&export.endpoint),
-            export.sampler,
-            export.service_name
+            export.spans.sampler,
+            export.spans.service_name
         );
     }
     // Whoever started us may wait for this line before talking to us.

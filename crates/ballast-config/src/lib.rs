@@ -112,8 +112,9 @@ pub use systems::http::HttpSettings;
 pub use systems::rules::ORDER;
 pub use systems::translate::{BACKOFF_KINDS, BREAKER_KINDS, MAX_COUNT_WINDOW, STRATEGIES};
 pub use telemetry::{
-    ResolvedTelemetry, Root, Sampler, TelemetryError, TelemetrySettings, TraceExport, DEFAULT_BATCH_SIZE,
-    DEFAULT_EXPORT_TIMEOUT, DEFAULT_QUEUE_SIZE, DEFAULT_SCHEDULE_DELAY, DEFAULT_SERVICE_NAME, SAMPLERS,
+    ResolvedTelemetry, Root, Sampler, SpanPipeline, TelemetryError, TelemetrySettings, TraceExport,
+    DEFAULT_BATCH_SIZE, DEFAULT_EXPORT_TIMEOUT, DEFAULT_QUEUE_SIZE, DEFAULT_SCHEDULE_DELAY,
+    DEFAULT_SERVICE_NAME, SAMPLERS,
 };
 
 /// The README's example, compiled and run as a doc test so it cannot rot.

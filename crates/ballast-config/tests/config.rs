@@ -660,7 +660,7 @@ x-api-key = { env = "COLLECTOR_KEY" }
     let env = |var: &str| (var == "COLLECTOR_KEY").then(|| "k-1".to_owned());
     let export = settings.resolve(env).unwrap().export.unwrap();
     assert_eq!(export.headers, [("x-api-key".to_owned(), "k-1".to_owned())]);
-    assert_eq!(export.sampler.to_string(), "parentbased_traceidratio 0.25");
+    assert_eq!(export.spans.sampler.to_string(), "parentbased_traceidratio 0.25");
 }
 
 #[test]

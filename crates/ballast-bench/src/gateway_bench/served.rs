@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
-use ballast_config::{Root, Sampler, TraceExport};
+use ballast_config::{Root, Sampler, SpanPipeline, TraceExport};
 
 use super::gateway::BenchGateway;
 
@@ -65,13 +65,11 @@ fn export(tracing: Tracing, collector: &str) -> Option<TraceExport> {
     Some(TraceExport {
         endpoint: format!("{collector}/v1/traces"),
         headers: Vec::new(),
-        timeout: ballast_config::DEFAULT_EXPORT_TIMEOUT,
-        service_name: "gateway-bench".to_owned(),
-        resource_attributes: Vec::new(),
-        sampler: Sampler { parent_based: true, root: Root::Ratio(ratio) },
-        queue_size: ballast_config::DEFAULT_QUEUE_SIZE,
-        batch_size: ballast_config::DEFAULT_BATCH_SIZE,
-        schedule_delay: ballast_config::DEFAULT_SCHEDULE_DELAY,
+        spans: SpanPipeline {
+            service_name: "gateway-bench".to_owned(),
+            sampler: Sampler { parent_based: true, root: Root::Ratio(ratio) },
+            ..SpanPipeline::default()
+        },
     })
 }
 

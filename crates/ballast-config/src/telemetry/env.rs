@@ -128,8 +128,8 @@ impl TelemetrySettings {
                 None => env.warnings.push(format!("{var} ignored: it is not a list of key=value pairs")),
             }
         }
-        let mut resource_attributes = self.resource_attributes.clone();
-        let mut service_name = self.service_name.clone();
+        let mut resource_attributes = self.spans.resource_attributes.clone();
+        let mut service_name = self.spans.service_name.clone();
         if let Some(list) = env.get("OTEL_RESOURCE_ATTRIBUTES") {
             match pairs(&list) {
                 Some(pairs) => merge(&mut resource_attributes, pairs, |a, b| a == b),
@@ -151,18 +151,16 @@ impl TelemetrySettings {
                 "OTEL_BSP_EXPORT_TIMEOUT",
             ])
             .filter(|t| !t.is_zero())
-            .unwrap_or(self.timeout);
+            .unwrap_or(self.spans.timeout);
         let sampler = self.sampler_from(&mut env);
-        let queue_size = env.count("OTEL_BSP_MAX_QUEUE_SIZE").unwrap_or(self.queue_size);
-        let mut batch_size = env.count("OTEL_BSP_MAX_EXPORT_BATCH_SIZE").unwrap_or(self.batch_size);
+        let queue_size = env.count("OTEL_BSP_MAX_QUEUE_SIZE").unwrap_or(self.spans.queue_size);
+        let mut batch_size = env.count("OTEL_BSP_MAX_EXPORT_BATCH_SIZE").unwrap_or(self.spans.batch_size);
         if batch_size > queue_size {
             // The specification: a batch is never larger than the queue.
             batch_size = queue_size;
         }
-        let schedule_delay = env.millis(&["OTEL_BSP_SCHEDULE_DELAY"]).unwrap_or(self.schedule_delay);
-        let export = TraceExport {
-            endpoint,
-            headers,
+        let schedule_delay = env.millis(&["OTEL_BSP_SCHEDULE_DELAY"]).unwrap_or(self.spans.schedule_delay);
+        let spans = SpanPipeline {
             timeout,
             service_name,
             resource_attributes,
@@ -171,6 +169,7 @@ impl TelemetrySettings {
             batch_size,
             schedule_delay: schedule_delay.max(Duration::from_millis(1)),
         };
+        let export = TraceExport { endpoint, headers, spans };
         Ok(ResolvedTelemetry { export: Some(export), warnings: env.warnings })
     }
 
@@ -180,9 +179,9 @@ impl TelemetrySettings {
         });
         let Some(name) = env.get("OTEL_TRACES_SAMPLER") else {
             // An argument alone changes the file's ratio, if it has one.
-            return match (self.sampler.root, arg) {
-                (Root::Ratio(_), Some(r)) => Sampler { root: Root::Ratio(r), ..self.sampler },
-                _ => self.sampler,
+            return match (self.spans.sampler.root, arg) {
+                (Root::Ratio(_), Some(r)) => Sampler { root: Root::Ratio(r), ..self.spans.sampler },
+                _ => self.spans.sampler,
             };
         };
         match Sampler::named(&name.to_ascii_lowercase(), arg) {
@@ -191,9 +190,9 @@ impl TelemetrySettings {
                 env.warnings.push(format!(
                     "OTEL_TRACES_SAMPLER={name:?} ignored: this build samples with {}; the file's {} stays",
                     SAMPLERS.join(", "),
-                    self.sampler
+                    self.spans.sampler
                 ));
-                self.sampler
+                self.spans.sampler
             }
         }
     }
@@ -257,8 +256,10 @@ mod tests {
         TelemetrySettings {
             traces_endpoint: Some("http://file-collector:4318/v1/traces".into()),
             headers: vec![("x-api-key".into(), "COLLECTOR_KEY".into())],
-            resource_attributes: vec![("deployment.environment".into(), "staging".into())],
-            ..TelemetrySettings::default()
+            spans: SpanPipeline {
+                resource_attributes: vec![("deployment.environment".into(), "staging".into())],
+                ..SpanPipeline::default()
+            },
         }
     }
 
@@ -300,15 +301,19 @@ mod tests {
             export.headers,
             [("x-api-key".into(), "env secret".into()), ("x-tenant".into(), "ops".into())]
         );
-        assert_eq!(export.service_name, "payments-gateway");
+        assert_eq!(export.spans.service_name, "payments-gateway");
         assert_eq!(
-            export.resource_attributes,
+            export.spans.resource_attributes,
             [("deployment.environment".into(), "prod".into()), ("host.name".into(), "a,b".into())]
         );
-        assert_eq!(export.sampler, Sampler { parent_based: true, root: Root::Ratio(0.01) });
-        assert_eq!(export.timeout, Duration::from_millis(2500));
-        assert_eq!((export.queue_size, export.batch_size), (100, 100), "a batch never outgrows the queue");
-        assert_eq!(export.schedule_delay, Duration::from_millis(200));
+        assert_eq!(export.spans.sampler, Sampler { parent_based: true, root: Root::Ratio(0.01) });
+        assert_eq!(export.spans.timeout, Duration::from_millis(2500));
+        assert_eq!(
+            (export.spans.queue_size, export.spans.batch_size),
+            (100, 100),
+            "a batch never outgrows the queue"
+        );
+        assert_eq!(export.spans.schedule_delay, Duration::from_millis(200));
         assert!(!format!("{export:?}").contains("secret"), "{export:?}");
 
         let signal =
@@ -320,7 +325,7 @@ mod tests {
         let only_exporter = [("OTEL_TRACES_EXPORTER", "otlp")];
         let export = TelemetrySettings::default().resolve(env(&only_exporter)).unwrap().export.unwrap();
         assert_eq!(export.endpoint, "http://localhost:4318/v1/traces");
-        assert_eq!(export.service_name, "ballast");
+        assert_eq!(export.spans.service_name, "ballast");
     }
 
     #[test]
@@ -334,8 +339,8 @@ mod tests {
         ];
         let resolved = settings().resolve(env(&vars)).unwrap();
         let export = resolved.export.unwrap();
-        assert_eq!(export.sampler, Sampler::DEFAULT);
-        assert_eq!(export.queue_size, DEFAULT_QUEUE_SIZE);
+        assert_eq!(export.spans.sampler, Sampler::DEFAULT);
+        assert_eq!(export.spans.queue_size, DEFAULT_QUEUE_SIZE);
         assert_eq!(resolved.warnings.len(), 4, "{:?}", resolved.warnings);
         assert!(resolved.warnings.iter().any(|w| w.starts_with("OTEL_TRACES_SAMPLER=\"xray\" ignored")));
 

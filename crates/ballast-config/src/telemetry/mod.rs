@@ -97,7 +97,7 @@ impl std::fmt::Display for Sampler {
 
 /// `[telemetry]` as the file gives it, with the defaults of what it leaves
 /// out; [`resolve`](Self::resolve) puts the `OTEL_*` variables over it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TelemetrySettings {
     /// The URL spans are posted to: `traces_endpoint`, else `endpoint` +
     /// `/v1/traces`.
@@ -106,11 +106,32 @@ pub struct TelemetrySettings {
     /// value (collectors' API keys are secrets: the file names only the
     /// variable).
     pub headers: Vec<(String, String)>,
+    /// What the spans carry and how they are batched.
+    pub spans: SpanPipeline,
+}
+
+/// What a trace exporter needs, the file and the variables merged: the
+/// input of `ballast_server::telemetry`.
+#[derive(Clone, PartialEq)]
+pub struct TraceExport {
+    /// The URL spans are posted to (OTLP/HTTP, protobuf).
+    pub endpoint: String,
+    /// Headers sent to the collector, values included.
+    pub headers: Vec<(String, String)>,
+    /// What the spans carry and how they are batched.
+    pub spans: SpanPipeline,
+}
+
+/// What the spans carry and how they are batched on their way out: the
+/// part of the settings the file gives and the exporter takes alike
+/// ([`TelemetrySettings::spans`], [`TraceExport::spans`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanPipeline {
     /// How long one export may take.
     pub timeout: Duration,
     /// `service.name` of the resource.
     pub service_name: String,
-    /// Further resource attributes.
+    /// Further resource attributes, `service.name` not among them.
     pub resource_attributes: Vec<(String, String)>,
     /// How traces are sampled.
     pub sampler: Sampler,
@@ -122,30 +143,6 @@ pub struct TelemetrySettings {
     pub schedule_delay: Duration,
 }
 
-/// What a trace exporter needs, the file and the variables merged: the
-/// input of `ballast_server::telemetry`.
-#[derive(Clone, PartialEq)]
-pub struct TraceExport {
-    /// The URL spans are posted to (OTLP/HTTP, protobuf).
-    pub endpoint: String,
-    /// Headers sent to the collector, values included.
-    pub headers: Vec<(String, String)>,
-    /// How long one export may take.
-    pub timeout: Duration,
-    /// `service.name`.
-    pub service_name: String,
-    /// Further resource attributes, `service.name` not among them.
-    pub resource_attributes: Vec<(String, String)>,
-    /// How traces are sampled.
-    pub sampler: Sampler,
-    /// Ended spans waiting to be exported at most.
-    pub queue_size: usize,
-    /// Spans in one export at most.
-    pub batch_size: usize,
-    /// How long a span waits for its batch to fill.
-    pub schedule_delay: Duration,
-}
-
 impl std::fmt::Debug for TraceExport {
     /// Header values are secrets (a collector's API key): names only.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -153,13 +150,7 @@ impl std::fmt::Debug for TraceExport {
         f.debug_struct("TraceExport")
             .field("endpoint", &self.endpoint)
             .field("headers", &headers)
-            .field("timeout", &self.timeout)
-            .field("service_name", &self.service_name)
-            .field("resource_attributes", &self.resource_attributes)
-            .field("sampler", &self.sampler)
-            .field("queue_size", &self.queue_size)
-            .field("batch_size", &self.batch_size)
-            .field("schedule_delay", &self.schedule_delay)
+            .field("spans", &self.spans)
             .finish()
     }
 }
@@ -236,11 +227,9 @@ pub const DEFAULT_SERVICE_NAME: &str = "ballast";
 /// The largest export queue accepted: each waiting span holds its attributes.
 const MAX_QUEUE_SIZE: u64 = 1 << 20;
 
-impl Default for TelemetrySettings {
+impl Default for SpanPipeline {
     fn default() -> Self {
         Self {
-            traces_endpoint: None,
-            headers: Vec::new(),
             timeout: DEFAULT_EXPORT_TIMEOUT,
             service_name: DEFAULT_SERVICE_NAME.to_owned(),
             resource_attributes: Vec::new(),
@@ -271,11 +260,10 @@ impl Config {
     /// // The standard variables win over the file.
     /// let env = |var: &str| (var == "OTEL_TRACES_SAMPLER_ARG").then(|| "0.01".to_owned());
     /// let export = file.resolve(env).unwrap().export.unwrap();
-    /// assert_eq!(export.sampler.to_string(), "parentbased_traceidratio 0.01");
+    /// assert_eq!(export.spans.sampler.to_string(), "parentbased_traceidratio 0.01");
     /// ```
     pub fn telemetry(&self) -> Result<TelemetrySettings, crate::ConfigError> {
-        let defaults = TelemetrySettings::default();
-        let Some(t) = &self.file.telemetry else { return Ok(defaults) };
+        let Some(t) = &self.file.telemetry else { return Ok(TelemetrySettings::default()) };
         self.refuse("telemetry", rules(t))?;
         let traces_endpoint = match (&t.traces_endpoint, &t.endpoint) {
             (Some(url), _) => Some(url.clone()),
@@ -283,6 +271,7 @@ impl Config {
             (None, None) => None,
         };
         let sampler = t.sampler.as_deref().and_then(|name| Sampler::named(name, t.sampler_arg));
+        let defaults = SpanPipeline::default();
         Ok(TelemetrySettings {
             traces_endpoint,
             headers: t
@@ -291,18 +280,20 @@ impl Config {
                 .flatten()
                 .map(|(name, source)| (name.clone(), source.env.clone().unwrap_or_default()))
                 .collect(),
-            timeout: t.timeout.map_or(defaults.timeout, |d| d.get()),
-            service_name: t.service_name.clone().unwrap_or(defaults.service_name),
-            resource_attributes: t
-                .resource_attributes
-                .iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            sampler: sampler.unwrap_or(defaults.sampler),
-            queue_size: t.queue_size.map_or(defaults.queue_size, |n| n as usize),
-            batch_size: t.batch_size.map_or(defaults.batch_size, |n| n as usize),
-            schedule_delay: t.schedule_delay.map_or(defaults.schedule_delay, |d| d.get()),
+            spans: SpanPipeline {
+                timeout: t.timeout.map_or(defaults.timeout, |d| d.get()),
+                service_name: t.service_name.clone().unwrap_or(defaults.service_name),
+                resource_attributes: t
+                    .resource_attributes
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                sampler: sampler.unwrap_or(defaults.sampler),
+                queue_size: t.queue_size.map_or(defaults.queue_size, |n| n as usize),
+                batch_size: t.batch_size.map_or(defaults.batch_size, |n| n as usize),
+                schedule_delay: t.schedule_delay.map_or(defaults.schedule_delay, |d| d.get()),
+            },
         })
     }
 }

@@ -35,21 +35,12 @@ use ballast_queue::{Handover, HandoverError};
 use tracing::Instrument;
 
 use super::headers::{came_through_us, forwarded, wants_async, RESPOND_ASYNC, VIA_NAME};
+use super::names::{ATTEMPTS, CALLBACK, IDEMPOTENCY_KEY, PREFERENCE_APPLIED, ROUTE, SEQUENCE};
 use super::problem::{Problem, Reason};
-use super::{Gateway, ATTEMPTS, ROUTE};
-
-static IDEMPOTENCY_KEY: header::HeaderName = header::HeaderName::from_static("idempotency-key");
+use super::Gateway;
 
 /// The prefix of the keys of periodic calls' tasks (`periodic:NAME:START`).
 const PERIODIC_PREFIX: &str = "periodic:";
-
-/// The sequence a write belongs to (`customer/42`): the gateway's own
-/// header, never forwarded.
-static SEQUENCE: header::HeaderName = header::HeaderName::from_static("ballast-sequence");
-
-/// Where to `POST` when a deferred write ends: the gateway's own header,
-/// never forwarded.
-static CALLBACK: header::HeaderName = header::HeaderName::from_static("ballast-callback");
 
 pub(super) async fn call(State(gateway): State<Gateway>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
@@ -364,12 +355,9 @@ pub(super) async fn accepted(gateway: &Gateway, task_id: i64, attempts: u32) -> 
         "deferred_because": view.as_ref().and_then(|v| v.deferred_because),
         "next_attempt_at": next,
     });
-    let mut response = (
-        StatusCode::ACCEPTED,
-        [(header::HeaderName::from_static("preference-applied"), RESPOND_ASYNC.to_owned())],
-        axum::Json(body),
-    )
-        .into_response();
+    let mut response =
+        (StatusCode::ACCEPTED, [(PREFERENCE_APPLIED, RESPOND_ASYNC.to_owned())], axum::Json(body))
+            .into_response();
     if let Some(location) = handle.and_then(|h| HeaderValue::from_str(&format!("/tasks/{h}")).ok()) {
         response.headers_mut().insert(header::LOCATION, location);
     }

@@ -5,20 +5,19 @@
 use axum::http::header::{self, HeaderName};
 use axum::http::HeaderMap;
 
+use super::names::{IDEMPOTENCY_KEY, PREFER};
+
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
+    super::names::KEEP_ALIVE,
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
-    HeaderName::from_static("proxy-connection"),
+    super::names::PROXY_CONNECTION,
     header::TE,
     header::TRAILER,
     header::TRANSFER_ENCODING,
 ];
-
-/// `Prefer` (RFC 7240), which `http` has no constant for.
-const PREFER: HeaderName = HeaderName::from_static("prefer");
 
 /// The preference a client states to have a keyed write deferred (RFC 7240).
 pub(super) const RESPOND_ASYNC: &str = "respond-async";
@@ -98,7 +97,7 @@ pub(super) fn forwarded(
     }
     out.remove(header::HOST);
     out.remove(header::CONTENT_LENGTH);
-    out.remove(HeaderName::from_static("idempotency-key"));
+    out.remove(IDEMPOTENCY_KEY);
     if token_in_authorization {
         out.remove(header::AUTHORIZATION);
     }

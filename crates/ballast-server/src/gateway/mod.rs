@@ -15,6 +15,7 @@
 mod call;
 mod cut;
 mod headers;
+mod names;
 pub mod problem;
 mod tasks;
 mod trace;
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::header::{HeaderName, HeaderValue};
+use axum::http::header::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
@@ -40,14 +41,7 @@ use problem::{Problem, Reason};
 /// The methods the gateway forwards, for a 405's `Allow`.
 const ALLOWED_METHODS: &str = "GET, HEAD, OPTIONS, POST, PUT, PATCH, DELETE";
 
-/// The header every gateway response carries: the attempts the call made.
-pub const ATTEMPTS: HeaderName = HeaderName::from_static("ballast-attempts");
-
-/// The header of the gateway's own answers: the problem's reason.
-pub const PROBLEM: HeaderName = HeaderName::from_static("ballast-problem");
-
-/// The route a request matched (`POST /payments/{id}`), on every answer to it.
-pub const ROUTE: HeaderName = HeaderName::from_static("ballast-route");
+pub use names::{ATTEMPTS, PROBLEM, ROUTE};
 
 /// What the gateway's routes share. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -281,7 +275,7 @@ async fn front(State(gateway): State<Gateway>, request: Request, next: Next) -> 
         // Kept-alive callers reconnect, and find a replica that serves on.
         response.headers_mut().insert(axum::http::header::CONNECTION, HeaderValue::from_static("close"));
     } else if let Some(hint) = &gateway.0.keep_alive {
-        response.headers_mut().insert(HeaderName::from_static("keep-alive"), hint.clone());
+        response.headers_mut().insert(names::KEEP_ALIVE, hint.clone());
     }
     response
 }

@@ -117,16 +117,16 @@ pub fn start<E>(exporter: E, settings: &TraceExport) -> std::io::Result<(Offer, 
 where
     E: SpanExporter + 'static,
 {
-    let (spans, queue) = mpsc::channel(settings.queue_size.max(1));
+    let (spans, queue) = mpsc::channel(settings.spans.queue_size.max(1));
     let stop = CancellationToken::new();
     let counters = Counters::register();
     let (done_tx, done) = oneshot::channel();
     let batcher = Batcher {
         queue,
         exporter,
-        batch_size: settings.batch_size.max(1),
-        delay: settings.schedule_delay,
-        timeout: settings.timeout,
+        batch_size: settings.spans.batch_size.max(1),
+        delay: settings.spans.schedule_delay,
+        timeout: settings.spans.timeout,
         endpoint: settings.endpoint.clone(),
         counters: counters.clone(),
         stop: stop.clone(),
@@ -234,7 +234,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    use ballast_config::{Sampler, TraceExport};
+    use ballast_config::{Sampler, SpanPipeline, TraceExport};
     use opentelemetry::trace::{SpanContext, SpanId, SpanKind, TraceFlags, TraceId, TraceState};
     use opentelemetry::InstrumentationScope;
     use opentelemetry_sdk::trace::{SpanEvents, SpanLinks};
@@ -245,13 +245,15 @@ mod tests {
         TraceExport {
             endpoint: "http://collector.invalid:4318/v1/traces".into(),
             headers: Vec::new(),
-            timeout: Duration::from_millis(200),
-            service_name: "test".into(),
-            resource_attributes: Vec::new(),
-            sampler: Sampler::DEFAULT,
-            queue_size,
-            batch_size,
-            schedule_delay: Duration::from_millis(10),
+            spans: SpanPipeline {
+                timeout: Duration::from_millis(200),
+                service_name: "test".into(),
+                resource_attributes: Vec::new(),
+                sampler: Sampler::DEFAULT,
+                queue_size,
+                batch_size,
+                schedule_delay: Duration::from_millis(10),
+            },
         }
     }
 
@@ -308,7 +310,7 @@ mod tests {
         let collector = Stalled::default();
         let mut stalled = settings(64, 16);
         // Longer than the test: the first batch stays in the collector's hands.
-        stalled.timeout = Duration::from_secs(3600);
+        stalled.spans.timeout = Duration::from_secs(3600);
         let (offer, running) =
             metrics::with_local_recorder(&recorder, || start(collector.clone(), &stalled)).unwrap();
         // Every offer returns at once: the queue fills, the rest is counted.
@@ -354,7 +356,7 @@ mod tests {
         let collector = Batches::default();
         let mut slow = settings(1000, 40);
         // A delay far longer than the test: only the shutdown sends them.
-        slow.schedule_delay = Duration::from_secs(3600);
+        slow.spans.schedule_delay = Duration::from_secs(3600);
         let (offer, running) = start(collector.clone(), &slow).unwrap();
         for n in 0..100 {
             offer.on_end(span(n));

@@ -8,8 +8,9 @@
 //! nobody prints. Spans are made only when the trace exporter is on: then
 //! the spans of ballast's own crates (the gateway's server span, the call,
 //! each attempt, each delivery) go to OpenTelemetry through
-//! `tracing-opentelemetry`, sampled as [`TraceExport::sampler`] says, and
-//! leave the process in batches on a thread of their own ([`export`]).
+//! `tracing-opentelemetry`, sampled as
+//! [`SpanPipeline::sampler`](ballast_config::SpanPipeline::sampler) says,
+//! and leave the process in batches on a thread of their own ([`export`]).
 //! Trace context travels as W3C `traceparent` / `tracestate`.
 //!
 //! ```no_run
@@ -155,10 +156,10 @@ fn tracer_provider(settings: &TraceExport) -> Result<(SdkTracerProvider, export:
 fn otlp_exporter(settings: &TraceExport) -> Result<opentelemetry_otlp::SpanExporter, InitError> {
     opentelemetry_otlp::SpanExporter::builder()
         .with_http()
-        .with_http_client(client::CollectorClient::new(settings.timeout))
+        .with_http_client(client::CollectorClient::new(settings.spans.timeout))
         .with_protocol(Protocol::HttpBinary)
         .with_endpoint(settings.endpoint.clone())
-        .with_timeout(settings.timeout)
+        .with_timeout(settings.spans.timeout)
         .with_headers(settings.headers.iter().cloned().collect())
         .build()
         .map_err(|source| InitError::Exporter { endpoint: settings.endpoint.clone(), source })
@@ -177,22 +178,23 @@ fn resource(settings: &TraceExport) -> Resource {
         KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
         KeyValue::new("service.instance.id", instance),
     ];
-    let configured = settings.resource_attributes.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone()));
+    let configured =
+        settings.spans.resource_attributes.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone()));
     Resource::builder_empty()
         .with_detector(Box::new(TelemetryResourceDetector))
         .with_attributes(ours)
         .with_attributes(configured)
-        .with_service_name(settings.service_name.clone())
+        .with_service_name(settings.spans.service_name.clone())
         .build()
 }
 
 fn sampler(settings: &TraceExport) -> Sampler {
-    let root = match settings.sampler.root {
+    let root = match settings.spans.sampler.root {
         Root::AlwaysOn => Sampler::AlwaysOn,
         Root::AlwaysOff => Sampler::AlwaysOff,
         Root::Ratio(ratio) => Sampler::TraceIdRatioBased(ratio),
     };
-    if settings.sampler.parent_based {
+    if settings.spans.sampler.parent_based {
         Sampler::ParentBased(Box::new(root))
     } else {
         root
