@@ -120,3 +120,40 @@ fn the_cli_row_names_every_command_and_only_commands() {
         "ARCHITECTURE.md's ballast-cli row names {unknown:?}, which ballast does not have"
     );
 }
+
+/// The packages `Cargo.lock` says `package` needs, itself included, each
+/// of its features and its development dependencies counted.
+fn locked_tree(package: &str) -> BTreeSet<String> {
+    let lock = std::fs::read_to_string(root().join("Cargo.lock")).expect("Cargo.lock at the root");
+    let lock: toml::Table = lock.parse().expect("Cargo.lock parses");
+    let packages = lock["package"].as_array().expect("Cargo.lock lists packages");
+    let needs = |name: &str| -> Vec<String> {
+        packages
+            .iter()
+            .filter(|p| p["name"].as_str() == Some(name))
+            .flat_map(|p| p.get("dependencies").and_then(toml::Value::as_array).cloned().unwrap_or_default())
+            .filter_map(|dep| dep.as_str().and_then(|d| d.split_whitespace().next()).map(str::to_owned))
+            .collect()
+    };
+    let mut seen = BTreeSet::new();
+    let mut next = vec![package.to_owned()];
+    while let Some(name) = next.pop() {
+        if seen.insert(name.clone()) {
+            next.extend(needs(&name));
+        }
+    }
+    seen
+}
+
+#[test]
+fn the_vocabulary_is_the_floor() {
+    assert!(
+        workspace_dependencies("ballast-vocab").is_empty(),
+        "ballast-vocab depends on no other ballast crate; it is the one they all stand on"
+    );
+    let tree = locked_tree("ballast-vocab");
+    assert!(tree.contains("serde"), "the walk reads Cargo.lock: {tree:?}");
+    let runtime: Vec<&String> =
+        tree.iter().filter(|name| ["tokio", "hyper", "sqlx", "reqwest"].contains(&name.as_str())).collect();
+    assert!(runtime.is_empty(), "ballast-vocab's tree holds a runtime: {runtime:?}");
+}

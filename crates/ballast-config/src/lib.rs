@@ -28,7 +28,7 @@
 //! println!("{}", report::human(&findings, Some(config.source())));
 //!
 //! // A system with lint errors is never built.
-//! assert!(config.policy("sber").is_err());
+//! assert!(config.policy_builder("sber").is_err());
 //! ```
 //!
 //! The rules the checker knows are listed below. The mapping to runtime objects is:

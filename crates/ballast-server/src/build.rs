@@ -23,6 +23,9 @@
 //! assert!(sber.is_critical() && sber.dedupes_by_key());
 //! ```
 
+use std::collections::BTreeMap;
+
+use ballast::Policy;
 use ballast_config::{Config, ConfigError, GatewaySettings, HttpSettings, PeriodicSettings, QueueSettings};
 use ballast_http::delivery::CallbackPolicy;
 use ballast_http::metrics::SystemMetrics;
@@ -90,6 +93,17 @@ pub enum BuildError {
         /// The variable.
         var: String,
     },
+    /// A system's policy was refused by the core. Lint runs the core's own
+    /// checks first, so a checked file does not get here.
+    #[error("[systems.{system}] in {file}: {source}")]
+    Policy {
+        /// The system.
+        system: String,
+        /// The file.
+        file: String,
+        /// The core's refusal, with its rule ids.
+        source: ballast::BuildError,
+    },
     /// A system's default `callback` is not one callbacks may go to.
     #[error("[systems.{system}] callback: {source}")]
     Callback {
@@ -131,6 +145,36 @@ pub fn callbacks(gateway: Option<&GatewaySettings>) -> Result<CallbackPolicy, Bu
         }
         _ => Err(BuildError::CallbackSecret { var }),
     }
+}
+
+/// The running policy of system `name`, built from the builder the checked
+/// file declares ([`Config::policy_builder`]). Refused when the system has
+/// lint errors or is unknown.
+///
+/// ```
+/// use ballast_config::Config;
+///
+/// let config = Config::parse("inline.toml", r#"
+///     [systems.sber.retry]
+///     max_attempts = 3
+///     [systems.sber.timeout]
+///     attempt = "1s"
+/// "#).unwrap();
+/// let policy = ballast_server::build::policy(&config, "sber").unwrap();
+/// assert_eq!(policy.retry().max_attempts(), 3);
+/// assert!(ballast_server::build::policy(&config, "sbr").unwrap_err().to_string().contains("did you mean"));
+/// ```
+pub fn policy(config: &Config, name: &str) -> Result<Policy, BuildError> {
+    config.policy_builder(name)?.build().map_err(|source| BuildError::Policy {
+        system: name.to_owned(),
+        file: config.source().name().to_owned(),
+        source,
+    })
+}
+
+/// Every system's running policy, by name.
+pub fn policies(config: &Config) -> Result<BTreeMap<String, Policy>, BuildError> {
+    config.system_names().map(|name| Ok((name.to_owned(), policy(config, name)?))).collect()
 }
 
 /// The HTTP system `name`: its client (base URL, connect and read timeouts,

@@ -184,6 +184,9 @@ pub struct Server {
     webhooks: Webhooks,
     /// The drain a SIGTERM or `/admin/drain` begins.
     drain: drain::Drain,
+    /// Cancelled when the drain closes: the listeners stop accepting, the
+    /// worker claiming, the gateway's waiters waiting.
+    closing: CancellationToken,
 }
 
 impl Server {
@@ -255,6 +258,9 @@ impl Server {
             .alert(webhooks)
             .build()
             .map_err(ServeError::Worker)?;
+        let drain = drain::Drain::new(settings.drain_delay, settings.drain_timeout);
+        // The listeners stop accepting, the worker claiming, the waiters waiting.
+        let closing = CancellationToken::new();
         let gateway = match gateway_settings {
             None => None,
             Some(g) => {
@@ -271,20 +277,18 @@ impl Server {
                     body_read_timeout: g.body_read_timeout,
                     probe_reserve: 0,
                 };
-                let hosts = origin::Hosts::gateway(sockets.local_addr(), &g.allowed_hosts);
-                let gateway = Gateway::new(systems.clone(), deferrals.clone(), g.max_body, token)
-                    .buffer_answer(g.buffer_answer)
-                    .hosts(hosts)
-                    .trust_forwarded(g.trust_forwarded)
-                    .keep_alive_hint(g.header_read_timeout)
-                    .max_waiters(g.max_waiters)
-                    .callbacks(callbacks);
-                Some((gateway, sockets, limits, tls))
+                let parts = gateway::Parts {
+                    systems: systems.clone(),
+                    queue: deferrals.clone(),
+                    token,
+                    hosts: Some(origin::Hosts::gateway(sockets.local_addr(), &g.allowed_hosts)),
+                    callbacks,
+                    drain: drain.clone(),
+                    stopping: closing.clone(),
+                };
+                Some((Gateway::new(&g, parts), sockets, limits, tls))
             }
         };
-        let drain = drain::Drain::new(settings.drain_delay, settings.drain_timeout);
-        let gateway = gateway
-            .map(|(gateway, sockets, limits, tls)| (gateway.drain(drain.clone()), sockets, limits, tls));
         let addr = listen.unwrap_or(settings.listen);
         // Refused before anything listens: beyond loopback only with a token.
         let admin_token = Token::for_listener("serve", addr, settings.token_env.as_deref())?;
@@ -342,6 +346,7 @@ impl Server {
             background,
             webhooks: alerting,
             drain,
+            closing,
         })
     }
 
@@ -409,8 +414,7 @@ impl Server {
         let _stop_background = self.background.drop_guard();
         let drain = self.drain.clone();
         tokio::spawn(drain.clone().run());
-        // The listeners stop accepting, the worker claiming, the waiters waiting.
-        let closing = CancellationToken::new();
+        let closing = self.closing.clone();
         {
             let (drain, shutdown, closing) = (drain.clone(), shutdown.clone(), closing.clone());
             tokio::spawn(async move {
@@ -429,7 +433,7 @@ impl Server {
         let mut gateway = match self.gateway {
             None => None,
             Some((gateway, sockets, limits, tls)) => {
-                let router = gateway.stopping(closing.clone()).router();
+                let router = gateway.router();
                 let loops = event_loops::Loops::start(sockets, &router, limits, tls, &closing, drain.grace())
                     .map_err(ServeError::EventLoop)?;
                 Some(loops)

@@ -7,10 +7,14 @@
 //! (`ballast-http`) and the queue (`ballast-queue`), which re-export it under
 //! their own names.
 //!
-//! - [`http`]: which outcomes are transient ([`http::RetryOn`],
+//! - Below everything, the words the core speaks too: a failure's
+//!   [`Class`] (R-RES-RE-X2), the [`IdempotencyKey`] (R-RES-RE-1), and
+//!   [`redact_url`], which every crate applies before it shows a URL.
+//!   These need no feature; `ballast` itself builds on them.
+//! - [`http`] (feature `http`): which outcomes are transient ([`http::RetryOn`],
 //!   R-RES-RE-X2); a system's [`routes`](http::routes) (`read`,
 //!   `keyed_write`, `write_once`); its base URL and header names.
-//! - [`queue`]: the durable schedule ([`queue::DurableSchedule`],
+//! - [`queue`] (feature `queue`): the durable schedule ([`queue::DurableSchedule`],
 //!   R-RES-RE-5), the backends a queue URL names, every default and bound.
 //!
 //! ```
@@ -23,5 +27,15 @@
 //! assert_eq!(DurableSchedule::default().max_attempts, 10);
 //! ```
 
+mod class;
+mod key;
+mod redact;
+
+#[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "queue")]
 pub mod queue;
+
+pub use class::Class;
+pub use key::{IdempotencyKey, KeyError, KEY_NAMESPACE, MAX_KEY_LEN};
+pub use redact::redact_url;

@@ -7,25 +7,7 @@
 use std::io;
 use std::time::Duration;
 
-/// Whether asking again can help.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Class {
-    /// A failure that may pass: a timeout, a 5xx, a refused or reset connection.
-    Transient,
-    /// A contract error: the system answered and asking again gives the same answer.
-    Permanent,
-}
-
-impl Class {
-    /// `"transient"` or `"permanent"`, as used in events and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Class::Transient => "transient",
-            Class::Permanent => "permanent",
-        }
-    }
-}
+use ballast_vocab::Class;
 
 /// The class of an error plus an optional server-given wait (`Retry-After`),
 /// and whether the system was throttling.

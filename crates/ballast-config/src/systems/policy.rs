@@ -1,10 +1,10 @@
-//! Each system's [`Policy`], built from the very values the checker
+//! Each system's [`PolicyBuilder`], made from the very values the checker
 //! checked: a system with any lint error is refused, so a service cannot
-//! start with a policy `ballast lint` would reject.
+//! start with a policy `ballast lint` would reject. A builder is data; the
+//! composition root (`ballast_server::build::policy`) builds the running
+//! policy from it.
 
-use std::collections::BTreeMap;
-
-use ballast::{Policy, PolicyBuilder};
+use ballast::PolicyBuilder;
 
 use crate::config::Config;
 use crate::error::ConfigError;
@@ -15,7 +15,21 @@ use crate::systems::translate::translate;
 impl Config {
     /// The policy builder of system `name`, for adding listeners or a seed
     /// before [`build`](PolicyBuilder::build). Refused when the system has
-    /// lint errors.
+    /// lint errors; lint ran the core's own checks on it, so its `build`
+    /// does not refuse.
+    ///
+    /// ```
+    /// use ballast_config::Config;
+    ///
+    /// let config = Config::parse("inline.toml", r#"
+    ///     [systems.sber.retry]
+    ///     max_attempts = 3
+    ///     [systems.sber.timeout]
+    ///     attempt = "1s"
+    /// "#).unwrap();
+    /// let policy = config.policy_builder("sber").unwrap().build().unwrap();
+    /// assert_eq!(policy.retry().max_attempts(), 3);
+    /// ```
     pub fn policy_builder(&self, name: &str) -> Result<PolicyBuilder, ConfigError> {
         let system = self.system(name).ok_or_else(|| ConfigError::UnknownSystem {
             name: name.to_owned(),
@@ -31,43 +45,5 @@ impl Config {
             });
         }
         Ok(translate(name, system).builder)
-    }
-
-    /// The policy of system `name`.
-    ///
-    /// ```
-    /// use ballast_config::Config;
-    ///
-    /// let config = Config::parse("inline.toml", r#"
-    ///     [systems.sber.retry]
-    ///     max_attempts = 3
-    ///     [systems.sber.timeout]
-    ///     attempt = "1s"
-    /// "#).unwrap();
-    /// let policy = config.policy("sber").unwrap();
-    /// assert_eq!(policy.retry().max_attempts(), 3);
-    /// ```
-    pub fn policy(&self, name: &str) -> Result<Policy, ConfigError> {
-        self.finish_policy(name, self.policy_builder(name)?)
-    }
-
-    /// Builds a builder from [`policy_builder`](Self::policy_builder), its
-    /// refusals located in the file.
-    pub(crate) fn finish_policy(&self, name: &str, builder: PolicyBuilder) -> Result<Policy, ConfigError> {
-        // Lint ran the core's own checks on this builder, so build() cannot refuse it.
-        builder.build().map_err(|e| ConfigError::Refused {
-            section: format!("systems.{name}"),
-            file: self.source.name().to_owned(),
-            findings: e
-                .violations
-                .into_iter()
-                .map(|v| crate::systems::rules::violation(name, v).locate(&self.source, &self.index))
-                .collect(),
-        })
-    }
-
-    /// Every system's policy, by name.
-    pub fn policies(&self) -> Result<BTreeMap<String, Policy>, ConfigError> {
-        self.system_names().map(|name| Ok((name.to_owned(), self.policy(name)?))).collect()
     }
 }

@@ -22,7 +22,6 @@ mod trace;
 mod waiters;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::header::HeaderValue;
@@ -30,6 +29,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
+use ballast_config::GatewaySettings;
 use ballast_http::delivery::CallbackPolicy;
 use ballast_http::Systems;
 use ballast_queue::Queue;
@@ -74,108 +74,72 @@ struct GatewayState {
     drain: crate::drain::Drain,
 }
 
-/// The answer bodies read whole unless configured: larger ones stream.
-pub const DEFAULT_BUFFER_ANSWER: usize = 64 << 10;
-
-/// Callers of `GET /tasks/{handle}?wait=…` held at once unless configured.
-pub const DEFAULT_MAX_WAITERS: usize = 512;
-
-impl Gateway {
-    /// A gateway to `systems` that defers keyed writes to `queue`, buffers
-    /// bodies up to `max_body` bytes and, with a `token`, admits only requests
-    /// that bring it.
-    pub fn new(systems: Systems, queue: Queue, max_body: usize, token: Option<Token>) -> Self {
-        Self(Arc::new(GatewayState {
-            systems,
-            max_body,
-            buffer_answer: DEFAULT_BUFFER_ANSWER,
-            token,
-            keep_alive: None,
-            trust_forwarded: false,
-            hosts: None,
-            waiters: Arc::new(waiters::Waiters::new(queue.clone(), DEFAULT_MAX_WAITERS)),
-            callbacks: CallbackPolicy::new(Vec::<String>::new(), Vec::new()),
-            stopping: tokio_util::sync::CancellationToken::new(),
-            drain: crate::drain::Drain::default(),
-            queue,
-        }))
-    }
-
-    /// Follows `drain` ([`crate::drain`]): from its start every answer
+/// What a gateway runs with besides its settings: the running parts the
+/// composition root ([`Server::bind`](crate::Server::bind)) builds.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    /// The systems `/call/{system}/…` reaches.
+    pub systems: Systems,
+    /// Where keyed writes are deferred and `/tasks/{id}` reads.
+    pub queue: Queue,
+    /// With a token, only requests that bring it are admitted.
+    pub token: Option<Token>,
+    /// The `Host` names answered (its loopback and listen addresses,
+    /// `localhost`, `[gateway] allowed_hosts`); any other `Host` gets 421,
+    /// as on the admin listener: a page that rebinds its own name to this
+    /// host must not reach the systems with their credentials. `None`
+    /// answers any `Host` (a router mounted in a test or another server).
+    pub hosts: Option<Hosts>,
+    /// Where a `Ballast-Callback` (where to `POST` when a deferred write
+    /// ends) may point; with none allowed, every callback is refused 400
+    /// `bad_callback`. The worker sending them needs the same policy
+    /// ([`CallbackHandler`](ballast_http::delivery::CallbackHandler)).
+    pub callbacks: CallbackPolicy,
+    /// The process's drain ([`crate::drain`]): from its start every answer
     /// carries `Connection: close`; at its deadline a call still in flight
     /// is answered (a keyed write handed to the queue with its key) rather
     /// than cut.
-    pub fn drain(self, drain: crate::drain::Drain) -> Self {
-        let mut inner = Arc::unwrap_or_clone(self.0);
-        inner.drain = drain;
-        Self(Arc::new(inner))
-    }
+    pub drain: crate::drain::Drain,
+    /// Cancelled when the gateway stops: every caller waiting on a task
+    /// (`?wait=`) is answered as the task is then, not cut off.
+    pub stopping: tokio_util::sync::CancellationToken,
+}
 
-    /// Takes a `Ballast-Callback` (where to `POST` when a deferred write
-    /// ends) that `policy` allows; without one, every callback is refused
-    /// 400 `bad_callback`. The worker sending them needs the same policy
-    /// ([`CallbackHandler`](ballast_http::delivery::CallbackHandler)).
-    pub fn callbacks(self, policy: CallbackPolicy) -> Self {
-        let mut inner = Arc::unwrap_or_clone(self.0);
-        inner.callbacks = policy;
-        Self(Arc::new(inner))
-    }
-
-    /// Answers every caller waiting on a task (`?wait=`) as the task is
-    /// when `stopping` is cancelled, so a shutdown's drain does not cut
-    /// them off.
-    pub fn stopping(self, stopping: tokio_util::sync::CancellationToken) -> Self {
-        let mut inner = Arc::unwrap_or_clone(self.0);
-        inner.stopping = stopping;
-        Self(Arc::new(inner))
-    }
-
-    /// Holds at most `max` callers of `GET /tasks/{handle}?wait=…` at once
-    /// (default 512); more are answered 503 `too_many_waiters`.
-    pub fn max_waiters(self, max: usize) -> Self {
-        let mut inner = Arc::unwrap_or_clone(self.0);
-        inner.waiters = Arc::new(waiters::Waiters::new(inner.queue.clone(), max));
-        Self(Arc::new(inner))
-    }
-
-    /// Reads an answer's body whole up to `bytes` (default 64 KiB) and
-    /// streams a larger one to the caller, judged on its status and
-    /// headers ([`ballast_http::stream`]): a large download holds about
-    /// this much memory, not its size. A keyed write's answer, and a
-    /// deferred one's, is always read whole.
-    pub fn buffer_answer(self, bytes: usize) -> Self {
-        let mut inner = Arc::unwrap_or_clone(self.0);
-        inner.buffer_answer = bytes;
-        Self(Arc::new(inner))
-    }
-
-    /// Passes caller-sent `Forwarded`, `X-Forwarded-*` and `X-Real-IP`
-    /// upstream (default: dropped, so no caller speaks for another).
-    pub fn trust_forwarded(self, yes: bool) -> Self {
-        let mut inner = Arc::unwrap_or_clone(self.0);
-        inner.trust_forwarded = yes;
-        Self(Arc::new(inner))
-    }
-
-    /// Answers only requests for `hosts` (its loopback and listen addresses,
-    /// `localhost`, `[gateway] allowed_hosts`); any other `Host` gets 421, as
-    /// on the admin listener: a page that rebinds its own name to this host
-    /// must not reach the systems with their credentials.
-    pub fn hosts(self, hosts: Hosts) -> Self {
-        let mut inner = Arc::unwrap_or_clone(self.0);
-        inner.hosts = Some(hosts);
-        Self(Arc::new(inner))
-    }
-
-    /// Tells clients, on every response, to drop a connection idle for
-    /// `idle` (a second less than the listener waits for the next request's
-    /// headers): a request sent on a connection the listener is closing
-    /// fails without knowing whether it was sent.
-    pub fn keep_alive_hint(self, idle: Duration) -> Self {
-        let secs = idle.as_secs().saturating_sub(1).max(1);
-        let mut inner = Arc::unwrap_or_clone(self.0);
-        inner.keep_alive = HeaderValue::from_str(&format!("timeout={secs}")).ok();
-        Self(Arc::new(inner))
+impl Gateway {
+    /// A gateway as `[gateway]` declares it, on `parts`:
+    ///
+    /// - bodies buffered up to `max_body` bytes;
+    /// - an answer's body read whole up to `buffer_answer` bytes and a
+    ///   larger one streamed to the caller, judged on its status and
+    ///   headers ([`ballast_http::stream`]), so a large download holds
+    ///   about this much memory, not its size (a keyed write's answer, and
+    ///   a deferred one's, is always read whole);
+    /// - caller-sent `Forwarded`, `X-Forwarded-*` and `X-Real-IP` passed
+    ///   upstream only with `trust_forwarded` (else dropped, so no caller
+    ///   speaks for another);
+    /// - at most `max_waiters` callers of `GET /tasks/{handle}?wait=…` held
+    ///   at once, more answered 503 `too_many_waiters`;
+    /// - every response telling clients to drop a connection idle for a
+    ///   second less than `header_read_timeout`, the listener's wait for
+    ///   the next request's headers: a request sent on a connection the
+    ///   listener is closing fails without knowing whether it was sent.
+    pub fn new(settings: &GatewaySettings, parts: Parts) -> Self {
+        let Parts { systems, queue, token, hosts, callbacks, drain, stopping } = parts;
+        let idle = settings.header_read_timeout.as_secs().saturating_sub(1).max(1);
+        Self(Arc::new(GatewayState {
+            systems,
+            max_body: settings.max_body,
+            buffer_answer: settings.buffer_answer,
+            token,
+            keep_alive: HeaderValue::from_str(&format!("timeout={idle}")).ok(),
+            trust_forwarded: settings.trust_forwarded,
+            hosts,
+            waiters: Arc::new(waiters::Waiters::new(queue.clone(), settings.max_waiters)),
+            callbacks,
+            stopping,
+            drain,
+            queue,
+        }))
     }
 
     /// `/call/{system}/…` and `/tasks/{id}`, behind the token if there is one.

@@ -7,7 +7,7 @@ use url::Url;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid base URL {url:?}: {reason}; use an absolute http:// or https:// URL")]
 pub struct InvalidBaseUrl {
-    /// The URL given, its secrets masked ([`ballast::redact_url`]).
+    /// The URL given, its secrets masked ([`crate::redact_url`]).
     pub url: String,
     /// What is wrong with it.
     pub reason: String,
@@ -26,7 +26,7 @@ pub struct InvalidBaseUrl {
 /// }
 /// ```
 pub fn parse_base_url(url: &str) -> Result<Url, InvalidBaseUrl> {
-    let invalid = |reason: String| InvalidBaseUrl { url: ballast::redact_url(url), reason };
+    let invalid = |reason: String| InvalidBaseUrl { url: crate::redact_url(url), reason };
     let base = Url::parse(url).map_err(|e| invalid(e.to_string()))?;
     if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
         return Err(invalid(format!("scheme {:?} is not http or https", base.scheme())));

@@ -19,7 +19,7 @@
 //! | the proxy or the token endpoint refusing our credentials (407, `invalid_client`) | permanent: a configuration error | — |
 //! | every other 4xx, protocol errors, anything else | permanent, never retried | — |
 
-use ballast::Class;
+use crate::Class;
 
 /// The outcome classes an HTTP system treats as transient.
 ///

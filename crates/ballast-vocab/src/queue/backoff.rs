@@ -1,6 +1,6 @@
 //! The durable queue's schedule between a task's attempts: `2ⁿ s`, jittered
 //! into the upper half, capped — the guide's durable retry (R-RES-RE-5).
-//! Not to be confused with [`ballast::Backoff`], the in-memory policy's
+//! Not to be confused with `ballast::Backoff`, the in-memory policy's
 //! decorrelated jitter between the attempts of one call.
 
 use std::time::Duration;

@@ -25,7 +25,7 @@ pub const MIN_PERIOD: Duration = Duration::from_secs(1);
 /// assert!(check_periodic_name("nightly report").is_err()); // a space
 /// ```
 pub fn check_periodic_name(name: &str) -> Result<(), String> {
-    ballast::IdempotencyKey::parse(&format!("periodic:{name}:{}", u64::MAX)).map(drop).map_err(|e| {
+    crate::IdempotencyKey::parse(&format!("periodic:{name}:{}", u64::MAX)).map(drop).map_err(|e| {
         format!(
             "the name {name:?} does not make its periods' task keys (periodic:{name}:START): {e}; \
              name it with at most 225 visible ASCII characters, no spaces"

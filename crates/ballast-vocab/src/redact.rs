@@ -17,7 +17,7 @@ const MASK: &str = "***";
 /// it appears.
 ///
 /// ```
-/// use ballast::redact_url;
+/// use ballast_vocab::redact_url;
 ///
 /// assert_eq!(redact_url("postgres://app:s3cret@db:5432/q?sslmode=require"), "postgres://app:***@db:5432/q?sslmode=***");
 /// assert_eq!(redact_url("https://ghp_token@api.example/v1?key=abc&debug"), "https://***@api.example/v1?key=***&debug");

@@ -27,7 +27,7 @@ pub const MAX_KEY_LEN: usize = 255;
 /// durable task that may take over later carry the very same key.
 ///
 /// ```
-/// use ballast::IdempotencyKey;
+/// use ballast_vocab::IdempotencyKey;
 ///
 /// let key = IdempotencyKey::v5(42, "register-payment");
 /// assert_eq!(key, IdempotencyKey::v5(42, "register-payment")); // deterministic
