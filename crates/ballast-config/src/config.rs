@@ -7,8 +7,9 @@ use crate::source::{Source, SpanIndex};
 
 /// A configuration file that parsed, with every key known and every value of
 /// the right type. Whether it *obeys the rules* is [`Config::lint`]'s
-/// question; the runtime objects ([`Config::policy`], [`Config::queue`]) are
-/// only built from a system that lints without errors.
+/// question; what the runtime is built from ([`Config::policy_builder`],
+/// [`Config::http_settings`], [`Config::queue`]) is only handed out for a
+/// section that lints without errors.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub(crate) source: Source,
