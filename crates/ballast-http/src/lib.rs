@@ -60,6 +60,7 @@ pub mod caller;
 pub mod classify;
 pub mod credential;
 mod decode;
+mod dot_segments;
 mod error;
 mod fingerprint;
 mod health;
