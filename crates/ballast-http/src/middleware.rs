@@ -53,6 +53,7 @@ use crate::plan::{key_in, Declared, Line};
 use crate::routes::is_safe;
 use crate::system_policy::SystemPolicy;
 use crate::verdict::verdict;
+use crate::HttpError;
 use crate::RetryOn;
 
 /// Applies one system's [`Policy`] to every request of a
@@ -113,6 +114,13 @@ pub enum AttemptError {
         /// The error.
         source: reqwest_middleware::Error,
     },
+    /// The request was refused before any attempt: its plan refused it, or
+    /// its body, a stream, was already taken by the one attempt it may have.
+    #[error("{source}")]
+    Refused {
+        /// Why, in the words (and with the rule id) of the refusal.
+        source: HttpError,
+    },
     /// The idempotency header holds no valid key; the request was not sent.
     #[error("the {header} header is not a valid idempotency key ({reason}); the request was not sent")]
     InvalidKey {
@@ -171,7 +179,10 @@ impl Middleware for PolicyMiddleware {
         let system_policy = &self.system_policy;
         let key = match key_in(request.headers(), &self.header) {
             Ok(key) => key,
-            Err(e) => return Err(unsent(&self.header, e.to_string())),
+            Err(e) => {
+                let error = AttemptError::InvalidKey { header: self.header.clone(), reason: e.to_string() };
+                return Err(unsent(error));
+            }
         };
         let cloneable = request.try_clone().is_some();
         let method = request.method();
@@ -181,7 +192,7 @@ impl Middleware for PolicyMiddleware {
         let plan = match planner.plan(line, Declared::ByMethod(key.as_ref())) {
             Ok(plan) if cloneable => plan,
             Ok(plan) => plan.streamed(),
-            Err(refused) => return Err(unsent(&self.header, refused.error.to_string())),
+            Err(refused) => return Err(unsent(AttemptError::Refused { source: refused.error })),
         };
         let keyed_write = plan.is_deduplicated_write();
         let retry_on = self.retry_on;
@@ -198,9 +209,8 @@ impl Middleware for PolicyMiddleware {
                 async move {
                     // A request that cannot be cloned is a write made once: the
                     // only attempt has it.
-                    let request = request.ok_or_else(|| AttemptError::InvalidKey {
-                        header: HeaderName::from_static("idempotency-key"),
-                        reason: "a streaming body can be sent once only".to_owned(),
+                    let request = request.ok_or_else(|| AttemptError::Refused {
+                        source: HttpError::invalid("its body is a stream, which can be sent once only"),
                     })?;
                     let response = match next.run(request, &mut attempt_extensions).await {
                         Ok(response) => response,
@@ -232,8 +242,7 @@ impl Middleware for PolicyMiddleware {
     }
 }
 
-fn unsent(header: &HeaderName, reason: String) -> reqwest_middleware::Error {
-    let error = AttemptError::InvalidKey { header: header.clone(), reason };
+fn unsent(error: AttemptError) -> reqwest_middleware::Error {
     reqwest_middleware::Error::middleware(CallFailed {
         failure: Failure::unsent(error),
         sent_once_for_its_body: false,

@@ -10,7 +10,6 @@ use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
 use ballast::{AttemptContext, Classify, Failure, Judge, Policy};
-use futures_util::future::Either;
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 use tokio::time::Instant;
@@ -131,15 +130,11 @@ impl SystemPolicy {
         if once == Some(SentOnce::NotDeduplicated) {
             self.warn_not_deduplicated();
         }
-        // One await of either call: a future awaited in each branch would
-        // take the room of both in this one's state.
-        let call = match once {
-            Some(why) => {
-                Either::Left(self.policy.judged_once(plan.operation(), why.stop_reason(), judge, counted))
-            }
-            None => Either::Right(self.policy.judged(plan.operation(), judge, counted)),
-        };
-        let result = call.await;
+        let mut call = self.policy.call(plan.operation()).judged(judge);
+        if let Some(why) = once {
+            call = call.once(why.stop_reason());
+        }
+        let result = call.run(counted).await;
         metrics.call_took(started.elapsed());
         if let Err(failure) = &result {
             if matches!(failure, Failure::Rejected { .. }) {

@@ -25,7 +25,7 @@ use crate::outcome::{Rejection, StopReason, TimeoutKind};
 use crate::policy_state::PolicyState;
 use crate::rate_limit::Grant;
 use crate::timeout::{deadline_after, Attempt, AttemptDeadline, Strategy};
-use crate::{AttemptContext, Class, Classify, Failure, IdempotencyKey, OpKind, Operation, Rule};
+use crate::{AttemptContext, Class, Classify, Failure, IdempotencyKey, Judge, OpKind, Operation, Rule};
 
 /// Whether anyone collects tracing spans. Without a subscriber a disabled
 /// span still costs: when a dependency turns on `tracing`'s `log` feature
@@ -143,31 +143,6 @@ struct Call<'a, F, J> {
     /// Set when the call runs inside another policy's attempt: the rule its
     /// retries would break, so it makes one attempt (see `nesting`).
     nested: Option<Rule>,
-}
-
-/// Which answers are failures all the same: `None` for a success,
-/// `Some(classification)` for an answer that is a failure (a 503, a 429) —
-/// counted by the breaker, retried when transient, and kept: a call that
-/// ends on such an answer returns it as `Ok`, for the caller to pass on.
-pub trait Judge<T> {
-    /// The verdict on one attempt's answer.
-    fn judge(&self, answer: &T) -> Option<crate::Classification>;
-}
-
-impl<T, F: Fn(&T) -> Option<crate::Classification>> Judge<T> for F {
-    fn judge(&self, answer: &T) -> Option<crate::Classification> {
-        self(answer)
-    }
-}
-
-/// The judge of the plain entry points: every `Ok` is a success.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct AllGood;
-
-impl<T> Judge<T> for AllGood {
-    fn judge(&self, _: &T) -> Option<crate::Classification> {
-        None
-    }
 }
 
 pub(crate) fn run<'a, T, E, F, Fut, J>(

@@ -93,6 +93,31 @@ pub trait Classify {
     fn classify(&self) -> Classification;
 }
 
+/// Which answers are failures all the same: `None` for a success,
+/// `Some(classification)` for an answer that is a failure (a 503, a 429) —
+/// counted by the breaker, retried when transient, and kept: a call that
+/// ends on such an answer returns it as `Ok`, for the caller to pass on.
+pub trait Judge<T> {
+    /// The verdict on one attempt's answer.
+    fn judge(&self, answer: &T) -> Option<Classification>;
+}
+
+impl<T, F: Fn(&T) -> Option<Classification>> Judge<T> for F {
+    fn judge(&self, answer: &T) -> Option<Classification> {
+        self(answer)
+    }
+}
+
+/// The judge of a call that was given none: every `Ok` is a success.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoJudge;
+
+impl<T> Judge<T> for NoJudge {
+    fn judge(&self, _: &T) -> Option<Classification> {
+        None
+    }
+}
+
 /// Refused, reset and aborted connections, timeouts, broken pipes and
 /// unexpected EOF are transient; every other I/O error is permanent.
 impl Classify for io::Error {

@@ -79,14 +79,13 @@ pub use ballast_vocab::{redact_url, Class, IdempotencyKey, KeyError, KEY_NAMESPA
 pub use breaker::{Breaker, BreakerSnapshot, BreakerState, CircuitBreaker, HalfOpenAfter};
 pub use budget::{Budget, BudgetLevel};
 pub use bulkhead::{Bulkhead, HeldSlot, DEFAULT_RESERVE_LIVE};
-pub use call::Judge;
 pub use classified::Classified;
-pub use classify::{Classification, Classify};
+pub use classify::{Classification, Classify, Judge, NoJudge};
 pub use events::{Event, EventKind, Listener};
 pub use fallback::Fallback;
 pub use op::{AttemptContext, OpKind, Operation};
 pub use outcome::{Failure, Rejection, StopReason, TimeoutKind};
-pub use policy::{Policy, Scoped, WINDOW_ERROR, WINDOW_WARNING};
+pub use policy::{Policy, PolicyCall, WINDOW_ERROR, WINDOW_WARNING};
 pub use policy_builder::PolicyBuilder;
 pub use rate_limit::{RateLimit, RateLimiter, RateSnapshot, Scope};
 pub use retry::{Retry, MAX_ATTEMPTS};

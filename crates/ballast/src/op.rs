@@ -88,7 +88,7 @@ impl<'a> Operation<'a> {
 /// idempotency key, and a cancellation signal.
 ///
 /// The signal fires when a cooperative timeout expires or when the caller
-/// cancels (see [`Policy::cancel_on`](crate::Policy::cancel_on)); an attempt
+/// cancels (see [`PolicyCall::cancel_on`](crate::PolicyCall::cancel_on)); an attempt
 /// that can stop early should watch [`AttemptContext::cancelled`].
 #[derive(Debug, Clone)]
 pub struct AttemptContext {

@@ -18,7 +18,7 @@ use crate::retry::Retry;
 use crate::rules::Violation;
 use crate::timeline::Timeline;
 use crate::timeout::Timeout;
-use crate::{AttemptContext, Classify, Failure, IdempotencyKey, Judge, Operation, StopReason};
+use crate::{AttemptContext, Classify, Failure, IdempotencyKey, Judge, NoJudge, Operation, StopReason};
 
 /// The in-memory window over which the guide sends work to the task queue (R-RES-RE-4).
 pub const WINDOW_ERROR: Duration = Duration::from_secs(30);
@@ -170,17 +170,40 @@ impl Policy {
         self.shared.budget.as_ref().map(RetryBudget::level)
     }
 
-    /// A view of this policy whose calls stop when `token` is cancelled: an
-    /// attempt is dropped (or, cooperative, signalled) and a backoff wait ends
-    /// at once, with [`Failure::Cancelled`].
-    pub fn cancel_on<'a>(&'a self, token: &'a CancellationToken) -> Scoped<'a> {
-        self.scoped(Some(token))
-    }
-
-    /// This policy with or without a token: `read`, `write` and `write_once`
-    /// are [`Scoped`]'s, so each is written once for both types.
-    fn scoped<'a>(&'a self, cancel: Option<&'a CancellationToken>) -> Scoped<'a> {
-        Scoped { policy: self, cancel }
+    /// One call under this policy, as `operation` declares it: a read or
+    /// a keyed write retried on transient failures, a write without a key
+    /// made once (R-RES-RE-1, R-RES-RE-X1). Say what else the call needs
+    /// ([`judged`](PolicyCall::judged), [`once`](PolicyCall::once),
+    /// [`cancel_on`](PolicyCall::cancel_on)), then [`run`](PolicyCall::run)
+    /// it; [`read`](Self::read), [`write`](Self::write) and
+    /// [`write_once`](Self::write_once) are this with nothing else said.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// use ballast::{Classification, IdempotencyKey, Operation, Policy, Retry, StopReason};
+    /// use tokio_util::sync::CancellationToken;
+    ///
+    /// let policy = Policy::builder("crm").retry(Retry::attempts(3)).build().unwrap();
+    /// // An answer can be a failure all the same: three 503s, the last one is the answer.
+    /// let busy = |status: &u16| (*status == 503).then(Classification::transient);
+    /// let answer = policy.call(Operation::Read).judged(busy).run(|_| async { Ok::<u16, std::io::Error>(503) }).await;
+    /// assert_eq!(answer.unwrap(), 503);
+    ///
+    /// // A keyed write to a system that does not deduplicate by key: made once, and the failure says why.
+    /// let key = IdempotencyKey::v5("sms-7", "sms");
+    /// let stop = CancellationToken::new();
+    /// let failed = policy
+    ///     .call(Operation::KeyedWrite(&key))
+    ///     .once(StopReason::NotDeduplicated)
+    ///     .cancel_on(&stop)
+    ///     .run(|_| async { Err::<u16, _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset)) })
+    ///     .await
+    ///     .unwrap_err();
+    /// assert_eq!((failed.attempts(), failed.stop_reason()), (1, StopReason::NotDeduplicated));
+    /// # }
+    /// ```
+    pub fn call<'a>(&'a self, operation: Operation<'a>) -> PolicyCall<'a> {
+        PolicyCall { policy: self, operation, once: None, cancel: None, judge: NoJudge }
     }
 
     /// Runs a read (GET-equivalent), retried on transient errors (R-RES-RE-1a).
@@ -191,7 +214,7 @@ impl Policy {
         E: Classify + 'a,
         T: 'a,
     {
-        self.scoped(None).read(op)
+        self.call(Operation::Read).run(op)
     }
 
     /// Runs a write that carries `key`, which the external system
@@ -208,98 +231,7 @@ impl Policy {
         E: Classify + 'a,
         T: 'a,
     {
-        self.scoped(None).write(key, op)
-    }
-
-    /// Runs `op` as `operation` declares it: [`read`](Self::read),
-    /// [`write`](Self::write) with its key, or [`write_once`](Self::write_once).
-    pub fn run<'a, T, E, F, Fut>(
-        &'a self,
-        operation: Operation<'a>,
-        op: F,
-    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
-    where
-        F: FnMut(AttemptContext) -> Fut + 'a,
-        Fut: Future<Output = Result<T, E>> + 'a,
-        E: Classify + 'a,
-        T: 'a,
-    {
-        self.scoped(None).run(operation, op)
-    }
-
-    /// Runs `op` as `operation` declares it, with `judge` saying which of its
-    /// answers are failures all the same — an HTTP 503 is an answer, and a
-    /// transient failure. Such an answer counts as a failed attempt (for the
-    /// breaker and for retries, as an error of its class would), and a call
-    /// that ends on one returns it as `Ok`: the answer stays an answer, for
-    /// the caller to pass on (as tower's `retry::Policy` judges a
-    /// `&Result<Res, E>`, and linkerd classifies a response beside it).
-    /// `Failure` is left for "there was no answer to give".
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
-    /// use ballast::{Classification, Operation, Policy, Retry};
-    ///
-    /// let policy = Policy::builder("crm").retry(Retry::attempts(3)).build().unwrap();
-    /// let busy = |status: &u16| (*status == 503).then(Classification::transient);
-    /// let answer = policy.judged(Operation::Read, busy, |_| async { Ok::<u16, std::io::Error>(503) }).await;
-    /// assert_eq!(answer.unwrap(), 503, "three 503s: the last one is the answer");
-    /// # }
-    /// ```
-    pub fn judged<'a, T, E, F, Fut, J>(
-        &'a self,
-        operation: Operation<'a>,
-        judge: J,
-        op: F,
-    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
-    where
-        F: FnMut(AttemptContext) -> Fut + 'a,
-        Fut: Future<Output = Result<T, E>> + 'a,
-        E: Classify + 'a,
-        T: 'a,
-        J: Judge<T> + 'a,
-    {
-        self.scoped(None).judged(operation, judge, op)
-    }
-
-    /// [`judged`](Self::judged) for a call its caller decided to make once,
-    /// for `why`: one attempt, through breaker, bulkhead and timeout as
-    /// always, its events those of `operation`'s kind (a keyed write still
-    /// carries its key), and a failure that says `why` — say
-    /// [`StopReason::NotDeduplicated`] for a keyed write to a system that
-    /// does not deduplicate by key (R-RES-RE-1).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
-    /// use ballast::{Classification, IdempotencyKey, Operation, Policy, Retry, StopReason};
-    ///
-    /// let policy = Policy::builder("sms").retry(Retry::attempts(3)).build().unwrap();
-    /// let key = IdempotencyKey::v5("sms-7", "sms");
-    /// let busy = |status: &u16| (*status == 503).then(Classification::transient);
-    /// let failed = policy
-    ///     .judged_once(Operation::KeyedWrite(&key), StopReason::NotDeduplicated, busy, |_| async {
-    ///         Err::<u16, _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
-    ///     })
-    ///     .await
-    ///     .unwrap_err();
-    /// assert_eq!((failed.attempts(), failed.stop_reason()), (1, StopReason::NotDeduplicated));
-    /// # }
-    /// ```
-    pub fn judged_once<'a, T, E, F, Fut, J>(
-        &'a self,
-        operation: Operation<'a>,
-        why: StopReason,
-        judge: J,
-        op: F,
-    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
-    where
-        F: FnMut(AttemptContext) -> Fut + 'a,
-        Fut: Future<Output = Result<T, E>> + 'a,
-        E: Classify + 'a,
-        T: 'a,
-        J: Judge<T> + 'a,
-    {
-        self.scoped(None).judged_once(operation, why, judge, op)
+        self.call(Operation::KeyedWrite(key)).run(op)
     }
 
     /// Runs a write without a key: exactly one attempt, never retried
@@ -311,78 +243,57 @@ impl Policy {
         E: Classify + 'a,
         T: 'a,
     {
-        self.scoped(None).write_once(op)
+        self.call(Operation::WriteOnce).run(op)
     }
 }
 
-/// A [`Policy`] whose calls stop when a cancellation token fires; see
-/// [`Policy::cancel_on`].
+/// One call under a [`Policy`], being described; made by [`Policy::call`],
+/// started by [`run`](Self::run).
 #[derive(Debug, Clone, Copy)]
-pub struct Scoped<'a> {
+#[must_use = "a call does nothing until it is run"]
+pub struct PolicyCall<'a, J = NoJudge> {
     policy: &'a Policy,
+    operation: Operation<'a>,
+    once: Option<StopReason>,
     cancel: Option<&'a CancellationToken>,
+    judge: J,
 }
 
-impl<'a> Scoped<'a> {
-    /// [`Policy::read`], cancellable.
-    pub fn read<T, E, F, Fut>(self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
-    where
-        F: FnMut(AttemptContext) -> Fut + 'a,
-        Fut: Future<Output = Result<T, E>> + 'a,
-        E: Classify + 'a,
-        T: 'a,
-    {
-        call::run(&self.policy.shared, Operation::Read, None, self.cancel, call::AllGood, op)
+impl<'a, J> PolicyCall<'a, J> {
+    /// With `judge` saying which of the call's answers are failures all the
+    /// same — an HTTP 503 is an answer, and a transient failure. Such an
+    /// answer counts as a failed attempt (for the breaker and for retries,
+    /// as an error of its class would), and a call that ends on one
+    /// returns it as `Ok`: the answer stays an answer, for the caller to
+    /// pass on (as tower's `retry::Policy` judges a `&Result<Res, E>`, and
+    /// linkerd classifies a response beside it). `Failure` is left for
+    /// "there was no answer to give".
+    pub fn judged<K>(self, judge: K) -> PolicyCall<'a, K> {
+        let PolicyCall { policy, operation, once, cancel, .. } = self;
+        PolicyCall { policy, operation, once, cancel, judge }
     }
 
-    /// [`Policy::write`], cancellable.
-    pub fn write<T, E, F, Fut>(
-        self,
-        key: &'a IdempotencyKey,
-        op: F,
-    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
-    where
-        F: FnMut(AttemptContext) -> Fut + 'a,
-        Fut: Future<Output = Result<T, E>> + 'a,
-        E: Classify + 'a,
-        T: 'a,
-    {
-        call::run(&self.policy.shared, Operation::KeyedWrite(key), None, self.cancel, call::AllGood, op)
+    /// Made once, as its caller decided, for `why`: one attempt, through
+    /// breaker, bulkhead and timeout as always, its events those of the
+    /// operation's kind (a keyed write still carries its key), and a
+    /// failure that says `why` — say [`StopReason::NotDeduplicated`] for a
+    /// keyed write to a system that does not deduplicate by key
+    /// (R-RES-RE-1).
+    pub fn once(mut self, why: StopReason) -> Self {
+        self.once = Some(why);
+        self
     }
 
-    /// [`Policy::write_once`], cancellable.
-    pub fn write_once<T, E, F, Fut>(self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
-    where
-        F: FnMut(AttemptContext) -> Fut + 'a,
-        Fut: Future<Output = Result<T, E>> + 'a,
-        E: Classify + 'a,
-        T: 'a,
-    {
-        call::run(&self.policy.shared, Operation::WriteOnce, None, self.cancel, call::AllGood, op)
+    /// Stopped when `token` is cancelled: an attempt is dropped (or,
+    /// cooperative, signalled) and a backoff wait ends at once, with
+    /// [`Failure::Cancelled`].
+    pub fn cancel_on(mut self, token: &'a CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
     }
 
-    /// [`Policy::run`], cancellable.
-    pub fn run<T, E, F, Fut>(
-        self,
-        operation: Operation<'a>,
-        op: F,
-    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
-    where
-        F: FnMut(AttemptContext) -> Fut + 'a,
-        Fut: Future<Output = Result<T, E>> + 'a,
-        E: Classify + 'a,
-        T: 'a,
-    {
-        self.judged(operation, call::AllGood, op)
-    }
-
-    /// [`Policy::judged`], cancellable.
-    pub fn judged<T, E, F, Fut, J>(
-        self,
-        operation: Operation<'a>,
-        judge: J,
-        op: F,
-    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
+    /// Runs the call: `op` makes one attempt from its [`AttemptContext`].
+    pub fn run<T, E, F, Fut>(self, op: F) -> impl Future<Output = Result<T, Failure<E>>> + 'a
     where
         F: FnMut(AttemptContext) -> Fut + 'a,
         Fut: Future<Output = Result<T, E>> + 'a,
@@ -390,24 +301,6 @@ impl<'a> Scoped<'a> {
         T: 'a,
         J: Judge<T> + 'a,
     {
-        call::run(&self.policy.shared, operation, None, self.cancel, judge, op)
-    }
-
-    /// [`Policy::judged_once`], cancellable.
-    pub fn judged_once<T, E, F, Fut, J>(
-        self,
-        operation: Operation<'a>,
-        why: StopReason,
-        judge: J,
-        op: F,
-    ) -> impl Future<Output = Result<T, Failure<E>>> + 'a
-    where
-        F: FnMut(AttemptContext) -> Fut + 'a,
-        Fut: Future<Output = Result<T, E>> + 'a,
-        E: Classify + 'a,
-        T: 'a,
-        J: Judge<T> + 'a,
-    {
-        call::run(&self.policy.shared, operation, Some(why), self.cancel, judge, op)
+        call::run(&self.policy.shared, self.operation, self.once, self.cancel, self.judge, op)
     }
 }

@@ -414,7 +414,12 @@ async fn cancelling_a_call_waiting_in_the_bulkhead_queue_returns_at_once() {
         })
     };
     let start = tokio::time::Instant::now();
-    let r = p.cancel_on(&token).read(|_| async { Ok::<_, Down>(()) }).await.unwrap_err();
+    let r = p
+        .call(ballast::Operation::Read)
+        .cancel_on(&token)
+        .run(|_| async { Ok::<_, Down>(()) })
+        .await
+        .unwrap_err();
     canceller.await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_millis(50));
     assert!(matches!(r, Failure::Cancelled { attempts: 0 }), "{r:?}");

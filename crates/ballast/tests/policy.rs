@@ -341,8 +341,9 @@ async fn cancellation_during_a_backoff_sleep_returns_at_once() {
     };
     let start = Instant::now();
     let result: Result<(), _> = p
+        .call(ballast::Operation::Read)
         .cancel_on(&token)
-        .read(|_| {
+        .run(|_| {
             calls.fetch_add(1, Ordering::SeqCst);
             async { Err(GatewayError::Unavailable) }
         })
@@ -431,7 +432,9 @@ async fn judged_answers_are_retried_counted_and_handed_back() {
     let calls = AtomicU32::new(0);
     let answers = [503u16, 503, 200];
     let answer = policy
-        .judged(Operation::Read, judge, |ctx| {
+        .call(Operation::Read)
+        .judged(judge)
+        .run(|ctx| {
             calls.fetch_add(1, Ordering::Relaxed);
             let status = answers[ctx.attempt() as usize - 1];
             async move { Ok::<u16, std::io::Error>(status) }
@@ -441,7 +444,9 @@ async fn judged_answers_are_retried_counted_and_handed_back() {
 
     let calls = AtomicU32::new(0);
     let answer = policy
-        .judged(Operation::Read, judge, |_| {
+        .call(Operation::Read)
+        .judged(judge)
+        .run(|_| {
             calls.fetch_add(1, Ordering::Relaxed);
             async { Ok::<u16, std::io::Error>(404) }
         })
@@ -453,10 +458,12 @@ async fn judged_answers_are_retried_counted_and_handed_back() {
     );
 
     // Three more 503s: the last is the answer, and the breaker counted every one.
-    let answer = policy.judged(Operation::Read, judge, |_| async { Ok::<u16, std::io::Error>(503) }).await;
+    let answer =
+        policy.call(Operation::Read).judged(judge).run(|_| async { Ok::<u16, std::io::Error>(503) }).await;
     assert_eq!(answer.unwrap(), 503);
     assert_eq!(policy.breaker().unwrap().state(), ballast::BreakerState::Open);
-    let refused = policy.judged(Operation::Read, judge, |_| async { Ok::<u16, std::io::Error>(200) }).await;
+    let refused =
+        policy.call(Operation::Read).judged(judge).run(|_| async { Ok::<u16, std::io::Error>(200) }).await;
     assert!(matches!(refused, Err(ballast::Failure::Rejected { .. })), "no answer to give: {refused:?}");
 }
 
