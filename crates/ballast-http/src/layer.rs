@@ -10,12 +10,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use ballast::{Class, Classification, Classify, Failure, IdempotencyKey, Policy};
+use ballast::{Classification, Classify, Failure, IdempotencyKey, Policy};
 use http::header::HeaderName;
 use tower::{Layer, Service};
 
-use crate::classify::TransportKind;
-use crate::error::transport_message;
+use crate::no_answer::NoAnswer;
 use crate::plan::{Declared, Line};
 use crate::routes::is_safe;
 use crate::system_policy::SystemPolicy;
@@ -104,15 +103,8 @@ pub struct PolicyService<S> {
 #[non_exhaustive]
 pub enum ServiceError {
     /// The service returned an error.
-    #[error("{}: {source}", transport_message(*kind))]
-    Service {
-        /// What its source chain says went wrong.
-        kind: TransportKind,
-        /// Its class under the layer's [`RetryOn`].
-        class: Class,
-        /// The service's error.
-        source: BoxError,
-    },
+    #[error(transparent)]
+    NoAnswer(NoAnswer<BoxError>),
     /// The request was refused before any attempt.
     #[error("invalid request: {reason}; it was not sent")]
     InvalidRequest {
@@ -124,7 +116,7 @@ pub enum ServiceError {
 impl Classify for ServiceError {
     fn classify(&self) -> Classification {
         match self {
-            ServiceError::Service { class: Class::Transient, .. } => Classification::transient(),
+            ServiceError::NoAnswer(no_answer) => no_answer.classify(),
             _ => Classification::permanent(),
         }
     }
@@ -193,5 +185,5 @@ where
 
 fn service_error(source: BoxError, retry_on: RetryOn) -> ServiceError {
     let kind = crate::classify::transport_kind(source.as_ref());
-    ServiceError::Service { kind, class: retry_on.transport_class(kind), source }
+    ServiceError::NoAnswer(NoAnswer::new(kind, retry_on, source))
 }

@@ -42,13 +42,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use ballast::{Class, Classification, Classify, Failure, Policy};
+use ballast::{Classification, Classify, Failure, Policy};
 use http::header::HeaderName;
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
 
-use crate::classify::TransportKind;
-use crate::error::transport_message;
+use crate::no_answer::NoAnswer;
 use crate::plan::{key_in, Declared, Line};
 use crate::routes::is_safe;
 use crate::system_policy::SystemPolicy;
@@ -105,15 +104,8 @@ impl PolicyMiddleware {
 pub enum AttemptError {
     /// No complete response: reqwest's error, or a failure of a middleware
     /// further down the chain.
-    #[error("{}: {source}", transport_message(*kind))]
-    Transport {
-        /// What its source chain says went wrong below HTTP.
-        kind: TransportKind,
-        /// Its class under the middleware's [`RetryOn`].
-        class: Class,
-        /// The error.
-        source: reqwest_middleware::Error,
-    },
+    #[error(transparent)]
+    NoAnswer(NoAnswer<reqwest_middleware::Error>),
     /// The request was refused before any attempt: its plan refused it, or
     /// its body, a stream, was already taken by the one attempt it may have.
     #[error("{source}")]
@@ -134,7 +126,7 @@ pub enum AttemptError {
 impl Classify for AttemptError {
     fn classify(&self) -> Classification {
         match self {
-            AttemptError::Transport { class: Class::Transient, .. } => Classification::transient(),
+            AttemptError::NoAnswer(no_answer) => no_answer.classify(),
             _ => Classification::permanent(),
         }
     }
@@ -221,8 +213,7 @@ impl Middleware for PolicyMiddleware {
                                     crate::classify::transport_kind(e.as_ref())
                                 }
                             };
-                            let class = retry_on.transport_class(kind);
-                            return Err(AttemptError::Transport { kind, class, source });
+                            return Err(AttemptError::NoAnswer(NoAnswer::new(kind, retry_on, source)));
                         }
                     };
                     Ok((response, attempt_extensions))
