@@ -770,6 +770,37 @@ async fn a_large_answer_streams_through_whole_and_one_that_breaks_off_cuts_the_c
     );
 }
 
+/// `Prefer: respond-async` on a read with a key: the plan makes it a read,
+/// so it is neither deferred nor read whole — it streams, and once its
+/// answer has begun it is not sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_read_asking_for_respond_async_is_planned_as_a_read_and_streams() {
+    let body: Vec<u8> = (0..1 << 20).map(|i: usize| (i % 251) as u8).collect();
+    let (cut, sent) =
+        raw_upstream(format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 4 << 20), body).await;
+    let served = support::serve_text(
+        "",
+        &format!(
+            "[queue]\nurl = \"sqlite://{{dir}}/queue.db\"\n\n[serve]\nlisten = \"127.0.0.1:0\"\n\n\
+             [gateway]\nlisten = \"127.0.0.1:0\"\nbuffer_answer = \"64KiB\"\n\n\
+             [systems.reports]\nbase_url = \"http://{cut}/\"\ndedupes_by_key = true\nkey_ttl = \"7d\"\n\n\
+             [systems.reports.retry]\nmax_attempts = 3\nfirst_delay = \"100ms\"\nmax_delay = \"200ms\"\n"
+        ),
+    )
+    .await;
+    let response = client()
+        .get(format!("{}/call/reports/q3.csv", served.gateway))
+        .header("idempotency-key", IdempotencyKey::v5("report-q3", "read").as_str())
+        .header("prefer", "respond-async")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200, "a read's head is passed on, not a 202 or a 502");
+    assert!(response.headers().get("preference-applied").is_none(), "not deferred");
+    assert!(response.bytes().await.is_err(), "the body that broke off upstream is cut off for the caller");
+    assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1, "streamed: not read whole and retried");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_serves_on_a_loop_per_worker_and_a_taken_address_is_refused() {
     let upstream = Upstream::start(|_, _| Reply::body(200, "ok")).await;

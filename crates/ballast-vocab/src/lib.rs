@@ -8,7 +8,8 @@
 //! their own names.
 //!
 //! - Below everything, the words the core speaks too: a failure's
-//!   [`Class`] (R-RES-RE-X2), the [`IdempotencyKey`] (R-RES-RE-1), and
+//!   [`Class`] (R-RES-RE-X2), the [`IdempotencyKey`] (R-RES-RE-1), the
+//!   [`OpKind`] of a call (a route's kind too), and
 //!   [`redact_url`], which every crate applies before it shows a URL.
 //!   These need no feature; `ballast` itself builds on them.
 //! - [`http`] (feature `http`): which outcomes are transient ([`http::RetryOn`],
@@ -29,6 +30,7 @@
 
 mod class;
 mod key;
+mod kind;
 mod redact;
 
 #[cfg(feature = "http")]
@@ -38,4 +40,5 @@ pub mod queue;
 
 pub use class::Class;
 pub use key::{IdempotencyKey, KeyError, KEY_NAMESPACE, MAX_KEY_LEN};
+pub use kind::{OpKind, UnknownKind};
 pub use redact::redact_url;

@@ -75,7 +75,7 @@ mod timeout;
 // The words below are the vocabulary's; the core speaks them too.
 pub use background::{background, background_within};
 pub use backoff::{Backoff, DelayBounds, Delays, MIN_FIRST_DELAY, MIN_GROWTH};
-pub use ballast_vocab::{redact_url, Class, IdempotencyKey, KeyError, KEY_NAMESPACE, MAX_KEY_LEN};
+pub use ballast_vocab::{redact_url, Class, IdempotencyKey, KeyError, OpKind, KEY_NAMESPACE, MAX_KEY_LEN};
 pub use breaker::{Breaker, BreakerSnapshot, BreakerState, CircuitBreaker, HalfOpenAfter};
 pub use budget::{Budget, BudgetLevel};
 pub use bulkhead::{Bulkhead, HeldSlot, DEFAULT_RESERVE_LIVE};
@@ -83,7 +83,7 @@ pub use classified::Classified;
 pub use classify::{Classification, Classify, Judge, NoJudge};
 pub use events::{Event, EventKind, Listener};
 pub use fallback::Fallback;
-pub use op::{AttemptContext, OpKind, Operation};
+pub use op::{AttemptContext, Operation};
 pub use outcome::{Failure, Rejection, StopReason, TimeoutKind};
 pub use policy::{Policy, PolicyCall, WINDOW_ERROR, WINDOW_WARNING};
 pub use policy_builder::PolicyBuilder;

@@ -1,47 +1,8 @@
 //! What an operation declares about itself, and what each attempt sees.
 
-use std::fmt;
-
 use tokio_util::sync::CancellationToken;
 
-use crate::IdempotencyKey;
-
-/// The three kinds of operation (R-RES-RE-1, R-RES-RE-X1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OpKind {
-    /// A read (GET-equivalent): no side effect, retried.
-    Read,
-    /// A write carrying an idempotency key the system deduplicates by:
-    /// retried. One name wherever a keyed write is named: this kind, its
-    /// [`Operation`], a route's `keyed_write`, the metrics' `kind` label.
-    #[serde(alias = "write")]
-    KeyedWrite,
-    /// A write without a key: exactly one attempt, never retried.
-    WriteOnce,
-}
-
-impl OpKind {
-    /// `"read"`, `"keyed_write"` or `"write_once"`, as used in events and metrics.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            OpKind::Read => "read",
-            OpKind::KeyedWrite => "keyed_write",
-            OpKind::WriteOnce => "write_once",
-        }
-    }
-
-    /// Whether this kind may be retried at all.
-    pub const fn is_retryable(self) -> bool {
-        !matches!(self, OpKind::WriteOnce)
-    }
-}
-
-impl fmt::Display for OpKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::{IdempotencyKey, OpKind};
 
 /// An operation as its caller declares it — the one description of what a
 /// call is, from the policy's entry points to HTTP and the gateway: a read,

@@ -100,7 +100,7 @@ async fn handle(
         Ok(body) => body,
         Err(problem) => return problem.into_response(),
     };
-    let may_defer = key.is_some() && wants_async(&parts.headers) && system.dedupes_by_key();
+    let asks_async = wants_async(&parts.headers);
     // `post` is `POST`: no spelling of a method escapes its route.
     let method = canonical_method(&parts.method);
     let query = parts.uri.query().unwrap_or_default().to_owned();
@@ -110,6 +110,12 @@ async fn handle(
     if let Some(sequence) = sequence {
         request = request.sequence(sequence);
     }
+    // The plan says what the call is, not the request: only a keyed write
+    // the system deduplicates is deferred (a keyed GET asking for
+    // `respond-async` is a read, and streams as one). Planned here only
+    // when asked, so a call that does not ask plans once.
+    let may_defer = asks_async
+        && system.plan_by_method(&request, key.as_ref()).is_ok_and(|plan| plan.is_deduplicated_write());
     if !may_defer {
         request = request.stream_answer_past(gateway.buffer_answer_size());
     }
@@ -164,7 +170,8 @@ async fn planned(
         );
         return Problem::new(Reason::BadRequest, detail).into_response();
     }
-    if let Some(sequence) = sequence.as_deref().filter(|_| !deferrable && !request.is_read()) {
+    let read = matches!(plan.operation(), ballast::Operation::Read);
+    if let Some(sequence) = sequence.as_deref().filter(|_| !deferrable && !read) {
         // Sent now, it would overtake an earlier write of its sequence still
         // waiting in the queue.
         let stored = match Box::pin(system.sequence_in(gateway.queue(), sequence)).await {
@@ -195,7 +202,7 @@ async fn planned(
         &request,
         key,
         plan.is_deduplicated_write(),
-        matches!(plan.operation(), ballast::Operation::Read),
+        read,
         sequence.clone(),
         defer.clone().filter(|_| deferrable),
     );

@@ -3,12 +3,11 @@
 //! write no route declares gets, and the method a request's headers may
 //! override its own with.
 
-use std::fmt;
 use std::str::FromStr;
 
 use http::Method;
 
-use super::RouteError;
+use crate::OpKind;
 
 /// Whether a call with `method` and no route is a read: GET, HEAD and
 /// OPTIONS (the safe methods a client may repeat, R-RES-RE-1 a). The one
@@ -22,46 +21,12 @@ pub fn is_safe(method: &Method) -> bool {
     matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
-/// What a call to a route is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RouteKind {
-    /// A read (GET-equivalent), retried on transient failures, whatever its
-    /// method (R-RES-RE-1 a).
-    Read,
-    /// A write that must carry an idempotency key: one without is refused
-    /// unsent (R-RES-RE-1 b).
-    KeyedWrite,
-    /// A write sent once, key or not (R-RES-RE-X1).
-    WriteOnce,
-}
-
-impl RouteKind {
-    /// Every kind, by its name in a file.
-    pub const ALL: [RouteKind; 3] = [RouteKind::Read, RouteKind::KeyedWrite, RouteKind::WriteOnce];
-
-    /// `"read"`, `"keyed_write"` or `"write_once"`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RouteKind::Read => "read",
-            RouteKind::KeyedWrite => "keyed_write",
-            RouteKind::WriteOnce => "write_once",
-        }
-    }
-}
-
-impl fmt::Display for RouteKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for RouteKind {
-    type Err = RouteError;
-
-    fn from_str(s: &str) -> Result<Self, RouteError> {
-        RouteKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| RouteError::Kind(s.to_owned()))
-    }
-}
+/// What a call to a route is: the one [`OpKind`] — `read` (a read,
+/// retried on transient failures, whatever its method, R-RES-RE-1 a),
+/// `keyed_write` (a write that must carry an idempotency key: one without
+/// is refused unsent, R-RES-RE-1 b), `write_once` (sent once, key or not,
+/// R-RES-RE-X1).
+pub type RouteKind = OpKind;
 
 /// What becomes of a write that matches none of a system's routes
 /// (`[systems.NAME] unrouted`).
@@ -104,7 +69,7 @@ impl FromStr for Unrouted {
 
 /// The headers through which a caller may ask for another method than the
 /// request line's. Dropped before a request is sent unless the route the
-/// named method reaches allows them ([`Route::method_override`]): an
+/// named method reaches allows them ([`Route::method_override`](super::Route::method_override)): an
 /// upstream that honours one would otherwise act on a method the policy
 /// never judged (a GET retried as a read that the upstream runs as a POST).
 pub const METHOD_OVERRIDE_HEADERS: [&str; 3] =

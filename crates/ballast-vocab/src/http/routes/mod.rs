@@ -251,7 +251,7 @@ mod tests {
             );
         }
         assert!(matches!(Route::new("PO ST", "/a", RouteKind::Read), Err(RouteError::Method(_))));
-        assert_eq!("keyed".parse::<RouteKind>(), Err(RouteError::Kind("keyed".into())));
+        assert_eq!("keyed".parse::<RouteKind>(), Err(crate::UnknownKind("keyed".into())));
         let twice = routes().route("POST", "/orders/{number}", RouteKind::Read);
         assert_eq!(twice, Err(RouteError::Duplicate("POST /orders/{number}".into())));
     }

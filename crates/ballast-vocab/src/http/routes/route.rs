@@ -26,9 +26,6 @@ pub enum RouteError {
         /// What is wrong with it.
         why: &'static str,
     },
-    /// No such kind.
-    #[error("route kind {0:?} does not exist: use \"read\", \"keyed_write\" or \"write_once\"")]
-    Kind(String),
     /// The same method and template twice.
     #[error("{0} is declared twice")]
     Duplicate(String),
