@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::duration::ConfigDuration;
 use crate::error::ConfigError;
 use crate::finding::KeyFinding;
-use crate::model::Schema::{self, Value};
+use crate::schema::Schema::{self, Value};
 use crate::suggest::did_you_mean;
 
 /// `[alerts]`: the sinks every task that fails for good is reported to

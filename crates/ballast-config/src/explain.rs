@@ -142,7 +142,7 @@ impl Config {
             writes_retried,
             durable,
             key_ttl: system.key_ttl.map(|d| d.get()),
-            key_needed: crate::systems::rules::required_key_ttl(&self.file, window),
+            key_needed: crate::systems::rules::required_key_ttl(self.file.queue.as_ref(), window),
             reached: crate::systems::connection::explain(&system),
         }
     }

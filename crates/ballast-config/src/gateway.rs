@@ -12,7 +12,7 @@ use crate::duration::ConfigDuration;
 use crate::error::ConfigError;
 use crate::finding::KeyFinding;
 use crate::listener::{body_timeout, count, listener, Listener, MAX_BODY_LIMIT};
-use crate::model::Schema::{self, Value};
+use crate::schema::Schema::{self, Value};
 use crate::serve::DEFAULT_BODY_READ_TIMEOUT;
 use crate::size::ConfigSize;
 

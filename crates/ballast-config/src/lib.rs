@@ -78,6 +78,7 @@ mod listener;
 mod load;
 mod periodic;
 mod queue;
+mod schema;
 mod serve;
 mod source;
 mod systems;

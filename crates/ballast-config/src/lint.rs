@@ -18,7 +18,16 @@ impl Config {
     pub fn lint(&self) -> Vec<Finding> {
         let mut problems = self.file.queue.as_ref().map(crate::queue::rules).unwrap_or_default();
         if let Some(queue) = &self.file.queue {
-            problems.extend(crate::periodic::check(&self.file, &queue.schedule(), queue.retained()).0);
+            let systems: Vec<&str> = self.system_names().collect();
+            problems.extend(
+                crate::periodic::check(
+                    queue.periodic.as_ref(),
+                    &systems,
+                    &queue.schedule(),
+                    queue.retained(),
+                )
+                .0,
+            );
         }
         problems.extend(self.file.serve.as_ref().map(crate::serve::rules).unwrap_or_default());
         problems.extend(self.file.gateway.as_ref().map(crate::gateway::rules).unwrap_or_default());
@@ -26,7 +35,7 @@ impl Config {
         problems.extend(self.file.alerts.as_ref().map(crate::alerts::rules).unwrap_or_default());
         problems.extend(self.file.telemetry.as_ref().map(crate::telemetry::rules).unwrap_or_default());
         for (name, system) in &self.file.systems {
-            problems.extend(crate::systems::rules::system(&self.file, &self.dir(), name, system));
+            problems.extend(crate::systems::rules::system(self.file.around(), &self.dir(), name, system));
         }
         if self.file.systems.is_empty() {
             problems.push(crate::finding::KeyFinding::at(
@@ -62,7 +71,7 @@ impl Config {
     /// The findings about one system (empty if it is not declared).
     pub fn lint_system(&self, name: &str) -> Vec<Finding> {
         let problems = match self.file.systems.get(name) {
-            Some(system) => crate::systems::rules::system(&self.file, &self.dir(), name, system),
+            Some(system) => crate::systems::rules::system(self.file.around(), &self.dir(), name, system),
             None => Vec::new(),
         };
         self.located(problems)

@@ -14,8 +14,7 @@ use serde::Deserialize;
 
 use crate::duration::{display, ConfigDuration};
 use crate::finding::KeyFinding;
-use crate::model::File;
-use crate::model::Schema::{self, Value};
+use crate::schema::Schema::{self, Value};
 
 /// `[queue.periodic.NAME]`: one periodic call.
 ///
@@ -93,12 +92,12 @@ pub struct PeriodicSettings {
 /// The findings of every `[queue.periodic.NAME]`, and the settings of those
 /// without errors.
 pub(crate) fn check(
-    file: &File,
+    periodic: Option<&Sections>,
+    systems: &[&str],
     queue: &DurableSchedule,
     retained: Duration,
 ) -> (Vec<KeyFinding>, Vec<PeriodicSettings>) {
     let (mut findings, mut settings) = (Vec::new(), Vec::new());
-    let periodic = file.queue.as_ref().and_then(|q| q.periodic.as_ref());
     for (name, section) in periodic.into_iter().flatten() {
         let before = findings.len();
         if let Err(why) = check_periodic_name(name) {
@@ -123,8 +122,8 @@ pub(crate) fn check(
             })
             .ok();
         let system = section.system.clone().unwrap_or_default();
-        if !file.systems.contains_key(&system) {
-            let names = file.systems.keys().cloned().collect::<Vec<_>>().join(", ");
+        if !systems.contains(&system.as_str()) {
+            let names = systems.join(", ");
             refuse(
                 "system",
                 format!("[queue.periodic.{name}] calls system {system:?}, which is not configured"),
@@ -222,5 +221,5 @@ pub(crate) fn check(
     (findings, settings)
 }
 
-/// The periodic calls by name, for [`crate::model::QueueSection`].
+/// The periodic calls by name, for [`crate::queue::QueueSection`].
 pub(crate) type Sections = BTreeMap<String, PeriodicSection>;

@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::duration::{display, ConfigDuration};
 use crate::error::ConfigError;
 use crate::finding::{Finding, KeyFinding};
-use crate::model::Schema::{self, Named, Value};
+use crate::schema::Schema::{self, Named, Value};
 
 /// `[queue]`: the durable task queue (R-RES-RE-5).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -246,8 +246,12 @@ impl Config {
     pub fn queue(&self) -> Result<QueueSettings, ConfigError> {
         let file = self.source.name().to_owned();
         let queue = self.file.queue.as_ref().ok_or_else(|| ConfigError::NoQueue { file: file.clone() })?;
-        let (periodic_findings, periodic) =
-            crate::periodic::check(&self.file, &queue.schedule(), queue.retained());
+        let (periodic_findings, periodic) = crate::periodic::check(
+            queue.periodic.as_ref(),
+            &self.system_names().collect::<Vec<_>>(),
+            &queue.schedule(),
+            queue.retained(),
+        );
         let errors: Vec<Finding> = crate::queue::rules(queue)
             .into_iter()
             .chain(periodic_findings)

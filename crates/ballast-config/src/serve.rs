@@ -13,7 +13,7 @@ use crate::duration::ConfigDuration;
 use crate::error::ConfigError;
 use crate::finding::KeyFinding;
 use crate::listener::{body_timeout, count, listener, Listener};
-use crate::model::Schema::{self, Value};
+use crate::schema::Schema::{self, Value};
 
 /// `[serve]`: the admin listener of `ballast serve` (`/metrics`, `/health/*`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

@@ -14,11 +14,11 @@ use ballast::Severity;
 use ballast_tls::{IdentityFiles, Roots, Secret, TlsError, TlsSettings, TlsVersion, EXPIRY_WARNING};
 use serde::Deserialize;
 
+use super::System;
 use crate::alerts::is_env_name;
 use crate::duration::ConfigDuration;
 use crate::finding::{system_path, KeyFinding};
-use crate::model::Schema::{self, Table, Value};
-use crate::model::System;
+use crate::schema::Schema::{self, Table, Value};
 
 /// `[systems.NAME.tls]`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

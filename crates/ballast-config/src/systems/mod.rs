@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::duration::ConfigDuration;
-use crate::model::Part;
-use crate::model::Schema::{self, Named, Table, Value};
+use crate::schema::Part;
+use crate::schema::Schema::{self, Named, Table, Value};
 
 /// `[systems.NAME]`: one external system and its policy.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

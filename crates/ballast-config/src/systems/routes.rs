@@ -5,8 +5,8 @@
 use ballast::{Rule, Timeout};
 use ballast_vocab::http::routes::{Follow, Route, RouteKind, Routes, Unrouted};
 
+use super::{RouteValue, System};
 use crate::finding::{system_path, KeyFinding};
-use crate::model::{RouteValue, System};
 use crate::suggest::did_you_mean;
 
 /// `unrouted` and `path_case`: how a request that no route foresaw is

@@ -11,18 +11,34 @@ use std::time::Duration;
 use ballast::{PolicyBuilder, Retry, Rule, Severity, Violation};
 use ballast_vocab::http::{is_header_name, RetryOn};
 
+use super::System;
 use crate::alerts::is_env_name;
 use crate::duration::display;
 use crate::finding::{system_path, KeyFinding};
-use crate::model::{File, Part, System};
+use crate::gateway::GatewaySection;
+use crate::queue::QueueSection;
+use crate::schema::Part;
+use crate::serve::ServeSection;
 use crate::suggest::did_you_mean;
 
 /// The only order the composition has (R-RES-RE-2).
 pub const ORDER: [&str; 4] = ["retry", "breaker", "bulkhead", "timeout"];
 
+/// What a system's rules read of the rest of the file: the queue its
+/// keyed writes may be handed to, and the listeners it must not call.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Around<'a> {
+    /// `[queue]`.
+    pub queue: Option<&'a QueueSection>,
+    /// `[serve]`.
+    pub serve: Option<&'a ServeSection>,
+    /// `[gateway]`.
+    pub gateway: Option<&'a GatewaySection>,
+}
+
 /// Every problem of one system: the core's checks, then this crate's rules
 /// (files the system names are read from `dir`, the configuration's directory).
-pub(crate) fn system(file: &File, dir: &std::path::Path, name: &str, sys: &System) -> Vec<KeyFinding> {
+pub(crate) fn system(file: Around<'_>, dir: &std::path::Path, name: &str, sys: &System) -> Vec<KeyFinding> {
     let crate::systems::translate::Translated { builder, retry, timeout, problems: mut out, .. } =
         crate::systems::translate::translate(name, sys);
     out.extend(core(name, &builder));
@@ -42,10 +58,9 @@ pub(crate) fn system(file: &File, dir: &std::path::Path, name: &str, sys: &Syste
 /// A part held by a fleet needs the database the fleet shares; a rate a
 /// replica holds on its own, on a queue several replicas may share, is
 /// worth a note of what N of them send.
-fn fleet_scope(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
+fn fleet_scope(file: Around<'_>, name: &str, sys: &System) -> Vec<KeyFinding> {
     let shared = file
         .queue
-        .as_ref()
         .and_then(|q| q.url.as_deref())
         .and_then(ballast_vocab::queue::Backend::from_url)
         .is_some_and(|b| b == ballast_vocab::queue::Backend::Postgres);
@@ -86,7 +101,7 @@ fn fleet_scope(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
 
 /// A `base_url` at the address of one of `ballast serve`'s own listeners:
 /// the gateway would call itself (each attempt nesting another call).
-fn calls_itself(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
+fn calls_itself(file: Around<'_>, name: &str, sys: &System) -> Vec<KeyFinding> {
     let Some(url) = sys.base_url.as_deref().and_then(|u| ballast_vocab::http::parse_base_url(u).ok()) else {
         return Vec::new();
     };
@@ -102,9 +117,9 @@ fn calls_itself(file: &File, name: &str, sys: &System) -> Vec<KeyFinding> {
     let listen = |given: Option<&String>, default: std::net::SocketAddr| {
         given.map_or(Some(default), |l| l.parse::<std::net::SocketAddr>().ok())
     };
-    let serve = file.serve.as_ref().and_then(|s| s.listen.as_ref());
+    let serve = file.serve.and_then(|s| s.listen.as_ref());
     let mut own = vec![("[serve] listen", listen(serve, crate::ServeSettings::default().listen))];
-    if let Some(gateway) = &file.gateway {
+    if let Some(gateway) = file.gateway {
         own.push((
             "[gateway] listen",
             listen(gateway.listen.as_ref(), crate::GatewaySettings::default().listen),
@@ -299,12 +314,12 @@ fn writes_need_dedup(name: &str, sys: &System, retry: &Retry) -> Vec<KeyFinding>
 
 /// R-RES-RE-1: the system must remember a key for longer than a keyed write
 /// can still be retried — in memory, then in the durable queue.
-fn key_outlives_retries(file: &File, name: &str, sys: &System, window: Duration) -> Vec<KeyFinding> {
+fn key_outlives_retries(file: Around<'_>, name: &str, sys: &System, window: Duration) -> Vec<KeyFinding> {
     if sys.dedupes_by_key != Some(true) {
         return Vec::new();
     }
-    let needed = required_key_ttl(file, window);
-    let how = match &file.queue {
+    let needed = required_key_ttl(file.queue, window);
+    let how = match file.queue {
         Some(_) => "the in-memory window and the whole durable schedule",
         None => "the in-memory window (there is no [queue])",
     };
@@ -331,8 +346,8 @@ fn key_outlives_retries(file: &File, name: &str, sys: &System, window: Duration)
 }
 
 /// The longest time a keyed write may still be retried: see [`ballast_vocab::queue::DurableSchedule::key_lifetime`].
-pub(crate) fn required_key_ttl(file: &File, window: Duration) -> Duration {
-    file.queue.as_ref().map_or(window, |q| q.schedule().key_lifetime(window))
+pub(crate) fn required_key_ttl(queue: Option<&QueueSection>, window: Duration) -> Duration {
+    queue.map_or(window, |q| q.schedule().key_lifetime(window))
 }
 
 /// The HTTP client's connect and read timeouts fit inside the attempt

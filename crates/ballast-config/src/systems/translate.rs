@@ -8,8 +8,9 @@ use ballast::{
     guide, Backoff, Breaker, Budget, Bulkhead, Policy, PolicyBuilder, RateLimit, Retry, Rule, Scope, Timeout,
 };
 
+use super::{BreakerSection, RateLimitSection, RetrySection, System, TimeoutSection};
 use crate::finding::{system_path, KeyFinding};
-use crate::model::{BreakerSection, Part, RetrySection, System, TimeoutSection};
+use crate::schema::Part;
 use crate::suggest::did_you_mean;
 use ballast_vocab::http::routes::{Routes, Unrouted};
 
@@ -94,11 +95,7 @@ pub fn parse_rate(text: &str) -> Result<(u32, std::time::Duration), String> {
     Ok((count, per))
 }
 
-fn rate_limit(
-    name: &str,
-    r: &crate::model::RateLimitSection,
-    problems: &mut Vec<KeyFinding>,
-) -> Option<RateLimit> {
+fn rate_limit(name: &str, r: &RateLimitSection, problems: &mut Vec<KeyFinding>) -> Option<RateLimit> {
     let Some(rate) = r.rate.as_deref() else {
         problems.push(missing(name, "rate_limit", "rate", "add `rate = \"100/s\"` (permits per period)"));
         return None;

@@ -27,8 +27,8 @@ use serde::Deserialize;
 
 use crate::config::Config;
 use crate::duration::ConfigDuration;
-use crate::model::HeaderSource;
-use crate::model::Schema::{self, Named, Value};
+use crate::schema::Schema::{self, Named, Value};
+use crate::systems::HeaderSource;
 use env::with_traces_path;
 
 /// How the root of a trace is sampled, and whether a caller's decision is
