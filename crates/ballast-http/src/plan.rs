@@ -2,7 +2,8 @@
 //! `Planner::plan`, makes before anything is sent, and that every front end
 //! passes on to the attempts — [`HttpSystem::read`](crate::HttpSystem::read),
 //! `write`, `write_once`, `send` and `write_or_defer`, the gateway through
-//! [`HttpSystem::plan_by_method`](crate::HttpSystem::plan_by_method),
+//! [`HttpSystem::plan_forwarded`](crate::HttpSystem::plan_forwarded) (the
+//! plan bound to its request, [`Planned`](crate::Planned)),
 //! [`PolicyLayer`](crate::PolicyLayer) and `PolicyMiddleware` — so that no
 //! layer works it out again. The route is looked up once, here; the
 //! idempotency key is read from a header once, by [`key_in`].
@@ -53,8 +54,8 @@ use crate::HttpError;
 pub struct Plan<'a> {
     pub(crate) operation: Operation<'a>,
     pub(crate) reached: Reached<'a>,
-    dedupes_by_key: bool,
-    stream: bool,
+    pub(crate) dedupes_by_key: bool,
+    pub(crate) stream: bool,
 }
 
 /// Why a call makes one attempt only (see [`Plan::retried`]).

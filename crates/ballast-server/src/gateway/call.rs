@@ -1,12 +1,14 @@
 //! `/call/{system}/{path…}?{query}`: one request of a service, sent to the
 //! system's `base_url` through the system's policy, as the system plans it
-//! ([`HttpSystem::plan_by_method`]; the table of what a request is, by its
+//! once, before anything else is decided ([`HttpSystem::plan_forwarded`],
+//! the plan carried with the request; the table of what a request is, by its
 //! route, method and key, is in [`ballast_http::plan`]) — the method in any
 //! case, the path in any spelling; a write the system's routes do not
 //! declare is refused unsent by default (400 `unrouted`, R-RES-RE-1). With
 //! `Prefer: respond-async`, a keyed write to a system that deduplicates by
-//! key goes through [`HttpSystem::write_or_defer_planned`]: 202 and a task
-//! handle when the queue takes it over.
+//! key goes through [`Planned::defer`](ballast_http::Planned::defer), on a
+//! task of its own that outlives its caller: 202 and a task handle when the
+//! queue takes it over.
 //!
 //! A keyed write binds its key to its request for the system's `key_ttl`
 //! ([`ballast_http::key_life`]): another request under a key its caller
@@ -27,7 +29,7 @@ use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderValue};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use ballast::{Failure, IdempotencyKey, Rule};
+use ballast::{Failure, Rule};
 use ballast_http::plan::key_in;
 use ballast_http::routes::canonical_method;
 use ballast_http::{HttpError, HttpSystem};
@@ -110,59 +112,56 @@ async fn handle(
     if let Some(sequence) = sequence {
         request = request.sequence(sequence);
     }
-    // The plan says what the call is, not the request: only a keyed write
-    // the system deduplicates is deferred (a keyed GET asking for
-    // `respond-async` is a read, and streams as one). Planned here only
-    // when asked, so a call that does not ask plans once.
-    let may_defer = asks_async
-        && system.plan_by_method(&request, key.as_ref()).is_ok_and(|plan| plan.is_deduplicated_write());
-    if !may_defer {
-        request = request.stream_answer_past(gateway.buffer_answer_size());
-    }
-    if may_defer {
+    // Planned once, here, before anything is spawned: the plan says what
+    // the call is, not the request. Only a keyed write the system
+    // deduplicates may outlive its caller (a keyed GET asking for
+    // `respond-async` is a read, and streams as one).
+    let planned = match system.plan_forwarded(request, key) {
+        Ok(planned) => planned,
+        Err(refused) => return refusal(refused, &system),
+    };
+    if asks_async && planned.plan().is_deduplicated_write() {
         // Detached: a caller that hangs up must not take the deferral
         // with it — the write goes on, to the queue if need be.
-        let call = tokio::spawn(
-            async move { planned(&gateway, &system, request, key.as_ref(), Some(callback)).await }
-                .in_current_span(),
-        );
+        let call =
+            tokio::spawn(async move { sent(&gateway, planned, Some(callback)).await }.in_current_span());
         return call.await.unwrap_or_else(|e| {
             let detail =
                 format!("the deferrable write stopped ({e}); whether it reached the system is unknown");
             Problem::new(Reason::Internal, detail).into_response()
         });
     }
-    planned(&gateway, &system, request, key.as_ref(), None).await
+    let planned = planned.stream_answer_past(gateway.buffer_answer_size());
+    sent(&gateway, planned, None).await
 }
 
-/// The call as the system plans it — deferred when it may be (`defer`,
-/// with the callback it asks for) and it is a keyed write the system
-/// deduplicates — answered with the route it reached.
-async fn planned(
-    gateway: &Gateway,
-    system: &HttpSystem,
-    request: ballast_http::Request,
-    key: Option<&IdempotencyKey>,
-    defer: Option<Option<String>>,
-) -> Response {
-    let may_defer = defer.is_some();
-    let plan = match system.plan_by_method(&request, key) {
-        Ok(plan) => plan,
-        Err(refused) => {
-            let route = match &refused {
-                HttpError::KeyRequired { route } => HeaderValue::from_str(route).ok(),
-                _ => None,
-            };
-            let mut response = answer(Err(Failure::unsent(refused)), system);
-            if let Some(route) = route {
-                response.headers_mut().insert(ROUTE, route);
-            }
-            return response;
-        }
+/// A request its plan refused, answered unsent, with the route it reached
+/// when a route's key was missing.
+fn refusal(refused: HttpError, system: &HttpSystem) -> Response {
+    let route = match &refused {
+        HttpError::KeyRequired { route } => HeaderValue::from_str(route).ok(),
+        _ => None,
     };
+    let mut response = answer(Err(Failure::unsent(refused)), system);
+    if let Some(route) = route {
+        response.headers_mut().insert(ROUTE, route);
+    }
+    response
+}
+
+/// The call as planned — deferred when it may be (`defer`, with the
+/// callback it asks for) and it is a keyed write the system deduplicates —
+/// answered with the route it reached.
+async fn sent(gateway: &Gateway, planned: ballast_http::Planned, defer: Option<Option<String>>) -> Response {
+    let may_defer = defer.is_some();
+    let system = planned.system().clone();
+    let system = &system;
+    let plan = planned.plan();
+    let request = planned.request();
+    let key = plan.operation().key();
     let route = plan.route().and_then(|r| HeaderValue::from_str(r.name()).ok());
     let deferrable = may_defer && plan.is_deduplicated_write();
-    let sequence = plan.sequence(&request);
+    let sequence = plan.sequence(request);
     if let Some(Err(e)) = sequence.as_deref().map(ballast_queue::check_sequence) {
         let detail = format!(
             "the sequence route {} makes of this path: {e}; nothing was sent",
@@ -194,12 +193,12 @@ async fn planned(
     // A deferrable write binds its key on its way to the queue
     // (`write_or_defer`); any other keyed write binds it here.
     if let Some(key) = plan.operation().key().filter(|_| !deferrable) {
-        if let Err(reused) = Box::pin(system.bind_key(gateway.queue(), key, &request)).await {
+        if let Err(reused) = Box::pin(system.bind_key(gateway.queue(), key, request)).await {
             return answer(Err(Failure::unsent(reused)), system);
         }
     }
     let at_the_cut = super::cut::AtTheCut::of(
-        &request,
+        request,
         key,
         plan.is_deduplicated_write(),
         read,
@@ -212,14 +211,14 @@ async fn planned(
             if let Some(url) = defer.flatten() {
                 options = options.callback(url);
             }
-            Box::pin(deferred(gateway, system, plan, request, &options)).await
+            Box::pin(deferred(gateway, system, planned, &options)).await
         } else {
             // The call's future is large (the policy's state, the attempt, the
             // transport's): boxed here once, the handler's stays small, so the
             // router's layers move a pointer instead of copying it each. So
             // are the database round trips above and the deferral, which
             // the handler's state would otherwise be as large as.
-            answer(Box::pin(system.send_planned(plan, request)).await, system)
+            answer(Box::pin(planned.send()).await, system)
         }
     };
     let drain = gateway.drain_state();
@@ -322,16 +321,16 @@ async fn read_body(
 }
 
 /// A keyed write the caller lets the gateway defer: the system's own
-/// [`write_or_defer_planned`](HttpSystem::write_or_defer_planned), answered
+/// [`write_or_defer_planned`](HttpSystem::write_or_defer_planned) through
+/// [`Planned::defer`](ballast_http::Planned::defer), answered
 /// 202 with the task's handle when the queue takes it over.
 async fn deferred(
     gateway: &Gateway,
     system: &HttpSystem,
-    plan: ballast_http::Plan<'_>,
-    request: ballast_http::Request,
+    planned: ballast_http::Planned,
     options: &ballast_http::delivery::DeferOptions,
 ) -> Response {
-    match system.write_or_defer_planned_with(plan, gateway.queue(), request, options).await {
+    match planned.defer(gateway.queue(), options).await {
         Ok(Handover::Done(response)) => upstream(response),
         Ok(Handover::Deferred { task_id, attempts }) => accepted(gateway, task_id, attempts).await,
         Err(HandoverError::Failed(failure)) => answer(Err(failure), system),
