@@ -18,7 +18,6 @@ use crate::no_answer::NoAnswer;
 use crate::plan::{Declared, Line};
 use crate::routes::is_safe;
 use crate::system_policy::SystemPolicy;
-use crate::verdict::verdict;
 use crate::RetryOn;
 
 /// A boxed error, as tower services commonly return.
@@ -162,12 +161,9 @@ where
             if let Err(e) = system_policy.set_key(&plan, request.headers_mut()) {
                 return Err(Failure::unsent(ServiceError::InvalidRequest { reason: e.to_string() }));
             }
-            let keyed_write = plan.is_deduplicated_write();
             let retry_on = system_policy.retry_on;
             let request = &request;
-            let judge = move |response: &http::Response<RB>| {
-                verdict(retry_on, response.status(), response.headers(), keyed_write)
-            };
+            let judge = plan.judge(retry_on);
             system_policy
                 .run(&plan, judge, move |_ctx| {
                     let mut service = inner.clone();

@@ -51,7 +51,6 @@ use crate::no_answer::NoAnswer;
 use crate::plan::{key_in, Declared, Line};
 use crate::routes::is_safe;
 use crate::system_policy::SystemPolicy;
-use crate::verdict::verdict;
 use crate::HttpError;
 use crate::RetryOn;
 
@@ -186,12 +185,9 @@ impl Middleware for PolicyMiddleware {
             Ok(plan) => plan.streamed(),
             Err(refused) => return Err(unsent(AttemptError::Refused { source: refused.error })),
         };
-        let keyed_write = plan.is_deduplicated_write();
         let retry_on = self.retry_on;
         let (template, mut once) = if cloneable { (Some(request), None) } else { (None, Some(request)) };
-        let judge = |(response, _): &(reqwest::Response, Extensions)| {
-            verdict(retry_on, response.status(), response.headers(), keyed_write)
-        };
+        let judge = plan.judge(retry_on);
         let outcome = system_policy
             .run(&plan, judge, |_ctx| {
                 // A clone per attempt; a stream is taken by its only attempt.

@@ -132,6 +132,12 @@ impl<'a> Plan<'a> {
         matches!(self.operation, Operation::KeyedWrite(_)) && self.dedupes_by_key
     }
 
+    /// The judge of the call's answers under `retry_on`, built once: the
+    /// one every front end runs the call with.
+    pub(crate) fn judge(&self, retry_on: crate::RetryOn) -> crate::verdict::AnswerJudge {
+        crate::verdict::AnswerJudge::new(retry_on, self.is_deduplicated_write())
+    }
+
     /// The same plan for a body that can be sent once only.
     pub(crate) fn streamed(self) -> Self {
         Self { stream: true, ..self }

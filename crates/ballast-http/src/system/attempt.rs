@@ -16,7 +16,7 @@ use crate::request::{Head, Request, StreamingRequest};
 use crate::routes::Route;
 use crate::stream::{AnswerBody, Reading};
 use crate::transport::{OutBody, TransportError};
-use crate::verdict::{failed, verdict, AllAnswersGood};
+use crate::verdict::{failed, AnswerJudge};
 use crate::{Fingerprint, HttpError, Response};
 
 impl HttpSystem {
@@ -29,14 +29,15 @@ impl HttpSystem {
         let head = &request.head;
         let Prepared { uri, headers, route_timeout } = self.prepare(head, &plan).map_err(Failure::unsent)?;
         let mut body = Some(request.body);
-        let call = self.inner.system_policy.run(&plan, AllAnswersGood, |ctx| {
+        let call = self.inner.system_policy.run(&plan, ballast::NoJudge, |ctx| {
             // A stream is sent once, so the body is always there.
             let body = body.take().map(OutBody::Stream);
             let (uri, headers) = (uri.clone(), headers.clone());
             async move {
                 let body = body.ok_or_else(|| HttpError::invalid("a streaming body is sent once"))?;
                 let which = Which {
-                    keyed_write: false,
+                    // Sent once: its answer judged as an unkeyed write's.
+                    judge: AnswerJudge::new(self.retry_on(), false),
                     attempt: ctx.attempt(),
                     route_timeout,
                     reading: self.reading(head.stream_past),
@@ -93,14 +94,14 @@ impl HttpSystem {
     ) -> Result<Response, Failure<HttpError>> {
         let head = &request.head;
         let Prepared { uri, headers, route_timeout } = self.prepare(head, &plan).map_err(Failure::unsent)?;
-        let keyed_write = plan.is_deduplicated_write();
+        let judge = plan.judge(self.retry_on());
         // A keyed write's answer is shared with its joiners: always whole.
         let reading = self.reading(head.stream_past.filter(|_| plan.operation().key().is_none()));
         let body = &request.body;
         let attempt = |ctx: ballast::AttemptContext| {
             let (uri, headers, body) = (uri.clone(), headers.clone(), OutBody::Full(body.clone()));
             let gate = request.gate.clone();
-            let which = Which { keyed_write, attempt: ctx.attempt(), route_timeout, reading, gate };
+            let which = Which { judge, attempt: ctx.attempt(), route_timeout, reading, gate };
             // Boxed where it is made: the attempt's state is kilobytes
             // (the client's request future within it), and the layers
             // that wrap it — the panic guard, the judge, the policy's
@@ -200,7 +201,7 @@ impl HttpSystem {
         body: OutBody,
         which: Which,
     ) -> Result<Response, HttpError> {
-        let Which { keyed_write, attempt, route_timeout, gate, .. } = which;
+        let Which { judge, attempt, route_timeout, gate, .. } = which;
         if let Some(gate) = &gate {
             gate.check()?;
         }
@@ -267,7 +268,7 @@ impl HttpSystem {
                 if parts.status == http::StatusCode::TOO_MANY_REQUESTS {
                     self.inner.system_policy.throttled();
                 }
-                let verdict = verdict(retry_on, parts.status, &parts.headers, keyed_write);
+                let verdict = judge.verdict(parts.status, &parts.headers);
                 Ok(Response {
                     status: parts.status,
                     headers: parts.headers,
@@ -417,8 +418,8 @@ struct Prepared {
 /// Which attempt of which call: what an attempt needs besides its request.
 #[derive(Clone)]
 struct Which {
-    /// A keyed write to a system that deduplicates (a 409 in flight is transient).
-    keyed_write: bool,
+    /// What its answer is: a success, or a failure of a class.
+    judge: AnswerJudge,
     /// The attempt, from 1.
     attempt: u32,
     /// The route's own attempt timeout, if any.
