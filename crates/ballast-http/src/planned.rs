@@ -9,8 +9,9 @@ use crate::routes::Reached;
 use crate::{HttpError, HttpSystem, Plan, Request, Response};
 
 /// A request and its [`Plan`] on one system, owned: made by
-/// [`HttpSystem::plan_forwarded`], sent by [`send`](Self::send) (or, with
-/// the `queue` feature, [`defer`](Self::defer)).
+/// [`HttpSystem::plan`] (a call its caller declared) or
+/// [`HttpSystem::plan_forwarded`] (one it forwards), sent by
+/// [`send`](Self::send) (or, with the `queue` feature, [`defer`](Self::defer)).
 ///
 /// ```no_run
 /// # async fn run(system: ballast_http::HttpSystem) -> Result<(), Box<dyn std::error::Error>> {
@@ -43,30 +44,59 @@ enum Owned {
 }
 
 impl HttpSystem {
+    /// What `request`, declared by its caller as `operation`, is on this
+    /// system ([`crate::plan`]), bound to the request: send it with
+    /// [`Planned::send`]. Refused as the plan is.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use ballast::{IdempotencyKey, Operation};
+    /// use ballast_http::{HttpSystem, Request};
+    ///
+    /// let system = HttpSystem::builder("pay", "http://127.0.0.1:9/").dedupes_by_key(true).build().unwrap();
+    /// let key = IdempotencyKey::v5("order-7", "pay");
+    /// let planned = system.plan(Operation::KeyedWrite(&key), Request::post("payments")).unwrap();
+    /// assert!(planned.plan().is_deduplicated_write());
+    /// assert!(system.plan(Operation::Read, Request::post("payments")).is_err(), "a POST is not a read");
+    /// # }
+    /// ```
+    pub fn plan(&self, operation: Operation<'_>, request: Request) -> Result<Planned, HttpError> {
+        let key = operation.key().cloned();
+        let plan = self.plan_declared(operation, &request)?;
+        Ok(Planned::bind(self, &plan, request, key))
+    }
+
     /// What a request nobody declared is on this system — by its route, else
-    /// its method and `key` ([`plan_by_method`](Self::plan_by_method)) —
-    /// bound to the request: how the gateway plans a call before it decides
-    /// whether the call may outlive its caller. Refused as the plan is.
+    /// its method and `key` (the table in [`crate::plan`]) — bound to the
+    /// request: how a proxy or the gateway plans a call it forwards, before
+    /// it decides whether the call may outlive its caller. Read the key
+    /// with [`plan::key_in`](crate::plan::key_in). Refused as the plan is.
     pub fn plan_forwarded(
         &self,
         request: Request,
         key: Option<IdempotencyKey>,
     ) -> Result<Planned, HttpError> {
         let plan = self.plan_by_method(&request, key.as_ref())?;
-        let (route, by_override, stream) = (plan.index(), plan.reached.by_override, plan.stream);
-        let keyed = matches!(plan.operation(), Operation::KeyedWrite(_));
-        let read = matches!(plan.operation(), Operation::Read);
-        let operation = match key {
-            Some(key) if keyed => Owned::KeyedWrite(key),
-            _ if read => Owned::Read,
-            _ => Owned::WriteOnce,
-        };
-        Ok(Planned { system: self.clone(), request, operation, route, by_override, stream })
+        // The plan borrows the key the planned call will own: a reference
+        // count, not a copy.
+        Ok(Planned::bind(self, &plan, request, key.clone()))
     }
 }
 
 impl Planned {
-    /// The plan, as [`HttpSystem::plan_by_method`] made it.
+    /// `request` bound to `plan`, made for it on `system`; `key` is the one
+    /// the plan's keyed write carries.
+    fn bind(system: &HttpSystem, plan: &Plan<'_>, request: Request, key: Option<IdempotencyKey>) -> Self {
+        let operation = match (plan.operation(), key) {
+            (Operation::KeyedWrite(_), Some(key)) => Owned::KeyedWrite(key),
+            (Operation::Read, _) => Owned::Read,
+            _ => Owned::WriteOnce,
+        };
+        let (route, by_override, stream) = (plan.index(), plan.reached.by_override, plan.stream);
+        Planned { system: system.clone(), request, operation, route, by_override, stream }
+    }
+
+    /// The plan.
     pub fn plan(&self) -> Plan<'_> {
         view(&self.system, &self.operation, self.route, self.by_override, self.stream)
     }
@@ -89,7 +119,8 @@ impl Planned {
         self
     }
 
-    /// Sends the request as planned ([`HttpSystem::send_planned`]).
+    /// Sends the request as planned, every answer handed back as an answer,
+    /// as [`HttpSystem::send`] does.
     pub async fn send(self) -> Result<Response, Failure<HttpError>> {
         let Planned { system, request, operation, route, by_override, stream } = self;
         let plan = view(&system, &operation, route, by_override, stream);
@@ -97,8 +128,9 @@ impl Planned {
     }
 
     /// Sends it, handing it to `queue` when the in-memory window cannot
-    /// finish it ([`HttpSystem::write_or_defer_planned_with`]): only a keyed
-    /// write the system deduplicates is ever deferred.
+    /// finish it, as [`HttpSystem::write_or_defer_with`] does: only a keyed
+    /// write the system deduplicates is ever deferred; any other plan is
+    /// sent as it says, and its outcome returned.
     #[cfg(feature = "queue")]
     pub async fn defer(
         self,

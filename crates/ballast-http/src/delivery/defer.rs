@@ -240,24 +240,7 @@ impl HttpSystem {
         queue: &Queue,
         request: Request,
     ) -> Result<Handover<Response>, HandoverError<HttpError>> {
-        match self.plan(Operation::KeyedWrite(key), &request) {
-            Ok(plan) => self.write_or_defer_planned(plan, queue, request).await,
-            Err(e) => Err(HandoverError::Failed(Failure::unsent(e))),
-        }
-    }
-
-    /// [`write_or_defer`](Self::write_or_defer) of a request planned with
-    /// [`plan`](Self::plan) or [`plan_by_method`](Self::plan_by_method):
-    /// only a keyed write to a system that deduplicates by its key is ever
-    /// deferred ([`Plan::is_deduplicated_write`](crate::Plan::is_deduplicated_write));
-    /// any other plan is sent as it says, and its outcome returned.
-    pub async fn write_or_defer_planned(
-        &self,
-        plan: crate::Plan<'_>,
-        queue: &Queue,
-        request: Request,
-    ) -> Result<Handover<Response>, HandoverError<HttpError>> {
-        self.write_or_defer_planned_with(plan, queue, request, &DeferOptions::default()).await
+        self.write_or_defer_with(key, queue, request, &DeferOptions::default()).await
     }
 
     /// [`write_or_defer`](Self::write_or_defer), with what a deferred task
@@ -269,14 +252,16 @@ impl HttpSystem {
         request: Request,
         options: &DeferOptions,
     ) -> Result<Handover<Response>, HandoverError<HttpError>> {
-        match self.plan(Operation::KeyedWrite(key), &request) {
+        match self.plan_declared(Operation::KeyedWrite(key), &request) {
             Ok(plan) => self.write_or_defer_planned_with(plan, queue, request, options).await,
             Err(e) => Err(HandoverError::Failed(Failure::unsent(e))),
         }
     }
 
-    /// [`write_or_defer_planned`](Self::write_or_defer_planned) with [`DeferOptions`].
-    pub async fn write_or_defer_planned_with(
+    /// [`write_or_defer_with`](Self::write_or_defer_with) of a request
+    /// already planned: only a keyed write to a system that deduplicates by
+    /// its key is ever deferred; any other plan is sent as it says.
+    pub(crate) async fn write_or_defer_planned_with(
         &self,
         plan: crate::Plan<'_>,
         queue: &Queue,

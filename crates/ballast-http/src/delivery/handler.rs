@@ -183,7 +183,8 @@ impl Handler for DeliveryHandler {
                 retry_in: full.retry_in,
             }
         })?;
-        let plan = system.plan(Operation::KeyedWrite(key), &request).map_err(DeliveryError::Invalid)?;
+        let plan =
+            system.plan_declared(Operation::KeyedWrite(key), &request).map_err(DeliveryError::Invalid)?;
         let follow = plan.route().and_then(|r| r.followed()).cloned();
         let path = request.path().to_owned();
         // An outage the breaker knew of before this delivery: its failure is

@@ -312,7 +312,7 @@ impl HttpSystem {
         request: Request,
         judged: bool,
     ) -> Result<Response, Failure<HttpError>> {
-        match self.plan(operation, &request) {
+        match self.plan_declared(operation, &request) {
             Ok(plan) => self.run(plan, request, judged).await,
             Err(e) => Err(Failure::unsent(e)),
         }
@@ -343,16 +343,19 @@ impl HttpSystem {
     /// What `request`, declared by its caller as `operation`, is on this
     /// system ([`crate::plan`]): how [`read`](Self::read), [`write`](Self::write),
     /// [`write_once`](Self::write_once) and [`send`](Self::send) plan their
-    /// calls; give the plan to [`send_planned`](Self::send_planned).
-    pub fn plan<'a>(&'a self, operation: Operation<'a>, request: &Request) -> Result<Plan<'a>, HttpError> {
+    /// calls, borrowing it ([`plan`](Self::plan) binds it to its request).
+    pub(crate) fn plan_declared<'a>(
+        &'a self,
+        operation: Operation<'a>,
+        request: &Request,
+    ) -> Result<Plan<'a>, HttpError> {
         self.plan_head(&request.head, Declared::As(operation), request.is_read())
     }
 
     /// What a request nobody declared is on this system — by its route,
-    /// else its method and `key` (the table in [`crate::plan`]): how a
-    /// proxy or the gateway plans a call it forwards. Read the key with
-    /// [`plan::key_in`](crate::plan::key_in).
-    pub fn plan_by_method<'a>(
+    /// else its method and `key` (the table in [`crate::plan`]), borrowing
+    /// it ([`plan_forwarded`](Self::plan_forwarded) binds it to its request).
+    pub(crate) fn plan_by_method<'a>(
         &'a self,
         request: &Request,
         key: Option<&'a IdempotencyKey>,
@@ -360,11 +363,9 @@ impl HttpSystem {
         self.plan_head(&request.head, Declared::ByMethod(key), request.is_read())
     }
 
-    /// Sends `request` as `plan` (from [`plan`](Self::plan) or
-    /// [`plan_by_method`](Self::plan_by_method) of this system and this
-    /// request) says, every answer handed back as an answer, as
-    /// [`send`](Self::send) does.
-    pub async fn send_planned(
+    /// Sends `request` as `plan` (made for it on this system) says, every
+    /// answer handed back as an answer, as [`send`](Self::send) does.
+    pub(crate) async fn send_planned(
         &self,
         plan: Plan<'_>,
         request: Request,

@@ -321,7 +321,6 @@ async fn read_body(
 }
 
 /// A keyed write the caller lets the gateway defer: the system's own
-/// [`write_or_defer_planned`](HttpSystem::write_or_defer_planned) through
 /// [`Planned::defer`](ballast_http::Planned::defer), answered
 /// 202 with the task's handle when the queue takes it over.
 async fn deferred(
