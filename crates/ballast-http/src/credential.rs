@@ -344,7 +344,7 @@ impl Tokens {
     fn failed(&self, failure: Failure<TokenError>) -> TokenError {
         let system = self.system.clone();
         match failure {
-            Failure::Operation { error, .. } => error,
+            Failure::Refused { error } | Failure::Operation { error, .. } => error,
             Failure::Rejected { rejection, .. } => TokenError::Unavailable {
                 system,
                 reason: format!("the token endpoint's breaker is open after repeated failures ({rejection})"),

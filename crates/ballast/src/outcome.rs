@@ -173,11 +173,19 @@ pub enum TimeoutKind {
 
 /// A call through a [`Policy`](crate::Policy) that did not succeed.
 ///
-/// The variants separate what a caller handles differently: the operation's
+/// The variants separate what a caller handles differently: a call refused
+/// before anything was sent (the request itself is wrong), the operation's
 /// own error (map it to a domain error), a timeout, a rejection ("system
 /// unavailable", see [`Failure::is_unavailable`]), and cancellation.
 #[derive(Debug)]
 pub enum Failure<E> {
+    /// Refused before any attempt, because the request itself is wrong:
+    /// nothing was sent, and asking again gets the same refusal
+    /// ([`Failure::unsent`]).
+    Refused {
+        /// Why.
+        error: E,
+    },
     /// The operation's own error, from its last attempt.
     Operation {
         /// The error the last attempt returned.
@@ -224,16 +232,18 @@ impl<E> Failure<E> {
     /// use ballast::{Failure, StopReason};
     ///
     /// let refused = Failure::unsent("invalid header value");
+    /// assert!(matches!(refused, Failure::Refused { .. }));
     /// assert_eq!((refused.attempts(), refused.stop_reason()), (0, StopReason::Permanent));
     /// assert!(!refused.is_deferrable());
     /// ```
     pub fn unsent(error: E) -> Self {
-        Failure::Operation { error, class: Class::Permanent, attempts: 0, stop: StopReason::Permanent }
+        Failure::Refused { error }
     }
 
     /// Attempts made, including one cut short by a timeout or cancellation.
     pub fn attempts(&self) -> u32 {
         match self {
+            Failure::Refused { .. } => 0,
             Failure::Operation { attempts, .. }
             | Failure::Timeout { attempts, .. }
             | Failure::Rejected { attempts, .. }
@@ -244,6 +254,7 @@ impl<E> Failure<E> {
     /// Why the call stopped.
     pub fn stop_reason(&self) -> StopReason {
         match self {
+            Failure::Refused { .. } => StopReason::Permanent,
             Failure::Operation { stop, .. } | Failure::Timeout { stop, .. } => *stop,
             Failure::Rejected { .. } => StopReason::Rejected,
             Failure::Cancelled { .. } => StopReason::Cancelled,
@@ -263,7 +274,7 @@ impl<E> Failure<E> {
         match self {
             Failure::Operation { class, .. } => *class == Class::Transient,
             Failure::Timeout { .. } | Failure::Rejected { .. } => true,
-            Failure::Cancelled { .. } => false,
+            Failure::Refused { .. } | Failure::Cancelled { .. } => false,
         }
     }
 
@@ -273,6 +284,7 @@ impl<E> Failure<E> {
     /// `"bulkhead_full"`, `"rate_limited"` or `"cancelled"`.
     pub fn error_type(&self) -> &'static str {
         match self {
+            Failure::Refused { .. } => Class::Permanent.as_str(),
             Failure::Operation { class, .. } => class.as_str(),
             Failure::Timeout { .. } => "timeout",
             Failure::Rejected { rejection: Rejection::BulkheadFull, .. } => "bulkhead_full",
@@ -290,10 +302,11 @@ impl<E> Failure<E> {
         }
     }
 
-    /// The operation's own error, if the last attempt returned one.
+    /// The operation's own error, if the last attempt returned one, or why
+    /// the call was refused.
     pub fn error(&self) -> Option<&E> {
         match self {
-            Failure::Operation { error, .. } => Some(error),
+            Failure::Refused { error } | Failure::Operation { error, .. } => Some(error),
             Failure::Rejected { last_error, .. } => last_error.as_ref(),
             _ => None,
         }
@@ -302,7 +315,7 @@ impl<E> Failure<E> {
     /// Takes the operation's own error, if the last attempt returned one.
     pub fn into_error(self) -> Option<E> {
         match self {
-            Failure::Operation { error, .. } => Some(error),
+            Failure::Refused { error } | Failure::Operation { error, .. } => Some(error),
             Failure::Rejected { last_error, .. } => last_error,
             _ => None,
         }
@@ -311,6 +324,7 @@ impl<E> Failure<E> {
     /// Maps the operation's error, keeping everything else.
     pub fn map_err<F, G: FnMut(E) -> F>(self, mut f: G) -> Failure<F> {
         match self {
+            Failure::Refused { error } => Failure::Refused { error: f(error) },
             Failure::Operation { error, class, attempts, stop } => {
                 Failure::Operation { error: f(error), class, attempts, stop }
             }
@@ -326,6 +340,9 @@ impl<E> Failure<E> {
 impl<E: fmt::Display> fmt::Display for Failure<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Failure::Refused { error } => {
+                write!(f, "{error} (permanent, 0 attempt(s); {})", StopReason::Permanent)
+            }
             Failure::Operation { error, class, attempts, stop } => {
                 write!(f, "{error} ({}, {attempts} attempt(s); {stop})", class.as_str())
             }

@@ -40,7 +40,7 @@ impl Problem {
             // Refused before anything was sent: the error says why in the
             // caller's words, with its rule; the attempts and the stop
             // reason ("permanent, 0 attempts") would only repeat it.
-            Failure::Operation { error, attempts: 0, .. } => match (error, error.to_string()) {
+            Failure::Refused { error } => match (error, error.to_string()) {
                 (HttpError::BadPath { .. }, said) => Problem::new(Reason::BadPath, said),
                 // The system's route requires a key (R-RES-RE-1): refused unsent.
                 // Said in the caller's terms: the header, not the library's call.
@@ -161,6 +161,28 @@ impl Problem {
     }
 }
 
+/// The operation's own error, then how many times it was `tried` and why
+/// it was not tried again (a configuration error's own words say that).
+fn said(error: &HttpError, tried: String, stop: StopReason) -> String {
+    let configuration = error.transport_kind().is_some_and(|k| k.is_configuration());
+    let why = match stop {
+        _ if configuration => "",
+        StopReason::Permanent => "not sent again: asking again gets the same answer",
+        StopReason::Exhausted => "every attempt allowed was made",
+        StopReason::NotRetryable => "not sent again: a write without an Idempotency-Key runs once",
+        StopReason::NotDeduplicated => "not sent again: the system does not deduplicate by the key",
+        StopReason::DeadlineWouldOverrun => "the next wait would overrun the call's deadline",
+        StopReason::Nested => "the policy around this call retries it",
+        _ => "",
+    };
+    let mut told = error.to_string();
+    for part in [tried, why.to_owned()].iter().filter(|p| !p.is_empty()) {
+        told.push_str(if told.ends_with(')') || told.contains("; ") { ", " } else { "; " });
+        told.push_str(part);
+    }
+    told
+}
+
 /// What happened to a call, in a person's words: what went wrong, how
 /// many times it was tried and why it was not tried again — the rule that
 /// decided the outcome named once, at the end, and no other. (A failure's
@@ -172,26 +194,8 @@ fn told(failure: &Failure<HttpError>, system: &str, rule: Option<Rule>) -> Strin
         n => format!("tried {n} times"),
     };
     let mut told = match failure {
-        // A configuration error's own words say it is not retried, and why.
-        Failure::Operation { error, attempts, stop, .. } => {
-            let configuration = error.transport_kind().is_some_and(|k| k.is_configuration());
-            let why = match stop {
-                _ if configuration => "",
-                StopReason::Permanent => "not sent again: asking again gets the same answer",
-                StopReason::Exhausted => "every attempt allowed was made",
-                StopReason::NotRetryable => "not sent again: a write without an Idempotency-Key runs once",
-                StopReason::NotDeduplicated => "not sent again: the system does not deduplicate by the key",
-                StopReason::DeadlineWouldOverrun => "the next wait would overrun the call's deadline",
-                StopReason::Nested => "the policy around this call retries it",
-                _ => "",
-            };
-            let mut told = error.to_string();
-            for part in [tried(*attempts), why.to_owned()].iter().filter(|p| !p.is_empty()) {
-                told.push_str(if told.ends_with(')') || told.contains("; ") { ", " } else { "; " });
-                told.push_str(part);
-            }
-            told
-        }
+        Failure::Refused { error } => said(error, tried(0), StopReason::Permanent),
+        Failure::Operation { error, attempts, stop, .. } => said(error, tried(*attempts), *stop),
         Failure::Timeout { kind: TimeoutKind::Attempt, attempts, .. } => {
             format!("{system} did not answer within the attempt's timeout; {}", tried(*attempts))
         }
