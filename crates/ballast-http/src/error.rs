@@ -16,6 +16,11 @@ use crate::{Response, TransportKind};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HttpError {
+    /// Its plan refused it before anything was sent: a write no route
+    /// declares, a route's key missing, a read that is not one
+    /// (R-RES-RE-1).
+    #[error(transparent)]
+    Refused(#[from] Refused),
     /// The system answered with a 4xx or 5xx status. The response is kept so
     /// the adapter can map it to a domain error.
     #[error("{}", status_message(*status, *class))]
@@ -52,27 +57,6 @@ pub enum HttpError {
         /// Why it did not parse.
         source: serde_json::Error,
     },
-    /// `read` was given a request that may have a side effect.
-    #[error(
-        "{method} is not a read: only GET, HEAD, OPTIONS and POSTs built with Request::post_query may be \
-         retried as reads (R-RES-RE-1); send writes with write(&key, ..) or write_once(..)"
-    )]
-    NotARead {
-        /// The request's method.
-        method: Method,
-    },
-    /// The request goes to a route declared `keyed_write` and carries no
-    /// idempotency key: refused unsent, since without one a lost answer
-    /// could neither be retried nor deduplicated (R-RES-RE-1).
-    #[error(
-        "{route} is declared keyed_write: a write to it must carry an idempotency key, and this one has none; \
-         it was not sent (R-RES-RE-1). Send it with write(&key, ..) (the gateway: an Idempotency-Key header), \
-         the key made once per user action and stored"
-    )]
-    KeyRequired {
-        /// The route, `POST /payments`.
-        route: String,
-    },
     /// The attempt panicked — a bug below the policy, in a transport or in
     /// what reads the answer. The request may have reached the system, so
     /// its outcome is unknown: classified as a reset connection is
@@ -82,23 +66,6 @@ pub enum HttpError {
     Panicked {
         /// The panic's message.
         message: String,
-    },
-    /// A write that matches none of the system's routes, whose undeclared
-    /// writes are refused ([`Unrouted::Refuse`](crate::routes::Unrouted)):
-    /// whatever the path's spelling, a write the routes did not declare is
-    /// not sent (R-RES-RE-1).
-    #[error(
-        "{method} {path} matches none of the system's routes ({routes}): a system that declares routes sends \
-         only the writes they declare, so this one was not sent (R-RES-RE-1); declare its route, or set \
-         `unrouted = \"once\"` for the system to send undeclared writes once"
-    )]
-    Unrouted {
-        /// The request's method.
-        method: Method,
-        /// Its path (at most 200 characters of it).
-        path: String,
-        /// The routes declared, by name.
-        routes: String,
     },
     /// The idempotency key is already used by another request — another
     /// method, path, query, body or content type — in flight, deferred, or
@@ -376,4 +343,49 @@ pub(crate) fn transport_message(kind: TransportKind) -> &'static str {
         TransportKind::Incomplete => "incomplete response: the request may have been applied",
         _ => "transport error",
     }
+}
+
+/// Why a request's plan refused it ([`crate::plan`]): nothing was sent, and
+/// asking again gets the same refusal (R-RES-RE-1).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refused {
+    /// `read` was given a request that may have a side effect.
+    #[error(
+        "{method} is not a read: only GET, HEAD, OPTIONS and POSTs built with Request::post_query may be \
+         retried as reads (R-RES-RE-1); send writes with write(&key, ..) or write_once(..)"
+    )]
+    NotARead {
+        /// The request's method.
+        method: Method,
+    },
+    /// The request goes to a route declared `keyed_write` and carries no
+    /// idempotency key: refused unsent, since without one a lost answer
+    /// could neither be retried nor deduplicated (R-RES-RE-1).
+    #[error(
+        "{route} is declared keyed_write: a write to it must carry an idempotency key, and this one has none; \
+         it was not sent (R-RES-RE-1). Send it with write(&key, ..) (the gateway: an Idempotency-Key header), \
+         the key made once per user action and stored"
+    )]
+    KeyRequired {
+        /// The route, `POST /payments`.
+        route: String,
+    },
+    /// A write that matches none of the system's routes, whose undeclared
+    /// writes are refused ([`Unrouted::Refuse`](crate::routes::Unrouted)):
+    /// whatever the path's spelling, a write the routes did not declare is
+    /// not sent (R-RES-RE-1).
+    #[error(
+        "{method} {path} matches none of the system's routes ({routes}): a system that declares routes sends \
+         only the writes they declare, so this one was not sent (R-RES-RE-1); declare its route, or set \
+         `unrouted = \"once\"` for the system to send undeclared writes once"
+    )]
+    Unrouted {
+        /// The request's method.
+        method: Method,
+        /// Its path (at most 200 characters of it).
+        path: String,
+        /// The routes declared, by name.
+        routes: String,
+    },
 }

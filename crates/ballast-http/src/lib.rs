@@ -90,7 +90,7 @@ pub use ballast_tls::{IdentityFiles, Roots, TlsSettings, TlsVersion};
 pub use ballast_vocab::http::{is_header_name, DEFAULT_IDEMPOTENCY_HEADER};
 pub use build_error::{parse_base_url, SystemBuildError};
 pub use classify::{Reqwest, RetryOn, TlsFailure, TransportKind, UnknownClass};
-pub use error::HttpError;
+pub use error::{HttpError, Refused};
 pub use fingerprint::Fingerprint;
 pub use health::{FleetLimit, Health, HealthReport, SystemHealth, SystemStatus};
 pub use layer::{BoxError, PolicyLayer, PolicyService, RequestKey, ServiceError};

@@ -15,10 +15,10 @@
 //! |---|---|---|
 //! | a route declared `read` (any method) | read | retried on transient failures |
 //! | a route declared `keyed_write`, with a key | keyed write | retried if the system deduplicates by key, else one ([`SentOnce::NotDeduplicated`]) |
-//! | a route declared `keyed_write`, without one | — | refused unsent: [`HttpError::KeyRequired`] (R-RES-RE-1) |
+//! | a route declared `keyed_write`, without one | — | refused unsent: [`Refused::KeyRequired`] (R-RES-RE-1) |
 //! | a route declared `write_once` | write once, key or not | one ([`SentOnce::WriteOnce`]) |
 //! | no route: GET, HEAD, OPTIONS | read | retried |
-//! | no route, another method, on a system with routes | what [`Unrouted`] says: refused unsent by default ([`HttpError::Unrouted`]), or written once | one |
+//! | no route, another method, on a system with routes | what [`Unrouted`] says: refused unsent by default ([`Refused::Unrouted`]), or written once | one |
 //! | no route: any other method with a key | keyed write | as a route's keyed write |
 //! | no route: any other method without one | write once | one (R-RES-RE-X1) |
 //! | a body that cannot be sent twice (a stream) | as above | one ([`SentOnce::Stream`]) |
@@ -29,7 +29,7 @@
 //! a route declared `keyed_write` takes no write without a key; a route
 //! declared `write_once` is written once, key or not; a read that is not one
 //! (a POST that is not a [query](crate::Request::post_query)) is refused
-//! unsent ([`HttpError::NotARead`]).
+//! unsent ([`Refused::NotARead`]).
 //!
 //! A keyed write makes one attempt, too, when the system does not
 //! deduplicate by its key: the key is still sent, but a retry needs the
@@ -47,7 +47,7 @@ use http::header::HeaderName;
 use http::{HeaderMap, Method};
 
 use crate::routes::{Reached, Route, RouteKind, Routes, Unrouted};
-use crate::HttpError;
+use crate::{HttpError, Refused};
 
 /// What a call is: see the module docs.
 #[derive(Debug, Clone, Copy)]
@@ -170,7 +170,7 @@ pub(crate) struct Line<'r> {
 /// A request its plan refused, and the route it reached (for the route's
 /// count of calls refused).
 #[derive(Debug)]
-pub(crate) struct Refused {
+pub(crate) struct Refusal {
     pub error: HttpError,
     pub route: Option<usize>,
 }
@@ -189,11 +189,11 @@ pub(crate) struct Planner<'a> {
 
 impl<'a> Planner<'a> {
     /// The one function that decides what a call is: the module docs' table.
-    pub fn plan<'k: 'a>(&self, line: Line<'_>, declared: Declared<'k>) -> Result<Plan<'a>, Refused> {
+    pub fn plan<'k: 'a>(&self, line: Line<'_>, declared: Declared<'k>) -> Result<Plan<'a>, Refusal> {
         let reached = self.routes.reach(line.method, line.path, line.headers);
         let operation = self
             .operation(line, declared, reached.route())
-            .map_err(|error| Refused { error, route: reached.found.map(|(index, _)| index) })?;
+            .map_err(|error| Refusal { error, route: reached.found.map(|(index, _)| index) })?;
         Ok(Plan { operation, reached, dedupes_by_key: self.dedupes_by_key, stream: false })
     }
 
@@ -203,9 +203,12 @@ impl<'a> Planner<'a> {
         declared: Declared<'k>,
         route: Option<&Route>,
     ) -> Result<Operation<'k>, HttpError> {
-        let key_required =
-            || HttpError::KeyRequired { route: route.map(Route::name).unwrap_or_default().to_owned() };
-        let not_a_read = || HttpError::NotARead { method: line.method.clone() };
+        let key_required = || {
+            HttpError::Refused(Refused::KeyRequired {
+                route: route.map(Route::name).unwrap_or_default().to_owned(),
+            })
+        };
+        let not_a_read = || HttpError::Refused(Refused::NotARead { method: line.method.clone() });
         Ok(match (declared, route.map(Route::kind)) {
             (Declared::As(Operation::Read) | Declared::ByMethod(_), Some(RouteKind::Read)) => Operation::Read,
             // A write its caller declared on a read route is made as declared.
@@ -230,11 +233,11 @@ impl<'a> Planner<'a> {
         match self.unrouted {
             Unrouted::ByMethod => Ok(operation),
             Unrouted::Once => Ok(Operation::WriteOnce),
-            Unrouted::Refuse => Err(HttpError::Unrouted {
+            Unrouted::Refuse => Err(HttpError::Refused(Refused::Unrouted {
                 method: line.method.clone(),
                 path: line.path.chars().take(200).collect(),
                 routes: self.routes.iter().map(Route::name).collect::<Vec<_>>().join(", "),
-            }),
+            })),
         }
     }
 }
@@ -294,9 +297,9 @@ mod tests {
 
     fn name(error: &HttpError) -> &'static str {
         match error {
-            HttpError::KeyRequired { .. } => "key_required",
-            HttpError::Unrouted { .. } => "unrouted",
-            HttpError::NotARead { .. } => "not_a_read",
+            HttpError::Refused(Refused::KeyRequired { .. }) => "key_required",
+            HttpError::Refused(Refused::Unrouted { .. }) => "unrouted",
+            HttpError::Refused(Refused::NotARead { .. }) => "not_a_read",
             _ => "other",
         }
     }

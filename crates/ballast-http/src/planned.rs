@@ -170,7 +170,7 @@ mod tests {
     use ballast::{IdempotencyKey, Operation};
 
     use crate::routes::{RouteKind, Routes};
-    use crate::{HttpError, HttpSystem, Request};
+    use crate::{HttpError, HttpSystem, Refused, Request};
 
     #[tokio::test]
     async fn the_owned_plan_is_the_plan_its_request_would_get() {
@@ -196,6 +196,6 @@ mod tests {
         assert!(!search.plan().is_deduplicated_write());
 
         let unkeyed = system.plan_forwarded(Request::post("payments"), None).unwrap_err();
-        assert!(matches!(unkeyed, HttpError::KeyRequired { .. }), "{unkeyed}");
+        assert!(matches!(unkeyed, HttpError::Refused(Refused::KeyRequired { .. })), "{unkeyed}");
     }
 }

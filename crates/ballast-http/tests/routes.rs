@@ -8,7 +8,7 @@ use std::time::Duration;
 use ballast::{IdempotencyKey, Retry};
 use ballast_http::routes::{Route, RouteKind, Routes};
 use ballast_http::transport::{OutBody, TransportError};
-use ballast_http::{HttpError, HttpSystem, Request};
+use ballast_http::{HttpError, HttpSystem, Refused, Request};
 use bytes::Bytes;
 
 /// A payment API that is busy (503) for every request but the second
@@ -55,7 +55,7 @@ async fn a_system_holds_its_callers_to_its_routes() {
 
     let refused = pay.write_once(Request::post("payments").json(&1)).await.unwrap_err();
     assert!(
-        matches!(refused.error(), Some(HttpError::KeyRequired { route }) if route == "POST /payments"),
+        matches!(refused.error(), Some(HttpError::Refused(Refused::KeyRequired { route })) if route == "POST /payments"),
         "{refused:?}"
     );
     assert_eq!(refused.attempts(), 0);
@@ -72,7 +72,7 @@ async fn a_system_holds_its_callers_to_its_routes() {
     assert!(late.to_string().contains("route's attempt timeout of 200ms"), "{late}");
 
     let not_a_read = pay.read(Request::post("payments")).await.unwrap_err();
-    assert!(matches!(not_a_read.error(), Some(HttpError::NotARead { .. })));
+    assert!(matches!(not_a_read.error(), Some(HttpError::Refused(Refused::NotARead { .. }))));
 
     let sent = seen.lock().unwrap().clone();
     assert_eq!(

@@ -174,7 +174,7 @@ pub struct HttpSystemBuilder {
     service: Option<crate::transport::ServiceTransport>,
     /// What each endpoint of the system is ([`Routes`]): a read whatever its
     /// method, a write that must carry a key (one without is refused unsent,
-    /// [`HttpError::KeyRequired`](crate::HttpError::KeyRequired)), or a write sent once. A request no route
+    /// [`Refused::KeyRequired`](crate::Refused::KeyRequired)), or a write sent once. A request no route
     /// matches is what its method and key make it.
     ///
     /// ```

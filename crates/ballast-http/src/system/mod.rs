@@ -237,7 +237,7 @@ impl HttpSystem {
 
     /// Sends a request without side effects (GET, HEAD, OPTIONS or a
     /// [`Request::post_query`]), retried on transient failures. Any other
-    /// request is refused unsent with [`HttpError::NotARead`].
+    /// request is refused unsent with [`Refused::NotARead`](crate::Refused::NotARead).
     pub async fn read(&self, request: Request) -> Result<Response, Failure<HttpError>> {
         self.call(Operation::Read, request, false).await
     }

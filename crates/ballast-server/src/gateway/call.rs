@@ -32,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use ballast::{Failure, Rule};
 use ballast_http::plan::key_in;
 use ballast_http::routes::canonical_method;
-use ballast_http::{HttpError, HttpSystem};
+use ballast_http::{HttpError, HttpSystem, Refused};
 use ballast_queue::{Handover, HandoverError};
 use tracing::Instrument;
 
@@ -139,7 +139,7 @@ async fn handle(
 /// when a route's key was missing.
 fn refusal(refused: HttpError, system: &HttpSystem) -> Response {
     let route = match &refused {
-        HttpError::KeyRequired { route } => HeaderValue::from_str(route).ok(),
+        HttpError::Refused(Refused::KeyRequired { route }) => HeaderValue::from_str(route).ok(),
         _ => None,
     };
     let mut response = answer(Err(Failure::unsent(refused)), system);

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use ballast::{Failure, Rejection, Rule, StopReason, TimeoutKind};
-use ballast_http::{HttpError, TlsFailure, TransportKind};
+use ballast_http::{HttpError, Refused, TlsFailure, TransportKind};
 
 use super::{Problem, Reason};
 
@@ -17,7 +17,8 @@ impl Problem {
         let rule = match failure.error() {
             // Refused for want of the key a route requires, or of a route: R-RES-RE-1.
             Some(
-                HttpError::KeyRequired { .. } | HttpError::KeyReused { .. } | HttpError::Unrouted { .. },
+                HttpError::Refused(Refused::KeyRequired { .. } | Refused::Unrouted { .. })
+                | HttpError::KeyReused { .. },
             ) => Some(Rule::Re1),
             // The way the system is reached is wrong: asking again cannot help.
             _ if failure
@@ -44,7 +45,7 @@ impl Problem {
                 (HttpError::BadPath { .. }, said) => Problem::new(Reason::BadPath, said),
                 // The system's route requires a key (R-RES-RE-1): refused unsent.
                 // Said in the caller's terms: the header, not the library's call.
-                (HttpError::KeyRequired { route }, _) => {
+                (HttpError::Refused(Refused::KeyRequired { route }), _) => {
                     let detail = format!(
                         "{route} is declared keyed_write: a write to it must carry an Idempotency-Key header, and this \
                          request has none; nothing was sent (R-RES-RE-1). Send the key made once per user action and \
@@ -54,7 +55,7 @@ impl Problem {
                 }
                 (HttpError::KeyReused { .. }, said) => Problem::new(Reason::KeyReused, said),
                 (HttpError::SequencePending { .. }, said) => Problem::new(Reason::SequencePending, said),
-                (HttpError::Unrouted { .. }, said) => Problem::new(Reason::Unrouted, said),
+                (HttpError::Refused(Refused::Unrouted { .. }), said) => Problem::new(Reason::Unrouted, said),
                 (HttpError::SealKeyMissing { .. }, said) => Problem::new(Reason::SealKeyMissing, said),
                 (_, said) => Problem::new(Reason::BadRequest, said),
             },

@@ -414,7 +414,7 @@ mod tests {
     fn a_refusal_unsent_says_why_and_its_rule_once() {
         let refusals = [
             (
-                HttpError::KeyRequired { route: "POST /payments".into() },
+                HttpError::Refused(ballast_http::Refused::KeyRequired { route: "POST /payments".into() }),
                 Reason::KeyRequired,
                 Some("R-RES-RE-1"),
             ),
@@ -424,11 +424,11 @@ mod tests {
                 Some("R-RES-RE-1"),
             ),
             (
-                HttpError::Unrouted {
+                HttpError::Refused(ballast_http::Refused::Unrouted {
                     method: http::Method::POST,
                     path: "/x".into(),
                     routes: "POST /payments".into(),
-                },
+                }),
                 Reason::Unrouted,
                 Some("R-RES-RE-1"),
             ),

@@ -32,7 +32,7 @@ pub type RouteKind = OpKind;
 /// (`[systems.NAME] unrouted`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Unrouted {
-    /// Refused unsent, naming the routes (`ballast_http::HttpError::Unrouted`):
+    /// Refused unsent, naming the routes (`ballast_http::Refused::Unrouted`):
     /// the default of a system with routes, whose writes are all declared.
     #[default]
     Refuse,
