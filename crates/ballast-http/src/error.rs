@@ -242,11 +242,7 @@ impl Classify for HttpError {
                 if kind.is_configuration()
                     || matches!(kind, TransportKind::Proxy | TransportKind::Credential) =>
             {
-                let classification = match class {
-                    Class::Transient => Classification::transient(),
-                    Class::Permanent => Classification::permanent(),
-                };
-                classification.outside_the_system()
+                Classification::of(*class).outside_the_system()
             }
             HttpError::Transport { class: Class::Transient, .. } | HttpError::Panicked { .. } => {
                 Classification::transient()

@@ -53,9 +53,6 @@ impl Error for NoAnswer<reqwest_middleware::Error> {
 
 impl<S> Classify for NoAnswer<S> {
     fn classify(&self) -> Classification {
-        match self.class {
-            Class::Transient => Classification::transient(),
-            Class::Permanent => Classification::permanent(),
-        }
+        Classification::of(self.class)
     }
 }

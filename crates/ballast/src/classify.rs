@@ -41,6 +41,17 @@ impl Classification {
         Self { class: Class::Permanent, retry_after: None, throttled: false, elsewhere: false }
     }
 
+    /// A failure of `class`, with nothing else said.
+    ///
+    /// ```
+    /// use ballast::{Class, Classification};
+    ///
+    /// assert_eq!(Classification::of(Class::Transient), Classification::transient());
+    /// ```
+    pub const fn of(class: Class) -> Self {
+        Self { class, retry_after: None, throttled: false, elsewhere: false }
+    }
+
     /// Adds the wait the server asked for. The retry waits the larger of its
     /// backoff and this, or gives up if that would overrun the deadline.
     pub const fn with_retry_after(mut self, after: Duration) -> Self {

@@ -123,8 +123,9 @@ async fn handle(
     if asks_async && planned.plan().is_deduplicated_write() {
         // Detached: a caller that hangs up must not take the deferral
         // with it — the write goes on, to the queue if need be.
-        let call =
-            tokio::spawn(async move { sent(&gateway, planned, Some(callback)).await }.in_current_span());
+        let call = tokio::spawn(
+            async move { sent(&gateway, &system, planned, Some(callback)).await }.in_current_span(),
+        );
         return call.await.unwrap_or_else(|e| {
             let detail =
                 format!("the deferrable write stopped ({e}); whether it reached the system is unknown");
@@ -132,7 +133,7 @@ async fn handle(
         });
     }
     let planned = planned.stream_answer_past(gateway.buffer_answer_size());
-    sent(&gateway, planned, None).await
+    sent(&gateway, &system, planned, None).await
 }
 
 /// A request its plan refused, answered unsent, with the route it reached
@@ -152,10 +153,13 @@ fn refusal(refused: HttpError, system: &HttpSystem) -> Response {
 /// The call as planned — deferred when it may be (`defer`, with the
 /// callback it asks for) and it is a keyed write the system deduplicates —
 /// answered with the route it reached.
-async fn sent(gateway: &Gateway, planned: ballast_http::Planned, defer: Option<Option<String>>) -> Response {
+async fn sent(
+    gateway: &Gateway,
+    system: &HttpSystem,
+    planned: ballast_http::Planned,
+    defer: Option<Option<String>>,
+) -> Response {
     let may_defer = defer.is_some();
-    let system = planned.system().clone();
-    let system = &system;
     let plan = planned.plan();
     let request = planned.request();
     let key = plan.operation().key();
