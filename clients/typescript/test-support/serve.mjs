@@ -1,6 +1,7 @@
 // What the packages' suites share: a real `ballast serve` (the binary
 // BALLAST_BIN names) on a test's fixture config, a local upstream that fails
-// on cue, and patient waits. (The example's end-to-end test starts its
+// on cue, a port that refuses, patient waits, and the check that `import`
+// and `require` of a package meet. (The example's end-to-end test starts its
 // `ballast serve` with the launcher the packages ship, as a user's would.)
 
 import assert from 'node:assert/strict';
@@ -106,6 +107,18 @@ export async function freePort() {
 }
 
 /**
+ * A loopback port nothing listens on: BALLAST_TEST_REFUSING_PORT (a port the
+ * Rust harness holds bound and never listens on, so no one else can be given
+ * it), else a {@link freePort}, which a listener started afterwards may be
+ * given.
+ */
+export async function refusingPort() {
+  const held = Number(process.env.BALLAST_TEST_REFUSING_PORT);
+  if (Number.isInteger(held) && held > 0) return held;
+  return freePort();
+}
+
+/**
  * What `check` returns once it is truthy, polling every 50 ms for up to
  * {@link PATIENCE_MS}.
  */
@@ -127,4 +140,17 @@ export async function rejection(promise) {
     return error;
   }
   return assert.fail('expected the call to throw');
+}
+
+/**
+ * Fails unless each `[imported, required]` pair, one entry point of a package
+ * as `import` and as `require` load it, has the same exports, every one the
+ * same object: a process that loads the package both ways has one of each.
+ */
+export function assertSameExports(...pairs) {
+  for (const [imported, required] of pairs) {
+    const names = Object.keys(imported).sort();
+    assert.deepEqual(names, Object.keys(required).sort());
+    for (const name of names) assert.equal(imported[name], required[name], name);
+  }
 }

@@ -7,9 +7,7 @@ use std::time::Duration;
 use ballast::{Rule, Severity};
 use serde::Deserialize;
 
-use crate::config::Config;
 use crate::duration::ConfigDuration;
-use crate::error::ConfigError;
 use crate::finding::KeyFinding;
 use crate::schema::Schema::{self, Value};
 use crate::suggest::did_you_mean;
@@ -136,27 +134,4 @@ pub struct WebhookSettings {
     pub dedupes_by_key: bool,
     /// How long one post may take.
     pub timeout: Duration,
-}
-
-impl Config {
-    /// The alert webhooks of `[alerts]` (none without it). Refused when
-    /// `[alerts]` has lint errors.
-    pub fn alerts(&self) -> Result<Vec<WebhookSettings>, ConfigError> {
-        let Some(alerts) = &self.file.alerts else { return Ok(Vec::new()) };
-        self.refuse("alerts", crate::alerts::rules(alerts))?;
-        let hooks = alerts.webhook.iter().flatten().map(|hook| {
-            let format = match hook.format.as_deref() {
-                Some("slack") => AlertFormat::Slack,
-                Some("alertmanager") => AlertFormat::Alertmanager,
-                _ => AlertFormat::Json,
-            };
-            WebhookSettings {
-                url_env: hook.url_env.clone().unwrap_or_default(),
-                format,
-                dedupes_by_key: hook.dedupes_by_key.unwrap_or(format == AlertFormat::Alertmanager),
-                timeout: hook.timeout.map_or(Duration::from_secs(5), |d| d.get()),
-            }
-        });
-        Ok(hooks.collect())
-    }
 }

@@ -7,11 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::Config;
 use crate::duration::ConfigDuration;
-use crate::error::ConfigError;
 use crate::finding::KeyFinding;
-use crate::listener::{body_timeout, count, listener, Listener, MAX_BODY_LIMIT};
+use crate::listener::{body_timeout, listener, Listener, MAX_BODY_LIMIT};
 use crate::schema::Schema::{self, Value};
 use crate::serve::DEFAULT_BODY_READ_TIMEOUT;
 use crate::size::ConfigSize;
@@ -280,44 +278,5 @@ impl Default for GatewaySettings {
             buffer_answer: 64 << 10,
             tls: None,
         }
-    }
-}
-
-impl Config {
-    /// The gateway's settings, `None` without a `[gateway]` section: `[gateway]`
-    /// over [`GatewaySettings::default`]. Refused when it has lint errors.
-    pub fn gateway(&self) -> Result<Option<GatewaySettings>, ConfigError> {
-        let Some(gateway) = &self.file.gateway else { return Ok(None) };
-        self.refuse("gateway", crate::gateway::rules(gateway))?;
-        let defaults = GatewaySettings::default();
-        Ok(Some(GatewaySettings {
-            listen: gateway.listen.as_deref().and_then(|l| l.parse().ok()).unwrap_or(defaults.listen),
-            max_body: gateway
-                .max_body
-                .map_or(defaults.max_body, |b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
-            token_env: gateway.token_env.clone(),
-            max_connections: count(gateway.max_connections).unwrap_or(defaults.max_connections),
-            header_read_timeout: gateway
-                .header_read_timeout
-                .map_or(defaults.header_read_timeout, |d| d.get()),
-            body_read_timeout: gateway.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
-            trust_forwarded: gateway.trust_forwarded.unwrap_or(false),
-            allowed_hosts: gateway.allowed_hosts.clone().unwrap_or_default(),
-            // Half the connections at most, unless set: a waiting caller holds one.
-            max_waiters: count(gateway.max_waiters).unwrap_or_else(|| {
-                let connections = count(gateway.max_connections).unwrap_or(defaults.max_connections);
-                defaults.max_waiters.min(connections / 2).max(1)
-            }),
-            callback_hosts: gateway.callback_hosts.clone().unwrap_or_default(),
-            callback_secret_env: gateway.callback_secret_env.clone(),
-            workers: count(gateway.workers),
-            buffer_answer: gateway
-                .buffer_answer
-                .map_or(defaults.buffer_answer, |b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
-            tls: match (gateway.tls_cert_file.as_deref(), gateway.tls_key_file.as_deref()) {
-                (Some(cert), Some(key)) => Some((self.dir().join(cert), self.dir().join(key))),
-                _ => self.serve_tls(),
-            },
-        }))
     }
 }

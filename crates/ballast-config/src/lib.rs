@@ -80,6 +80,7 @@ mod periodic;
 mod queue;
 mod schema;
 mod serve;
+mod settings;
 mod source;
 mod systems;
 mod telemetry;

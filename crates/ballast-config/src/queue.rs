@@ -6,16 +6,13 @@
 
 use std::time::Duration;
 
-use ballast::Severity;
 use ballast_vocab::http::is_header_name;
 use ballast_vocab::queue::{DurableSchedule, MIN_LEASE};
 use serde::Deserialize;
 
 use crate::alerts::is_env_name;
-use crate::config::Config;
 use crate::duration::{display, ConfigDuration};
-use crate::error::ConfigError;
-use crate::finding::{Finding, KeyFinding};
+use crate::finding::KeyFinding;
 use crate::schema::Schema::{self, Named, Value};
 
 /// `[queue]`: the durable task queue (R-RES-RE-5).
@@ -239,37 +236,4 @@ pub struct QueueSettings {
     pub retain_failed: Duration,
     /// The periodic calls (`[queue.periodic.NAME]`).
     pub periodic: Vec<crate::periodic::PeriodicSettings>,
-}
-
-impl Config {
-    /// The durable queue's settings. Refused when `[queue]` has lint errors.
-    pub fn queue(&self) -> Result<QueueSettings, ConfigError> {
-        let file = self.source.name().to_owned();
-        let queue = self.file.queue.as_ref().ok_or_else(|| ConfigError::NoQueue { file: file.clone() })?;
-        let (periodic_findings, periodic) = crate::periodic::check(
-            queue.periodic.as_ref(),
-            &self.system_names().collect::<Vec<_>>(),
-            &queue.schedule(),
-            queue.retained(),
-        );
-        let errors: Vec<Finding> = crate::queue::rules(queue)
-            .into_iter()
-            .chain(periodic_findings)
-            .filter(|p| p.severity == Severity::Error)
-            .map(|p| p.locate(&self.source, &self.index))
-            .collect();
-        if !errors.is_empty() {
-            return Err(ConfigError::Refused { section: "queue".into(), file, findings: errors });
-        }
-        Ok(QueueSettings {
-            url: queue.url.clone().unwrap_or_default(),
-            lease: queue.lease.map_or(ballast_vocab::queue::DEFAULT_LEASE, |d| d.get()),
-            schedule: queue.schedule(),
-            retain_completed: queue
-                .retain_completed
-                .map_or(ballast_vocab::queue::RETAIN_COMPLETED, |d| d.get()),
-            retain_failed: queue.retain_failed.map_or(ballast_vocab::queue::RETAIN_FAILED, |d| d.get()),
-            periodic,
-        })
-    }
 }

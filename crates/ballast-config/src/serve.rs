@@ -8,11 +8,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::Config;
 use crate::duration::ConfigDuration;
-use crate::error::ConfigError;
 use crate::finding::KeyFinding;
-use crate::listener::{body_timeout, count, listener, Listener};
+use crate::listener::{body_timeout, listener, Listener};
 use crate::schema::Schema::{self, Value};
 
 /// `[serve]`: the admin listener of `ballast serve` (`/metrics`, `/health/*`).
@@ -230,34 +228,3 @@ pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a dashboard session lasts unless `[serve] session_ttl` says otherwise (12 h).
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-
-impl Config {
-    /// `[serve]`'s TLS files, from the configuration's directory.
-    pub(crate) fn serve_tls(&self) -> Option<(PathBuf, PathBuf)> {
-        let serve = self.file.serve.as_ref()?;
-        let (cert, key) = (serve.tls_cert_file.as_deref()?, serve.tls_key_file.as_deref()?);
-        Some((self.dir().join(cert), self.dir().join(key)))
-    }
-
-    /// The admin listener's settings: `[serve]` over [`ServeSettings::default`].
-    /// Refused when `[serve]` has lint errors.
-    pub fn serve(&self) -> Result<ServeSettings, ConfigError> {
-        let defaults = ServeSettings::default();
-        let Some(serve) = &self.file.serve else { return Ok(defaults) };
-        self.refuse("serve", crate::serve::rules(serve))?;
-        Ok(ServeSettings {
-            listen: serve.listen.as_deref().and_then(|l| l.parse().ok()).unwrap_or(defaults.listen),
-            max_connections: count(serve.max_connections).unwrap_or(defaults.max_connections),
-            header_read_timeout: serve.header_read_timeout.map_or(defaults.header_read_timeout, |d| d.get()),
-            token_env: serve.token_env.clone(),
-            protect_metrics: serve.protect_metrics.unwrap_or(false),
-            stats_interval: serve.stats_interval.map_or(defaults.stats_interval, |d| d.get()),
-            body_read_timeout: serve.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
-            allowed_hosts: serve.allowed_hosts.clone().unwrap_or_default(),
-            session_ttl: serve.session_ttl.map_or(defaults.session_ttl, |d| d.get()),
-            drain_delay: serve.drain_delay.map_or(defaults.drain_delay, |d| d.get()),
-            drain_timeout: serve.drain_timeout.map_or(defaults.drain_timeout, |d| d.get()),
-            tls: self.serve_tls(),
-        })
-    }
-}

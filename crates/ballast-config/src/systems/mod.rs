@@ -7,7 +7,6 @@
 
 pub(crate) mod connection;
 pub(crate) mod http;
-pub(crate) mod policy;
 mod routes;
 pub(crate) mod rules;
 pub(crate) mod translate;

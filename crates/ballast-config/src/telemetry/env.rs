@@ -200,7 +200,7 @@ impl TelemetrySettings {
 
 /// `base` with the traces path appended, as the specification builds a
 /// signal's URL from `OTEL_EXPORTER_OTLP_ENDPOINT`.
-pub(super) fn with_traces_path(base: &str) -> String {
+pub(crate) fn with_traces_path(base: &str) -> String {
     format!("{}/{TRACES_PATH}", base.trim_end_matches('/'))
 }
 

@@ -25,11 +25,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::Config;
 use crate::duration::ConfigDuration;
 use crate::schema::Schema::{self, Named, Value};
 use crate::systems::HeaderSource;
-use env::with_traces_path;
+pub(crate) use env::with_traces_path;
 
 /// How the root of a trace is sampled, and whether a caller's decision is
 /// followed (`parentbased_*`, the default: a request that arrives with a
@@ -238,63 +237,6 @@ impl Default for SpanPipeline {
             batch_size: DEFAULT_BATCH_SIZE,
             schedule_delay: DEFAULT_SCHEDULE_DELAY,
         }
-    }
-}
-
-impl Config {
-    /// `[telemetry]` over [`TelemetrySettings::default`]. Refused when the
-    /// section has lint errors.
-    ///
-    /// ```
-    /// use ballast_config::Config;
-    ///
-    /// let config = Config::parse("inline.toml", r#"
-    ///     [telemetry]
-    ///     endpoint = "http://otel-collector:4318"
-    ///     sampler = "parentbased_traceidratio"
-    ///     sampler_arg = 0.25
-    /// "#).unwrap();
-    /// let file = config.telemetry().unwrap();
-    /// assert_eq!(file.traces_endpoint.as_deref(), Some("http://otel-collector:4318/v1/traces"));
-    ///
-    /// // The standard variables win over the file.
-    /// let env = |var: &str| (var == "OTEL_TRACES_SAMPLER_ARG").then(|| "0.01".to_owned());
-    /// let export = file.resolve(env).unwrap().export.unwrap();
-    /// assert_eq!(export.spans.sampler.to_string(), "parentbased_traceidratio 0.01");
-    /// ```
-    pub fn telemetry(&self) -> Result<TelemetrySettings, crate::ConfigError> {
-        let Some(t) = &self.file.telemetry else { return Ok(TelemetrySettings::default()) };
-        self.refuse("telemetry", rules(t))?;
-        let traces_endpoint = match (&t.traces_endpoint, &t.endpoint) {
-            (Some(url), _) => Some(url.clone()),
-            (None, Some(base)) => Some(with_traces_path(base)),
-            (None, None) => None,
-        };
-        let sampler = t.sampler.as_deref().and_then(|name| Sampler::named(name, t.sampler_arg));
-        let defaults = SpanPipeline::default();
-        Ok(TelemetrySettings {
-            traces_endpoint,
-            headers: t
-                .headers
-                .iter()
-                .flatten()
-                .map(|(name, source)| (name.clone(), source.env.clone().unwrap_or_default()))
-                .collect(),
-            spans: SpanPipeline {
-                timeout: t.timeout.map_or(defaults.timeout, |d| d.get()),
-                service_name: t.service_name.clone().unwrap_or(defaults.service_name),
-                resource_attributes: t
-                    .resource_attributes
-                    .iter()
-                    .flatten()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-                sampler: sampler.unwrap_or(defaults.sampler),
-                queue_size: t.queue_size.map_or(defaults.queue_size, |n| n as usize),
-                batch_size: t.batch_size.map_or(defaults.batch_size, |n| n as usize),
-                schedule_delay: t.schedule_delay.map_or(defaults.schedule_delay, |d| d.get()),
-            },
-        })
     }
 }
 

@@ -206,15 +206,7 @@ pub struct HttpSystemBuilder {
     /// The headers that say who is asking ([`crate::caller`]).
     caller_headers: Vec<HeaderName>,
     #[cfg(feature = "queue")]
-    seal: Option<crate::SealKey>,
-    #[cfg(feature = "queue")]
-    sealed: Vec<HeaderName>,
-    #[cfg(feature = "queue")]
-    keep_answer: usize,
-    #[cfg(feature = "queue")]
-    seal_answers: bool,
-    #[cfg(feature = "queue")]
-    callback: Option<String>,
+    deferral: super::deferral::Deferral,
 }
 
 impl HttpSystemBuilder {
@@ -247,15 +239,7 @@ impl HttpSystemBuilder {
                 .map(|n| HeaderName::from_static(n))
                 .collect(),
             #[cfg(feature = "queue")]
-            seal: None,
-            #[cfg(feature = "queue")]
-            sealed: crate::seal::SEALED_BY_DEFAULT.iter().map(|n| HeaderName::from_static(n)).collect(),
-            #[cfg(feature = "queue")]
-            keep_answer: crate::delivery::DEFAULT_KEEP_ANSWER,
-            #[cfg(feature = "queue")]
-            seal_answers: false,
-            #[cfg(feature = "queue")]
-            callback: None,
+            deferral: super::deferral::Deferral::default(),
         }
     }
 
@@ -384,7 +368,7 @@ impl HttpSystemBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
     #[must_use]
     pub fn seal_key(mut self, key: crate::SealKey) -> Self {
-        self.seal = Some(key);
+        self.deferral.seal = Some(key);
         self
     }
 
@@ -395,12 +379,12 @@ impl HttpSystemBuilder {
     pub fn seal_headers<S: AsRef<str>>(mut self, names: &[S]) -> Self {
         for name in names {
             match HeaderName::from_bytes(name.as_ref().as_bytes()) {
-                Ok(name) if !self.sealed.contains(&name) => {
+                Ok(name) if !self.deferral.sealed.contains(&name) => {
                     // A credential sealed is a credential that says who is asking.
                     if !self.caller_headers.contains(&name) {
                         self.caller_headers.push(name.clone());
                     }
-                    self.sealed.push(name);
+                    self.deferral.sealed.push(name);
                 }
                 Ok(_) => {}
                 Err(_) => self.headers = Err(format!("sealed header name {:?}", name.as_ref())),
@@ -417,7 +401,7 @@ impl HttpSystemBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
     #[must_use]
     pub fn keep_answer(mut self, bytes: usize) -> Self {
-        self.keep_answer = bytes;
+        self.deferral.keep_answer = bytes;
         self
     }
 
@@ -429,7 +413,7 @@ impl HttpSystemBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
     #[must_use]
     pub fn seal_answers(mut self, seal: bool) -> Self {
-        self.seal_answers = seal;
+        self.deferral.seal_answers = seal;
         self
     }
 
@@ -440,7 +424,7 @@ impl HttpSystemBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
     #[must_use]
     pub fn default_callback(mut self, url: impl Into<String>) -> Self {
-        self.callback = Some(url.into());
+        self.deferral.callback = Some(url.into());
         self
     }
 
@@ -527,16 +511,11 @@ impl HttpSystemBuilder {
                 caller_headers: self.caller_headers,
                 in_flight: crate::in_flight::InFlight::default(),
                 #[cfg(feature = "queue")]
-                seal: self.seal,
-                #[cfg(feature = "queue")]
-                sealed: self.sealed,
-                #[cfg(feature = "queue")]
-                // A kept answer is one read whole: never more than that.
-                keep_answer: self.keep_answer.min(self.max_answer),
-                #[cfg(feature = "queue")]
-                seal_answers: self.seal_answers,
-                #[cfg(feature = "queue")]
-                callback: self.callback,
+                deferral: super::deferral::Deferral {
+                    // A kept answer is one read whole: never more than that.
+                    keep_answer: self.deferral.keep_answer.min(self.max_answer),
+                    ..self.deferral
+                },
             }),
         })
     }

@@ -6,6 +6,8 @@
 mod attempt;
 mod base;
 mod builder;
+#[cfg(feature = "queue")]
+mod deferral;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,16 +67,9 @@ struct SystemState {
     caller_headers: Vec<http::header::HeaderName>,
     /// Keyed writes in flight, by key: joined or refused ([`crate::in_flight`]).
     in_flight: crate::in_flight::InFlight,
+    /// What its deferred writes carry and keep.
     #[cfg(feature = "queue")]
-    seal: Option<crate::SealKey>,
-    #[cfg(feature = "queue")]
-    sealed: Vec<http::header::HeaderName>,
-    #[cfg(feature = "queue")]
-    keep_answer: usize,
-    #[cfg(feature = "queue")]
-    seal_answers: bool,
-    #[cfg(feature = "queue")]
-    callback: Option<String>,
+    deferral: deferral::Deferral,
 }
 
 impl HttpSystem {
@@ -121,7 +116,7 @@ impl HttpSystem {
     #[cfg(feature = "queue")]
     #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
     pub fn seal_key(&self) -> Option<&crate::SealKey> {
-        self.inner.seal.as_ref()
+        self.inner.deferral.seal.as_ref()
     }
 
     /// Who is asking with `request` ([`crate::caller`]).
@@ -132,7 +127,7 @@ impl HttpSystem {
     /// The headers sealed before a deferred write is stored.
     #[cfg(feature = "queue")]
     pub(crate) fn sealed_headers(&self) -> &[http::header::HeaderName] {
-        &self.inner.sealed
+        &self.inner.deferral.sealed
     }
 
     /// `location` as a path under the base URL and its query (see
@@ -146,7 +141,7 @@ impl HttpSystem {
     /// ([`HttpSystemBuilder::keep_answer`]).
     #[cfg(feature = "queue")]
     pub(crate) fn kept_answer_size(&self) -> usize {
-        self.inner.keep_answer
+        self.inner.deferral.keep_answer
     }
 
     /// The callback of deferred writes that name none
@@ -154,13 +149,13 @@ impl HttpSystem {
     #[cfg(feature = "queue")]
     #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
     pub fn default_callback(&self) -> Option<&str> {
-        self.inner.callback.as_deref()
+        self.inner.deferral.callback.as_deref()
     }
 
     /// Whether every kept answer is sealed ([`HttpSystemBuilder::seal_answers`]).
     #[cfg(feature = "queue")]
     pub(crate) fn seals_answers(&self) -> bool {
-        self.inner.seal_answers
+        self.inner.deferral.seal_answers
     }
 
     /// `uri` as errors, logs and spans show it: without the query string

@@ -6,7 +6,6 @@
 // (`cargo test -p ballast-cli --test node` builds the binary and runs this.)
 
 import assert from 'node:assert/strict';
-import { createServer } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 
 import {
@@ -25,6 +24,7 @@ import {
   TOKEN,
   busy,
   eventually,
+  refusingPort,
   rejection,
   reply,
   startBallast,
@@ -39,7 +39,7 @@ describe('through a real ballast serve', { timeout: 3 * PATIENCE_MS }, () => {
 
   before(async () => {
     upstream = await startUpstream();
-    const closed = await closedPort();
+    const closed = await refusingPort();
     served = await startBallast(new URL('ballast.toml', import.meta.url), { upstream: upstream.port, closed });
     ballast = createBallastClient({ baseUrl: served.gateway, token: TOKEN, adminUrl: served.admin });
   });
@@ -242,19 +242,3 @@ describe('through a real ballast serve', { timeout: 3 * PATIENCE_MS }, () => {
     assert.throws(() => IdempotencyKey.from('two words'), /visible ASCII/);
   });
 });
-
-/**
- * A loopback port nothing listens on: BALLAST_TEST_REFUSING_PORT (a port the
- * Rust harness holds bound and never listens on, so no one else can be given
- * it), else one taken from the OS and closed again, which a listener started
- * afterwards may be given.
- */
-async function closedPort() {
-  const held = Number(process.env.BALLAST_TEST_REFUSING_PORT);
-  if (Number.isInteger(held) && held > 0) return held;
-  const server = createServer();
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}

@@ -15,6 +15,8 @@ import { after, describe, test } from 'node:test';
 import * as esm from '@ballast/client';
 import * as esmTesting from '@ballast/client/testing';
 
+import { assertSameExports } from '../../../test-support/serve.mjs';
+
 const require = createRequire(import.meta.url);
 const cjs = require('@ballast/client');
 const cjsTesting = require('@ballast/client/testing');
@@ -26,14 +28,7 @@ describe('import and require', () => {
   });
 
   test('give the same exports, every one the same object', () => {
-    for (const [imported, required] of [
-      [esm, cjs],
-      [esmTesting, cjsTesting],
-    ]) {
-      const names = Object.keys(imported).sort();
-      assert.deepEqual(names, Object.keys(required).sort());
-      for (const name of names) assert.equal(imported[name], required[name], name);
-    }
+    assertSameExports([esm, cjs], [esmTesting, cjsTesting]);
     assert.equal(esm.BallastClient, cjs.BallastClient, 'one class: one DI token');
   });
 

@@ -17,16 +17,7 @@ import {
   keyFor,
 } from '@ballast/client';
 
-/** A loopback port nothing listens on (BALLAST_TEST_REFUSING_PORT when the Rust harness holds one). */
-async function refusingPort() {
-  const held = Number(process.env.BALLAST_TEST_REFUSING_PORT);
-  if (Number.isInteger(held) && held > 0) return held;
-  const server = createServer();
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
+import { refusingPort } from '../../../test-support/serve.mjs';
 
 describe('the gateway unreachable', () => {
   /** A "gateway" that reads each request and closes the connection without an answer. */

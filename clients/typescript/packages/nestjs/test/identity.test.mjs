@@ -16,6 +16,8 @@ import * as esm from '@ballast/nestjs';
 import * as esmTesting from '@ballast/nestjs/testing';
 import * as esmClient from '@ballast/client';
 
+import { assertSameExports } from '../../../test-support/serve.mjs';
+
 const require = createRequire(import.meta.url);
 const cjs = require('@ballast/nestjs');
 const cjsTesting = require('@ballast/nestjs/testing');
@@ -23,14 +25,7 @@ const cjsTesting = require('@ballast/nestjs/testing');
 test('import and require give the same exports, every one the same object', () => {
   assert.match(import.meta.resolve('@ballast/nestjs'), /dist\/esm\/index\.js$/);
   assert.match(require.resolve('@ballast/nestjs'), /dist[\\/]cjs[\\/]index\.js$/);
-  for (const [imported, required] of [
-    [esm, cjs],
-    [esmTesting, cjsTesting],
-  ]) {
-    const names = Object.keys(imported).sort();
-    assert.deepEqual(names, Object.keys(required).sort());
-    for (const name of names) assert.equal(imported[name], required[name], name);
-  }
+  assertSameExports([esm, cjs], [esmTesting, cjsTesting]);
   for (const name of Object.keys(esmClient)) assert.equal(esm[name], esmClient[name], `${name}: the client's own`);
 });
 
