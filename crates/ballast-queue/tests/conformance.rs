@@ -728,6 +728,20 @@ async fn admin_stats_list_retry_cancel_prune(h: &Harness) {
     let ids: Vec<i64> = [page1, page2, page3].concat().iter().map(|t: &TaskInfo| t.id).collect();
     assert_eq!(ids, vec![ok, bad, bad2, waiting, due]);
     assert_eq!(h.queue.list(&ListFilter::default().kind("other")).await.unwrap().len(), 2);
+    // The dashboard pages back from the newest: descending, before an id.
+    let newest = h.queue.list(&ListFilter::default().limit(2).newest_first(None)).await.unwrap();
+    let older = h.queue.list(&ListFilter::default().limit(2).newest_first(Some(newest[1].id))).await.unwrap();
+    let ids: Vec<i64> = [newest, older].concat().iter().map(|t: &TaskInfo| t.id).collect();
+    assert_eq!(ids, vec![due, waiting, bad2, bad]);
+    // A kind names itself and the kinds under it (`kind/…`), no other.
+    let under = h.queue.enqueue(NewTask::new("other/sms", &3)).await.unwrap().id;
+    h.queue.enqueue(NewTask::new("otherwise", &4)).await.unwrap();
+    let others: Vec<i64> =
+        h.queue.list(&ListFilter::default().kind("other")).await.unwrap().iter().map(|t| t.id).collect();
+    assert_eq!(others, vec![waiting, due, under]);
+    let by_key =
+        h.queue.list(&ListFilter::default().kind("other/sms").state(TaskState::Pending)).await.unwrap();
+    assert_eq!(by_key.iter().map(|t| t.id).collect::<Vec<_>>(), vec![under]);
 
     assert!(h.queue.retry(bad).await.unwrap());
     assert!(!h.queue.retry(ok).await.unwrap(), "only failed tasks are retried");
@@ -742,7 +756,7 @@ async fn admin_stats_list_retry_cancel_prune(h: &Harness) {
     tokio::time::sleep(Duration::from_millis(20)).await;
     // Completed `ok`, cancelled `bad` and `waiting`: pruned; pending ones stay.
     assert_eq!(h.queue.prune(Duration::from_millis(1)).await.unwrap(), 3);
-    assert_eq!(h.scalar("SELECT count(*) FROM ballast_tasks").await, 2);
+    assert_eq!(h.scalar("SELECT count(*) FROM ballast_tasks").await, 4);
 }
 
 /// Retention deletes final tasks by state, past each state's own age, a

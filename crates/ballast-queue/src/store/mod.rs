@@ -21,6 +21,7 @@ pub(crate) mod any;
 mod fenced_batch;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+mod reads;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnection, PgListener, PgPool, PgRow};
+use sqlx::postgres::{PgConnection, PgListener, PgPool};
 use sqlx::Row;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -18,13 +18,12 @@ mod sql;
 use settle::split;
 use sql::*;
 
+use super::reads;
 use super::{ClaimRequest, Exchange, Lease, Store, ValidTask};
 use crate::bound_keys::KeyBinding;
 use crate::error::Result;
 use crate::outcome::Outcome;
-use crate::types::{
-    duration_micros, from_micros, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState,
-};
+use crate::types::{duration_micros, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
 
 #[derive(Debug, Clone)]
 pub(crate) struct PgStore {
@@ -110,40 +109,6 @@ where
             other => return other,
         }
     }
-}
-
-fn count(n: i32) -> u32 {
-    u32::try_from(n).unwrap_or(0)
-}
-
-fn task_info(row: &PgRow) -> Result<TaskInfo> {
-    let state: String = row.try_get("state")?;
-    let payload: String = row.try_get("payload")?;
-    let errors: String = row.try_get("errors")?;
-    let decode = |e: Box<dyn std::error::Error + Send + Sync>| sqlx::Error::Decode(e);
-    Ok(TaskInfo {
-        id: row.try_get("id")?,
-        kind: row.try_get("kind")?,
-        payload: serde_json::from_str(&payload).map_err(|e| decode(e.into()))?,
-        key: row.try_get("idempotency_key")?,
-        state: state.parse::<TaskState>().map_err(|e| decode(e.into()))?,
-        attempt: count(row.try_get("attempt")?),
-        max_attempts: count(row.try_get("max_attempts")?),
-        run_at: from_micros(row.try_get("run_at")?),
-        lease_owner: row.try_get("lease_owner")?,
-        lease_expires_at: row.try_get::<Option<i64>, _>("lease_expires_at")?.map(from_micros),
-        last_error: row.try_get("last_error")?,
-        errors: serde_json::from_str(&errors).map_err(|e| decode(e.into()))?,
-        created_at: from_micros(row.try_get("created_at")?),
-        updated_at: from_micros(row.try_get("updated_at")?),
-        finalized_at: row.try_get::<Option<i64>, _>("finalized_at")?.map(from_micros),
-        result: row
-            .try_get::<Option<String>, _>("result")?
-            .map(|text| serde_json::from_str(&text))
-            .transpose()
-            .map_err(|e| decode(e.into()))?,
-        sequence: row.try_get("sequence")?,
-    })
 }
 
 impl PgStore {
@@ -377,33 +342,15 @@ impl Store for PgStore {
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
-        let order = if filter.newest_first { "DESC" } else { "ASC" };
-        let sql = format!(
-            "SELECT {COLUMNS} FROM ballast_tasks
-             WHERE ($1::text IS NULL OR kind = $1 OR left(kind, length($1) + 1) = $1 || '/') AND ($2::text IS NULL OR state = $2) AND id > $3 AND id < $5
-             ORDER BY id {order} LIMIT $4"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(filter.kind.as_deref())
-            .bind(filter.state.map(TaskState::as_str))
-            .bind(filter.after_id)
-            .bind(i64::from(filter.limit))
-            .bind(filter.before_id.unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(task_info).collect()
+        reads::list(&self.pool, READS.list, filter).await
     }
 
     async fn get(&self, id: i64) -> Result<Option<TaskInfo>> {
-        let sql = format!("SELECT {COLUMNS} FROM ballast_tasks WHERE id = $1");
-        let row = sqlx::query(&sql).bind(id).fetch_optional(&self.pool).await?;
-        row.as_ref().map(task_info).transpose()
+        reads::one(&self.pool, sqlx::query(READS.get).bind(id)).await
     }
 
     async fn get_by_key(&self, kind: &str, key: &str) -> Result<Option<TaskInfo>> {
-        let sql = format!("SELECT {COLUMNS} FROM ballast_tasks WHERE kind = $1 AND idempotency_key = $2");
-        let row = sqlx::query(&sql).bind(kind).bind(key).fetch_optional(&self.pool).await?;
-        row.as_ref().map(task_info).transpose()
+        reads::one(&self.pool, sqlx::query(READS.get_by_key).bind(kind).bind(key)).await
     }
 
     async fn ended_among(&self, ids: &[i64]) -> Result<Vec<i64>> {

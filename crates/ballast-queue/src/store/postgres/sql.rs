@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::store::reads::ReadSql;
+
 pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../../migrations/postgres/0001_tasks.sql")),
     (2, include_str!("../../../migrations/postgres/0002_live_index.sql")),
@@ -20,13 +22,36 @@ pub(super) const MIGRATION_LOCK: i64 = 0x6261_6c6c_6173_7401;
 /// The channel the insert trigger notifies.
 pub(super) const CHANNEL: &str = "ballast_tasks";
 
-pub(super) const COLUMNS: &str =
-    "id, kind, payload::text AS payload, idempotency_key, state, attempt, max_attempts, \
-     (extract(epoch FROM run_at) * 1000000)::bigint AS run_at, lease_owner, \
-     (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS lease_expires_at, last_error, \
-     errors::text AS errors, (extract(epoch FROM created_at) * 1000000)::bigint AS created_at, \
-     (extract(epoch FROM updated_at) * 1000000)::bigint AS updated_at, \
-     (extract(epoch FROM finalized_at) * 1000000)::bigint AS finalized_at, result::text AS result, sequence";
+/// The task columns the admin API reads: times as microseconds since the
+/// Unix epoch, JSON as text, as the SQLite backend stores them.
+macro_rules! columns {
+    () => {
+        "id, kind, payload::text AS payload, idempotency_key, state, attempt, max_attempts, \
+         (extract(epoch FROM run_at) * 1000000)::bigint AS run_at, lease_owner, \
+         (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS lease_expires_at, last_error, \
+         errors::text AS errors, (extract(epoch FROM created_at) * 1000000)::bigint AS created_at, \
+         (extract(epoch FROM updated_at) * 1000000)::bigint AS updated_at, \
+         (extract(epoch FROM finalized_at) * 1000000)::bigint AS finalized_at, result::text AS result, sequence"
+    };
+}
+
+/// The admin API's reads ([`ReadSql`] says each one's binds).
+pub(super) const READS: ReadSql = ReadSql {
+    list: concat!(
+        "SELECT ",
+        columns!(),
+        " FROM ballast_tasks
+         WHERE ($1::text IS NULL OR kind = $1 OR left(kind, length($1) + 1) = $1 || '/')
+           AND ($2::text IS NULL OR state = $2) AND id > $3 AND id < $5
+         ORDER BY id {order} LIMIT $4"
+    ),
+    get: concat!("SELECT ", columns!(), " FROM ballast_tasks WHERE id = $1"),
+    get_by_key: concat!(
+        "SELECT ",
+        columns!(),
+        " FROM ballast_tasks WHERE kind = $1 AND idempotency_key = $2"
+    ),
+};
 
 /// The due time of a task held behind its sequence (see `0005_sequence.sql`).
 macro_rules! held {

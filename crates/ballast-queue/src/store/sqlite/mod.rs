@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
+use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use sqlx::{Connection, Row};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -21,13 +21,12 @@ mod file;
 use engine::Engine;
 use file::OpenedFile;
 
+use super::reads::{self, ReadSql};
 use super::{ClaimRequest, Exchange, Lease, Store, ValidTask};
 use crate::bound_keys::KeyBinding;
 use crate::error::Result;
 use crate::outcome::Outcome;
-use crate::types::{
-    duration_micros, from_micros, micros, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState,
-};
+use crate::types::{duration_micros, micros, EnqueueOutcome, KindStats, ListFilter, TaskInfo, TaskState};
 
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../../migrations/sqlite/0001_tasks.sql")),
@@ -39,8 +38,31 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("../../../migrations/sqlite/0007_bound_keys.sql")),
 ];
 
-const COLUMNS: &str = "id, kind, payload, idempotency_key, state, attempt, max_attempts, run_at, \
-     lease_owner, lease_expires_at, last_error, errors, created_at, updated_at, finalized_at, result, sequence";
+/// The task columns the admin API reads.
+macro_rules! columns {
+    () => {
+        "id, kind, payload, idempotency_key, state, attempt, max_attempts, run_at, lease_owner, \
+         lease_expires_at, last_error, errors, created_at, updated_at, finalized_at, result, sequence"
+    };
+}
+
+/// The admin API's reads ([`ReadSql`] says each one's binds).
+const READS: ReadSql = ReadSql {
+    list: concat!(
+        "SELECT ",
+        columns!(),
+        " FROM ballast_tasks
+         WHERE (?1 IS NULL OR kind = ?1 OR substr(kind, 1, length(?1) + 1) = ?1 || '/')
+           AND (?2 IS NULL OR state = ?2) AND id > ?3 AND id < ?5
+         ORDER BY id {order} LIMIT ?4"
+    ),
+    get: concat!("SELECT ", columns!(), " FROM ballast_tasks WHERE id = ?1"),
+    get_by_key: concat!(
+        "SELECT ",
+        columns!(),
+        " FROM ballast_tasks WHERE kind = ?1 AND idempotency_key = ?2"
+    ),
+};
 
 fn now() -> i64 {
     micros(SystemTime::now())
@@ -133,36 +155,6 @@ pub(crate) async fn enqueue_one(conn: &mut SqliteConnection, task: &ValidTask) -
         .fetch_one(&mut *conn)
         .await?;
     Ok(EnqueueOutcome { id, created: false })
-}
-
-fn task_info(row: &SqliteRow) -> Result<TaskInfo> {
-    let state: String = row.try_get("state")?;
-    let payload: String = row.try_get("payload")?;
-    let errors: String = row.try_get("errors")?;
-    let decode = |e: Box<dyn std::error::Error + Send + Sync>| sqlx::Error::Decode(e);
-    Ok(TaskInfo {
-        id: row.try_get("id")?,
-        kind: row.try_get("kind")?,
-        payload: serde_json::from_str(&payload).map_err(|e| decode(e.into()))?,
-        key: row.try_get("idempotency_key")?,
-        state: state.parse::<TaskState>().map_err(|e| decode(e.into()))?,
-        attempt: row.try_get::<u32, _>("attempt")?,
-        max_attempts: row.try_get::<u32, _>("max_attempts")?,
-        run_at: from_micros(row.try_get("run_at")?),
-        lease_owner: row.try_get("lease_owner")?,
-        lease_expires_at: row.try_get::<Option<i64>, _>("lease_expires_at")?.map(from_micros),
-        last_error: row.try_get("last_error")?,
-        errors: serde_json::from_str(&errors).map_err(|e| decode(e.into()))?,
-        created_at: from_micros(row.try_get("created_at")?),
-        updated_at: from_micros(row.try_get("updated_at")?),
-        finalized_at: row.try_get::<Option<i64>, _>("finalized_at")?.map(from_micros),
-        result: row
-            .try_get::<Option<String>, _>("result")?
-            .map(|text| serde_json::from_str(&text))
-            .transpose()
-            .map_err(|e| decode(e.into()))?,
-        sequence: row.try_get("sequence")?,
-    })
 }
 
 impl Store for SqliteStore {
@@ -285,33 +277,15 @@ impl Store for SqliteStore {
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskInfo>> {
-        let order = if filter.newest_first { "DESC" } else { "ASC" };
-        let sql = format!(
-            "SELECT {COLUMNS} FROM ballast_tasks
-             WHERE (?1 IS NULL OR kind = ?1 OR substr(kind, 1, length(?1) + 1) = ?1 || '/') AND (?2 IS NULL OR state = ?2) AND id > ?3 AND id < ?5
-             ORDER BY id {order} LIMIT ?4"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(filter.kind.as_deref())
-            .bind(filter.state.map(TaskState::as_str))
-            .bind(filter.after_id)
-            .bind(i64::from(filter.limit))
-            .bind(filter.before_id.unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(task_info).collect()
+        reads::list(&self.pool, READS.list, filter).await
     }
 
     async fn get(&self, id: i64) -> Result<Option<TaskInfo>> {
-        let sql = format!("SELECT {COLUMNS} FROM ballast_tasks WHERE id = ?1");
-        let row = sqlx::query(&sql).bind(id).fetch_optional(&self.pool).await?;
-        row.as_ref().map(task_info).transpose()
+        reads::one(&self.pool, sqlx::query(READS.get).bind(id)).await
     }
 
     async fn get_by_key(&self, kind: &str, key: &str) -> Result<Option<TaskInfo>> {
-        let sql = format!("SELECT {COLUMNS} FROM ballast_tasks WHERE kind = ?1 AND idempotency_key = ?2");
-        let row = sqlx::query(&sql).bind(kind).bind(key).fetch_optional(&self.pool).await?;
-        row.as_ref().map(task_info).transpose()
+        reads::one(&self.pool, sqlx::query(READS.get_by_key).bind(kind).bind(key)).await
     }
 
     async fn ended_among(&self, ids: &[i64]) -> Result<Vec<i64>> {
