@@ -56,13 +56,13 @@ pub fn run(args: &FleetArgs) -> anyhow::Result<ExitCode> {
                     "{:<4} {}  {}:{}  {}  config {}  up {}  heartbeat {} ago  admin {}{}",
                     r.state.as_str(),
                     &r.id.simple().to_string()[24..],
-                    field(&r.host),
-                    r.pid,
-                    field(&r.version),
-                    field(&r.config_digest),
+                    field(&r.identity.host),
+                    r.identity.pid,
+                    field(&r.identity.version),
+                    field(&r.identity.config_digest),
                     humantime::format_duration(Duration::from_secs(up.as_secs())),
                     humantime::format_duration(Duration::from_secs(r.heartbeat_age.as_secs())),
-                    field(&r.admin),
+                    field(&r.identity.admin),
                     if flags.is_empty() { String::new() } else { format!("  [{}]", flags.join("; ")) },
                 );
             }

@@ -93,10 +93,10 @@ async fn live_replicas(url: &str, applied: i64) -> anyhow::Result<Vec<Running>> 
         .into_iter()
         .filter(|r| r.state == ballast_fleet::ReplicaState::Live)
         .map(|r| Running {
-            name: format!("{} {}:{}", &r.id.simple().to_string()[24..], r.host, r.pid),
-            version: r.version,
-            speaks: r.queue_schema.unwrap_or(applied),
-            said: r.queue_schema.is_some(),
+            name: format!("{} {}:{}", &r.id.simple().to_string()[24..], r.identity.host, r.identity.pid),
+            speaks: r.identity.queue_schema.unwrap_or(applied),
+            said: r.identity.queue_schema.is_some(),
+            version: r.identity.version,
         })
         .collect())
 }

@@ -23,7 +23,7 @@ pub const GONE_AFTER: Duration = Duration::from_secs(6);
 pub const CLOCK_TOLERANCE: Duration = Duration::from_secs(1);
 
 /// What a replica says of itself when it joins.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Identity {
     /// The host it runs on.
     pub host: String,
@@ -65,18 +65,11 @@ impl ReplicaState {
 pub struct Replica {
     /// Its id, made when it joined.
     pub id: Uuid,
-    /// What it said of itself.
-    pub host: String,
-    /// Its process id.
-    pub pid: u32,
-    /// Its version.
-    pub version: String,
-    /// The digest of its configuration.
-    pub config_digest: String,
-    /// Its admin listener.
-    pub admin: String,
-    /// The queue schema it speaks (none: a replica of a version that did not say).
-    pub queue_schema: Option<i64>,
+    /// What it said of itself when it joined (its fields side by side with
+    /// these in JSON). Its queue schema is `None` for a replica of a version
+    /// that did not say.
+    #[serde(flatten)]
+    pub identity: Identity,
     /// When it joined.
     #[serde(with = "epoch_seconds")]
     pub started_at: SystemTime,
@@ -196,12 +189,14 @@ pub(crate) async fn list(pool: &PgPool, since: Duration) -> Result<Vec<Replica>,
         let skew: f64 = row.try_get("clock_skew_ms")?;
         replicas.push(Replica {
             id: row.try_get("id")?,
-            host: row.try_get("host")?,
-            pid: u32::try_from(row.try_get::<i32, _>("pid")?).unwrap_or(0),
-            version: row.try_get("version")?,
-            config_digest: row.try_get("config_digest")?,
-            admin: row.try_get("admin")?,
-            queue_schema: row.try_get("queue_schema")?,
+            identity: Identity {
+                host: row.try_get("host")?,
+                pid: u32::try_from(row.try_get::<i32, _>("pid")?).unwrap_or(0),
+                version: row.try_get("version")?,
+                config_digest: row.try_get("config_digest")?,
+                admin: row.try_get("admin")?,
+                queue_schema: row.try_get("queue_schema")?,
+            },
             started_at: UNIX_EPOCH + Duration::from_secs_f64(row.try_get::<f64, _>("started")?.max(0.0)),
             heartbeat_age: age,
             clock_skew_ms: skew,
@@ -220,14 +215,14 @@ fn flag_drift(replicas: &mut [Replica]) {
     let live = || replicas.iter().filter(|r| r.state == ReplicaState::Live);
     let mut counts: Vec<(&str, usize)> = Vec::new();
     for replica in live() {
-        match counts.iter_mut().find(|(d, _)| *d == replica.config_digest) {
+        match counts.iter_mut().find(|(d, _)| *d == replica.identity.config_digest) {
             Some((_, n)) => *n += 1,
-            None => counts.push((&replica.config_digest, 1)),
+            None => counts.push((&replica.identity.config_digest, 1)),
         }
     }
     let Some(most) = counts.iter().max_by_key(|(_, n)| *n).map(|(d, _)| (*d).to_owned()) else { return };
     for replica in replicas.iter_mut().filter(|r| r.state == ReplicaState::Live) {
-        replica.drift = replica.config_digest != most;
+        replica.drift = replica.identity.config_digest != most;
     }
 }
 
@@ -242,12 +237,14 @@ mod tests {
     fn replica(digest: &str, state: ReplicaState) -> Replica {
         Replica {
             id: Uuid::now_v7(),
-            host: "h".into(),
-            pid: 1,
-            version: "0.1.0".into(),
-            config_digest: digest.into(),
-            admin: String::new(),
-            queue_schema: Some(6),
+            identity: Identity {
+                host: "h".into(),
+                pid: 1,
+                version: "0.1.0".into(),
+                config_digest: digest.into(),
+                admin: String::new(),
+                queue_schema: Some(6),
+            },
             started_at: UNIX_EPOCH,
             heartbeat_age: Duration::ZERO,
             clock_skew_ms: 0.0,
@@ -268,5 +265,20 @@ mod tests {
         flag_drift(&mut replicas);
         let drift: Vec<bool> = replicas.iter().map(|r| r.drift).collect();
         assert_eq!(drift, [false, true, false, false], "a gone replica is not held against the fleet");
+    }
+
+    #[test]
+    fn a_replica_prints_as_one_flat_object() {
+        // `ballast fleet --format json` readers see the identity's keys
+        // beside the rest, as they did before the identity was one field.
+        let json = serde_json::to_value(replica("d1", ReplicaState::Live)).unwrap();
+        let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        for key in
+            ["id", "host", "pid", "version", "config_digest", "admin", "queue_schema", "state", "drift"]
+        {
+            assert!(keys.contains(&key), "{key} missing from {json}");
+        }
+        assert!(!keys.contains(&"identity"), "{json}");
+        assert_eq!((json["config_digest"].as_str(), json["pid"].as_u64()), (Some("d1"), Some(1)));
     }
 }

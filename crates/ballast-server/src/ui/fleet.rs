@@ -67,11 +67,11 @@ fn table(replicas: &[Replica], me: uuid::Uuid) -> Markup {
                             @if r.id == me { " " span class="tag" { "this one" } }
                         }
                         td { span class=(format!("state {}", if r.state == ReplicaState::Live { "closed" } else { "cancelled" })) { (r.state.as_str()) } }
-                        td { (r.host) @if !r.admin.is_empty() { " " span class="muted" { (r.admin) } } }
-                        td class="num" { (r.pid) }
-                        td { (r.version) }
+                        td { (r.identity.host) @if !r.identity.admin.is_empty() { " " span class="muted" { (r.identity.admin) } } }
+                        td class="num" { (r.identity.pid) }
+                        td { (r.identity.version) }
                         td class="nowrap" {
-                            code { (r.config_digest) }
+                            code { (r.identity.config_digest) }
                             @if r.drift { " " span class="tag open" title="this replica loaded another configuration than most live replicas" { "drift" } }
                         }
                         td class="num" { (seconds(r.heartbeat_age)) " ago" }
