@@ -3,15 +3,13 @@
 //! defaults of what a file leaves out.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::duration::ConfigDuration;
 use crate::finding::KeyFinding;
-use crate::listener::{body_timeout, listener, Listener, MAX_BODY_LIMIT};
+use crate::listener::{listener, listener_keys, Listener, ListenerSettings, MAX_BODY_LIMIT};
 use crate::schema::Schema::{self, Value};
-use crate::serve::DEFAULT_BODY_READ_TIMEOUT;
 use crate::size::ConfigSize;
 
 /// `[gateway]`: `ballast serve`'s data plane, where services in any language
@@ -87,6 +85,13 @@ pub struct GatewaySection {
     pub tls_key_file: Option<String>,
 }
 
+impl GatewaySection {
+    /// The keys it shares with `[serve]`, as one listener's.
+    pub(crate) fn listener(&self) -> Listener<'_> {
+        listener_keys!(self)
+    }
+}
+
 /// The largest `[gateway] max_answer`.
 pub const MAX_MAX_ANSWER: u64 = 256 << 20;
 
@@ -118,18 +123,7 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
 
 /// The `[gateway]` section's values.
 pub(crate) fn rules(g: &GatewaySection) -> Vec<KeyFinding> {
-    let mut out = listener(
-        "gateway",
-        Listener {
-            listen: g.listen.as_deref(),
-            max_connections: g.max_connections,
-            header_read_timeout: g.header_read_timeout,
-            token_env: g.token_env.as_deref(),
-            tls_cert_file: g.tls_cert_file.as_deref(),
-            tls_key_file: g.tls_key_file.as_deref(),
-        },
-    );
-    out.extend(body_timeout("gateway", g.body_read_timeout));
+    let mut out = listener("gateway", g.listener());
     let hosts = g.callback_hosts.as_deref().unwrap_or_default();
     match g.callback_secret_env.as_deref() {
         None if !hosts.is_empty() => out.push(KeyFinding::error(
@@ -225,24 +219,14 @@ pub(crate) fn rules(g: &GatewaySection) -> Vec<KeyFinding> {
 /// `/tasks/{id}`), from `[gateway]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewaySettings {
-    /// The gateway's address.
-    pub listen: SocketAddr,
+    /// Where it listens, its limits, who may call it, its TLS (`[gateway]`'s
+    /// files, else `[serve]`'s).
+    pub listener: ListenerSettings,
     /// The largest request body buffered, in bytes.
     pub max_body: usize,
-    /// The environment variable holding the token, if any.
-    pub token_env: Option<String>,
-    /// Connections served at once.
-    pub max_connections: usize,
-    /// How long a client may take to send a request's headers.
-    pub header_read_timeout: Duration,
-    /// How long a client may take to send a request's body.
-    pub body_read_timeout: Duration,
     /// Whether caller-sent `Forwarded`, `X-Forwarded-*` and `X-Real-IP` are
     /// passed upstream (default false: dropped).
     pub trust_forwarded: bool,
-    /// `Host` names the gateway answers to besides `localhost`, the loopback
-    /// addresses and its listen address; any other is answered 421.
-    pub allowed_hosts: Vec<String>,
     /// Callers of `GET /tasks/{handle}?wait=…` held at once.
     pub max_waiters: usize,
     /// The hosts a `Ballast-Callback` may name.
@@ -253,30 +237,22 @@ pub struct GatewaySettings {
     pub workers: Option<usize>,
     /// An answer's body past this many bytes is streamed.
     pub buffer_answer: usize,
-    /// The certificate chain and key files the gateway speaks TLS with:
-    /// `[gateway]`'s, else `[serve]`'s.
-    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl Default for GatewaySettings {
-    /// Loopback port 9465, 1 MiB bodies, no token, 1024 connections, 5 s for
-    /// headers, a loop per core, answers streamed past 64 KiB.
+    /// Loopback port 9465, 1024 connections, the listeners' shared defaults
+    /// ([`ListenerSettings::on`]), 1 MiB bodies, a loop per core, answers
+    /// streamed past 64 KiB.
     fn default() -> Self {
         Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9465)),
+            listener: ListenerSettings::on(SocketAddr::from(([127, 0, 0, 1], 9465)), 1024),
             max_body: 1 << 20,
-            token_env: None,
-            max_connections: 1024,
-            header_read_timeout: Duration::from_secs(5),
-            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             trust_forwarded: false,
-            allowed_hosts: Vec::new(),
             max_waiters: 512,
             callback_hosts: Vec::new(),
             callback_secret_env: None,
             workers: None,
             buffer_answer: 64 << 10,
-            tls: None,
         }
     }
 }

@@ -101,6 +101,7 @@ pub use explain::{Durable, DurableStep, Explanation, SystemExplanation};
 pub use finding::Finding;
 pub use gateway::GatewaySettings;
 pub use lint::has_errors;
+pub use listener::ListenerSettings;
 pub use load::{Checked, LoadError, MAX_CONFIG_BYTES};
 pub use periodic::{PeriodicSection, PeriodicSettings};
 pub use queue::QueueSettings;

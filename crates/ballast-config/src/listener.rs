@@ -1,8 +1,10 @@
 //! What `[serve]` and `[gateway]` share, as listeners of `ballast serve`:
 //! an address, connection and header limits, a token beyond loopback, a
-//! body read timeout — checked alike for both.
+//! body read timeout, the `Host` names it answers to, its TLS files —
+//! checked alike for both, and handed out as one [`ListenerSettings`].
 
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::alerts::is_env_name;
@@ -14,7 +16,7 @@ use crate::finding::KeyFinding;
 pub(crate) const MAX_BODY_READ_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `body_read_timeout` of a listener: above zero, at most 5 minutes.
-pub(crate) fn body_timeout(section: &str, value: Option<crate::duration::ConfigDuration>) -> Vec<KeyFinding> {
+fn body_timeout(section: &str, value: Option<crate::duration::ConfigDuration>) -> Vec<KeyFinding> {
     match value.map(|d| d.get()) {
         Some(d) if d.is_zero() || d > MAX_BODY_READ_TIMEOUT => vec![KeyFinding::error(
             None,
@@ -34,18 +36,111 @@ pub(crate) fn body_timeout(section: &str, value: Option<crate::duration::ConfigD
 /// The largest `max_body` accepted: bodies are buffered in memory.
 pub(crate) const MAX_BODY_LIMIT: u64 = 1 << 30;
 
-/// The settings every listener of `ballast serve` has.
+/// The keys every listener's section has, as its file gives them.
+#[derive(Clone, Copy)]
 pub(crate) struct Listener<'a> {
     pub(crate) listen: Option<&'a str>,
     pub(crate) max_connections: Option<u64>,
     pub(crate) header_read_timeout: Option<crate::duration::ConfigDuration>,
+    pub(crate) body_read_timeout: Option<crate::duration::ConfigDuration>,
     pub(crate) token_env: Option<&'a str>,
+    pub(crate) allowed_hosts: Option<&'a [String]>,
     pub(crate) tls_cert_file: Option<&'a str>,
     pub(crate) tls_key_file: Option<&'a str>,
 }
 
-/// A listener's values: an address and port, connection and header limits,
-/// and a token for any address but loopback.
+/// The [`Listener`] of a section that holds the listener's keys under
+/// their own names, as `[serve]` and `[gateway]` do.
+macro_rules! listener_keys {
+    ($section:expr) => {{
+        let s = $section;
+        $crate::listener::Listener {
+            listen: s.listen.as_deref(),
+            max_connections: s.max_connections,
+            header_read_timeout: s.header_read_timeout,
+            body_read_timeout: s.body_read_timeout,
+            token_env: s.token_env.as_deref(),
+            allowed_hosts: s.allowed_hosts.as_deref(),
+            tls_cert_file: s.tls_cert_file.as_deref(),
+            tls_key_file: s.tls_key_file.as_deref(),
+        }
+    }};
+}
+pub(crate) use listener_keys;
+
+/// What every listener of `ballast serve` is: where it listens, the limits
+/// it holds its clients to, who may call it, and how it speaks TLS. Both
+/// [`ServeSettings`](crate::ServeSettings) and
+/// [`GatewaySettings`](crate::GatewaySettings) hold one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerSettings {
+    /// The listener's address.
+    pub listen: SocketAddr,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body.
+    pub body_read_timeout: Duration,
+    /// The environment variable holding the token every request must bring
+    /// (`Authorization: Bearer …`), if any.
+    pub token_env: Option<String>,
+    /// `Host` names the listener answers to besides `localhost`, the
+    /// loopback addresses and its listen address; any other is answered 421.
+    pub allowed_hosts: Vec<String>,
+    /// The certificate chain and key files it speaks TLS with, relative
+    /// paths taken from the configuration's directory.
+    pub tls: Option<(PathBuf, PathBuf)>,
+}
+
+impl ListenerSettings {
+    /// A listener on `listen` serving `max_connections` at once, with the
+    /// defaults both listeners share: 5 s for headers,
+    /// [`DEFAULT_BODY_READ_TIMEOUT`](crate::DEFAULT_BODY_READ_TIMEOUT) for
+    /// a body, no token, no other `Host` names, plain HTTP.
+    pub fn on(listen: SocketAddr, max_connections: usize) -> Self {
+        Self {
+            listen,
+            max_connections,
+            header_read_timeout: Duration::from_secs(5),
+            body_read_timeout: crate::serve::DEFAULT_BODY_READ_TIMEOUT,
+            token_env: None,
+            allowed_hosts: Vec::new(),
+            tls: None,
+        }
+    }
+}
+
+impl Listener<'_> {
+    /// The settings these keys give over `defaults`; TLS files from `dir`,
+    /// else `inherited` (the gateway speaks `[serve]`'s TLS unless it names
+    /// its own).
+    pub(crate) fn settings(
+        self,
+        defaults: ListenerSettings,
+        dir: &Path,
+        inherited: Option<(PathBuf, PathBuf)>,
+    ) -> ListenerSettings {
+        ListenerSettings {
+            listen: self.listen.and_then(|l| l.parse().ok()).unwrap_or(defaults.listen),
+            max_connections: count(self.max_connections).unwrap_or(defaults.max_connections),
+            header_read_timeout: self.header_read_timeout.map_or(defaults.header_read_timeout, |d| d.get()),
+            body_read_timeout: self.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
+            token_env: self.token_env.map(str::to_owned),
+            allowed_hosts: self.allowed_hosts.map(<[String]>::to_vec).unwrap_or_default(),
+            tls: self.tls_files(dir).or(inherited),
+        }
+    }
+
+    /// Its TLS files, from `dir`, when it names both.
+    pub(crate) fn tls_files(self, dir: &Path) -> Option<(PathBuf, PathBuf)> {
+        Some((dir.join(self.tls_cert_file?), dir.join(self.tls_key_file?)))
+    }
+}
+
+/// A listener's values: an address and port, connection, header and body
+/// limits, a token for any address but loopback, `Host` names that are
+/// names, and both TLS files or neither.
 pub(crate) fn listener(section: &str, l: Listener<'_>) -> Vec<KeyFinding> {
     let mut out = Vec::new();
     let mut refuse = |key: &str, message: String, help: &str| {
@@ -102,6 +197,20 @@ pub(crate) fn listener(section: &str, l: Listener<'_>) -> Vec<KeyFinding> {
             );
         }
     }
+    for (i, host) in l.allowed_hosts.iter().flat_map(|hosts| hosts.iter()).enumerate() {
+        let plain = !host.is_empty()
+            && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+            && !host.contains("://");
+        if !plain {
+            out.push(KeyFinding::error(
+                None,
+                vec![section.to_owned(), "allowed_hosts".to_owned(), i.to_string()],
+                format!("allowed_hosts entry {host:?} is not a host name"),
+                "write the name a browser or proxy sends in `Host`, e.g. \"ballast.internal\" or \"ballast.internal:9464\"",
+            ));
+        }
+    }
+    out.extend(body_timeout(section, l.body_read_timeout));
     out
 }
 

@@ -3,14 +3,13 @@
 //! defaults of what a file leaves out.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::duration::ConfigDuration;
 use crate::finding::KeyFinding;
-use crate::listener::{body_timeout, listener, Listener};
+use crate::listener::{listener, listener_keys, Listener, ListenerSettings};
 use crate::schema::Schema::{self, Value};
 
 /// `[serve]`: the admin listener of `ballast serve` (`/metrics`, `/health/*`).
@@ -66,6 +65,13 @@ pub struct ServeSection {
     pub tls_key_file: Option<String>,
 }
 
+impl ServeSection {
+    /// The keys it shares with `[gateway]`, as one listener's.
+    pub(crate) fn listener(&self) -> Listener<'_> {
+        listener_keys!(self)
+    }
+}
+
 pub(crate) const KEYS: &[(&str, Schema)] = &[
     ("listen", Value),
     ("max_connections", Value),
@@ -85,17 +91,7 @@ pub(crate) const KEYS: &[(&str, Schema)] = &[
 
 /// The `[serve]` section's values.
 pub(crate) fn rules(s: &ServeSection) -> Vec<KeyFinding> {
-    let mut out = listener(
-        "serve",
-        Listener {
-            listen: s.listen.as_deref(),
-            max_connections: s.max_connections,
-            header_read_timeout: s.header_read_timeout,
-            token_env: s.token_env.as_deref(),
-            tls_cert_file: s.tls_cert_file.as_deref(),
-            tls_key_file: s.tls_key_file.as_deref(),
-        },
-    );
+    let mut out = listener("serve", s.listener());
     if s.protect_metrics == Some(true) && s.token_env.is_none() {
         out.push(KeyFinding::error(
             None,
@@ -104,7 +100,6 @@ pub(crate) fn rules(s: &ServeSection) -> Vec<KeyFinding> {
             "set `token_env`, or drop `protect_metrics`",
         ));
     }
-    out.extend(body_timeout("serve", s.body_read_timeout));
     if s.session_ttl.is_some_and(|d| d.get().is_zero()) {
         out.push(KeyFinding::error(
             None,
@@ -112,19 +107,6 @@ pub(crate) fn rules(s: &ServeSection) -> Vec<KeyFinding> {
             "`session_ttl` is zero: every dashboard login would end at once".into(),
             "use hours, e.g. \"12h\" (the default)",
         ));
-    }
-    for (i, host) in s.allowed_hosts.iter().flatten().enumerate() {
-        let plain = !host.is_empty()
-            && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
-            && !host.contains("://");
-        if !plain {
-            out.push(KeyFinding::error(
-                None,
-                vec!["serve".to_owned(), "allowed_hosts".to_owned(), i.to_string()],
-                format!("allowed_hosts entry {host:?} is not a host name"),
-                "write the name a browser or proxy sends in `Host`, e.g. \"ballast.internal\" or \"ballast.internal:9464\"",
-            ));
-        }
     }
     if s.drain_timeout.is_some_and(|d| d.get().is_zero()) {
         out.push(KeyFinding::error(
@@ -160,23 +142,12 @@ pub(crate) fn rules(s: &ServeSection) -> Vec<KeyFinding> {
 /// from `[serve]` (defaults without it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeSettings {
-    /// The admin listener's address.
-    pub listen: SocketAddr,
-    /// Connections served at once.
-    pub max_connections: usize,
-    /// How long a client may take to send a request's headers.
-    pub header_read_timeout: Duration,
-    /// The environment variable holding the admin token, if any.
-    pub token_env: Option<String>,
+    /// Where it listens, its limits, who may call it, its TLS.
+    pub listener: ListenerSettings,
     /// Whether `/metrics` and `/health/*` ask for the token too.
     pub protect_metrics: bool,
     /// How often the queue's counts are refreshed.
     pub stats_interval: Duration,
-    /// How long a client may take to send a request's body.
-    pub body_read_timeout: Duration,
-    /// Host names the admin listener answers to besides its own
-    /// (`localhost`, the loopback addresses, the listen address).
-    pub allowed_hosts: Vec<String>,
     /// How long a dashboard session lasts.
     pub session_ttl: Duration,
     /// How long the listeners keep serving after a drain begins, readiness
@@ -184,28 +155,19 @@ pub struct ServeSettings {
     pub drain_delay: Duration,
     /// How long calls in flight may take once the listeners stop accepting.
     pub drain_timeout: Duration,
-    /// The certificate chain and key files the admin listener speaks TLS
-    /// with, relative paths taken from the configuration's directory.
-    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for ServeSettings {
-    /// Loopback port 9464, 256 connections, 5 s for headers, no token (open
-    /// metrics), counts every 5 s.
+    /// Loopback port 9464, 256 connections, the listeners' shared defaults
+    /// ([`ListenerSettings::on`]), open metrics, counts every 5 s.
     fn default() -> Self {
         Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
-            max_connections: 256,
-            header_read_timeout: Duration::from_secs(5),
-            token_env: None,
+            listener: ListenerSettings::on(SocketAddr::from(([127, 0, 0, 1], 9464)), 256),
             protect_metrics: false,
             stats_interval: Duration::from_secs(5),
-            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
-            allowed_hosts: Vec::new(),
             session_ttl: DEFAULT_SESSION_TTL,
             drain_delay: DEFAULT_DRAIN_DELAY,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
-            tls: None,
         }
     }
 }

@@ -10,7 +10,6 @@
 //! handed out as its builder — the composition root
 //! (`ballast_server::build::policy`) builds the running policy from it.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use ballast::{PolicyBuilder, Severity};
@@ -30,13 +29,6 @@ use crate::systems::translate::translate;
 use crate::telemetry::{with_traces_path, Sampler, SpanPipeline, TelemetrySettings};
 
 impl Config {
-    /// `[serve]`'s TLS files, from the configuration's directory.
-    pub(crate) fn serve_tls(&self) -> Option<(PathBuf, PathBuf)> {
-        let serve = self.file.serve.as_ref()?;
-        let (cert, key) = (serve.tls_cert_file.as_deref()?, serve.tls_key_file.as_deref()?);
-        Some((self.dir().join(cert), self.dir().join(key)))
-    }
-
     /// The admin listener's settings: `[serve]` over [`ServeSettings::default`].
     /// Refused when `[serve]` has lint errors.
     pub fn serve(&self) -> Result<ServeSettings, ConfigError> {
@@ -44,18 +36,12 @@ impl Config {
         let Some(serve) = &self.file.serve else { return Ok(defaults) };
         self.refuse("serve", crate::serve::rules(serve))?;
         Ok(ServeSettings {
-            listen: serve.listen.as_deref().and_then(|l| l.parse().ok()).unwrap_or(defaults.listen),
-            max_connections: count(serve.max_connections).unwrap_or(defaults.max_connections),
-            header_read_timeout: serve.header_read_timeout.map_or(defaults.header_read_timeout, |d| d.get()),
-            token_env: serve.token_env.clone(),
+            listener: serve.listener().settings(defaults.listener, &self.dir(), None),
             protect_metrics: serve.protect_metrics.unwrap_or(false),
             stats_interval: serve.stats_interval.map_or(defaults.stats_interval, |d| d.get()),
-            body_read_timeout: serve.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
-            allowed_hosts: serve.allowed_hosts.clone().unwrap_or_default(),
             session_ttl: serve.session_ttl.map_or(defaults.session_ttl, |d| d.get()),
             drain_delay: serve.drain_delay.map_or(defaults.drain_delay, |d| d.get()),
             drain_timeout: serve.drain_timeout.map_or(defaults.drain_timeout, |d| d.get()),
-            tls: self.serve_tls(),
         })
     }
 
@@ -65,34 +51,22 @@ impl Config {
         let Some(gateway) = &self.file.gateway else { return Ok(None) };
         self.refuse("gateway", crate::gateway::rules(gateway))?;
         let defaults = GatewaySettings::default();
+        let serve_tls = self.file.serve.as_ref().and_then(|serve| serve.listener().tls_files(&self.dir()));
+        let listener = gateway.listener().settings(defaults.listener, &self.dir(), serve_tls);
+        let bytes = |size: Option<crate::size::ConfigSize>, default: usize| {
+            size.map_or(default, |b| usize::try_from(b.bytes()).unwrap_or(usize::MAX))
+        };
         Ok(Some(GatewaySettings {
-            listen: gateway.listen.as_deref().and_then(|l| l.parse().ok()).unwrap_or(defaults.listen),
-            max_body: gateway
-                .max_body
-                .map_or(defaults.max_body, |b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
-            token_env: gateway.token_env.clone(),
-            max_connections: count(gateway.max_connections).unwrap_or(defaults.max_connections),
-            header_read_timeout: gateway
-                .header_read_timeout
-                .map_or(defaults.header_read_timeout, |d| d.get()),
-            body_read_timeout: gateway.body_read_timeout.map_or(defaults.body_read_timeout, |d| d.get()),
+            max_body: bytes(gateway.max_body, defaults.max_body),
             trust_forwarded: gateway.trust_forwarded.unwrap_or(false),
-            allowed_hosts: gateway.allowed_hosts.clone().unwrap_or_default(),
             // Half the connections at most, unless set: a waiting caller holds one.
-            max_waiters: count(gateway.max_waiters).unwrap_or_else(|| {
-                let connections = count(gateway.max_connections).unwrap_or(defaults.max_connections);
-                defaults.max_waiters.min(connections / 2).max(1)
-            }),
+            max_waiters: count(gateway.max_waiters)
+                .unwrap_or_else(|| defaults.max_waiters.min(listener.max_connections / 2).max(1)),
             callback_hosts: gateway.callback_hosts.clone().unwrap_or_default(),
             callback_secret_env: gateway.callback_secret_env.clone(),
             workers: count(gateway.workers),
-            buffer_answer: gateway
-                .buffer_answer
-                .map_or(defaults.buffer_answer, |b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
-            tls: match (gateway.tls_cert_file.as_deref(), gateway.tls_key_file.as_deref()) {
-                (Some(cert), Some(key)) => Some((self.dir().join(cert), self.dir().join(key))),
-                _ => self.serve_tls(),
-            },
+            buffer_answer: bytes(gateway.buffer_answer, defaults.buffer_answer),
+            listener,
         }))
     }
 

@@ -618,13 +618,15 @@ fn the_security_keys_are_checked() {
     assert!(at(9).contains("session_ttl"));
     assert!(at(10).contains("not a host name"));
     assert!(at(13).contains("body_read_timeout"));
-    assert!(at(22).contains("idempotency header"));
-    assert!(at(23).contains("X-Plain"), "a value written in the file is refused");
-    assert!(at(24).contains("names no `env`"));
+    // The gateway's `Host` names are checked as the admin listener's are.
+    assert!(at(15).contains("\"http://gateway.internal\" is not a host name"), "{}", at(15));
+    assert!(at(23).contains("idempotency header"));
+    assert!(at(24).contains("X-Plain"), "a value written in the file is refused");
+    assert!(at(25).contains("names no `env`"));
     let plain = checked.findings.iter().find(|f| f.message.contains("X-Plain")).unwrap();
     assert!(plain.help.contains("env"), "{}", plain.help);
     assert!(
-        !checked.findings.iter().any(|f| f.location.map(|l| l.line) == Some(21)),
+        !checked.findings.iter().any(|f| f.location.map(|l| l.line) == Some(22)),
         "{:#?}",
         checked.findings
     );

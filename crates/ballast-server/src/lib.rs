@@ -264,24 +264,20 @@ impl Server {
         let gateway = match gateway_settings {
             None => None,
             Some(g) => {
-                let token = Token::for_listener("gateway", g.listen, g.token_env.as_deref())?;
-                let tls = listener_tls("gateway", g.tls.as_ref())?;
+                let l = &g.listener;
+                let token = Token::for_listener("gateway", l.listen, l.token_env.as_deref())?;
+                let tls = listener_tls("gateway", l.tls.as_ref())?;
                 let workers =
                     g.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-                let sockets = event_loops::Sockets::bind(g.listen, workers)
-                    .map_err(|source| ServeError::Bind { addr: g.listen, source })?;
+                let sockets = event_loops::Sockets::bind(l.listen, workers)
+                    .map_err(|source| ServeError::Bind { addr: l.listen, source })?;
                 // Services call the gateway, not probes: no reserve.
-                let limits = Limits {
-                    max_connections: g.max_connections,
-                    header_read_timeout: g.header_read_timeout,
-                    body_read_timeout: g.body_read_timeout,
-                    probe_reserve: 0,
-                };
+                let limits = Limits::of(l, 0);
                 let parts = gateway::Parts {
                     systems: systems.clone(),
                     queue: deferrals.clone(),
                     token,
-                    hosts: Some(origin::Hosts::gateway(sockets.local_addr(), &g.allowed_hosts)),
+                    hosts: Some(origin::Hosts::gateway(sockets.local_addr(), &l.allowed_hosts)),
                     callbacks,
                     drain: drain.clone(),
                     stopping: closing.clone(),
@@ -289,10 +285,10 @@ impl Server {
                 Some((Gateway::new(&g, parts), sockets, limits, tls))
             }
         };
-        let addr = listen.unwrap_or(settings.listen);
+        let addr = listen.unwrap_or(settings.listener.listen);
         // Refused before anything listens: beyond loopback only with a token.
-        let admin_token = Token::for_listener("serve", addr, settings.token_env.as_deref())?;
-        let admin_tls = listener_tls("serve", settings.tls.as_ref())?;
+        let admin_token = Token::for_listener("serve", addr, settings.listener.token_env.as_deref())?;
+        let admin_tls = listener_tls("serve", settings.listener.tls.as_ref())?;
         let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
         let gateway_addr = gateway.as_ref().map(|(_, sockets, _, _)| sockets.local_addr());
         own_listeners.serving_on(listener.local_addr().ok().into_iter().chain(gateway_addr));
@@ -304,18 +300,13 @@ impl Server {
             }
             ballast_queue::Backend::Sqlite => None,
         };
-        let hosts = origin::Hosts::new(addr, &settings.allowed_hosts);
-        let limits = Limits {
-            max_connections: settings.max_connections,
-            header_read_timeout: settings.header_read_timeout,
-            body_read_timeout: settings.body_read_timeout,
-            ..Limits::default()
-        };
+        let hosts = origin::Hosts::new(addr, &settings.listener.allowed_hosts);
+        let limits = Limits::of(&settings.listener, Limits::default().probe_reserve);
         let ui = Ui::new(
             systems.clone(),
             deferrals.clone(),
             monitor.clone(),
-            admin_token.clone().zip(settings.token_env.clone()),
+            admin_token.clone().zip(settings.listener.token_env.clone()),
             settings.session_ttl,
         )
         .fleet(fleet.as_ref().map(|f| (f.view().clone(), f.id())))

@@ -83,6 +83,19 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The limits `listener`'s settings give, with `probe_reserve` slots
+    /// kept for probes.
+    pub fn of(listener: &ballast_config::ListenerSettings, probe_reserve: usize) -> Self {
+        Self {
+            max_connections: listener.max_connections,
+            header_read_timeout: listener.header_read_timeout,
+            body_read_timeout: listener.body_read_timeout,
+            probe_reserve,
+        }
+    }
+}
+
 /// A request's body that took longer than `body_read_timeout` to arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the request's body did not arrive within {0:?} of its headers")]

@@ -118,11 +118,11 @@ fn calls_itself(file: Around<'_>, name: &str, sys: &System) -> Vec<KeyFinding> {
         given.map_or(Some(default), |l| l.parse::<std::net::SocketAddr>().ok())
     };
     let serve = file.serve.and_then(|s| s.listen.as_ref());
-    let mut own = vec![("[serve] listen", listen(serve, crate::ServeSettings::default().listen))];
+    let mut own = vec![("[serve] listen", listen(serve, crate::ServeSettings::default().listener.listen))];
     if let Some(gateway) = file.gateway {
         own.push((
             "[gateway] listen",
-            listen(gateway.listen.as_ref(), crate::GatewaySettings::default().listen),
+            listen(gateway.listen.as_ref(), crate::GatewaySettings::default().listener.listen),
         ));
     }
     // A listener on 0.0.0.0 or :: answers on every address of the host,

@@ -125,7 +125,7 @@ impl Gateway {
     ///   listener is closing fails without knowing whether it was sent.
     pub fn new(settings: &GatewaySettings, parts: Parts) -> Self {
         let Parts { systems, queue, token, hosts, callbacks, drain, stopping } = parts;
-        let idle = settings.header_read_timeout.as_secs().saturating_sub(1).max(1);
+        let idle = settings.listener.header_read_timeout.as_secs().saturating_sub(1).max(1);
         Self(Arc::new(GatewayState {
             systems,
             max_body: settings.max_body,
