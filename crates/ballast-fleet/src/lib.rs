@@ -37,7 +37,7 @@
 //! let stop = CancellationToken::new();
 //! let running = fleet.run(members, stop.clone());
 //! for replica in fleet.view().replicas().await? {
-//!     println!("{} {} {}", replica.state.as_str(), replica.host, replica.version);
+//!     println!("{} {} {}", replica.state.as_str(), replica.identity.host, replica.identity.version);
 //! }
 //! # stop.cancel(); let _ = running.await; Ok(()) }
 //! ```
