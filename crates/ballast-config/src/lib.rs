@@ -101,13 +101,11 @@ pub use explain::{Durable, DurableStep, Explanation, SystemExplanation};
 pub use finding::Finding;
 pub use gateway::GatewaySettings;
 pub use lint::has_errors;
-pub use listener::ListenerSettings;
+pub use listener::{ListenerSettings, DEFAULT_BODY_READ_TIMEOUT};
 pub use load::{Checked, LoadError, MAX_CONFIG_BYTES};
 pub use periodic::{PeriodicSection, PeriodicSettings};
 pub use queue::QueueSettings;
-pub use serve::{
-    ServeSettings, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_DRAIN_DELAY, DEFAULT_DRAIN_TIMEOUT, DEFAULT_SESSION_TTL,
-};
+pub use serve::{ServeSettings, DEFAULT_DRAIN_DELAY, DEFAULT_DRAIN_TIMEOUT, DEFAULT_SESSION_TTL};
 pub use size::{ConfigSize, SizeError};
 pub use source::{Location, Source};
 pub use systems::connection::{AuthSection, ConnectionSettings, OAuthSettings, ProxySetting, TlsSection};

@@ -11,6 +11,11 @@ use crate::alerts::is_env_name;
 use crate::duration::display;
 use crate::finding::KeyFinding;
 
+/// How long a client may take to send a request's body, on both listeners,
+/// unless `body_read_timeout` says otherwise (10 s: nginx's `client_body_timeout` is 60 s for the
+/// open internet; a service on the same network needs far less).
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The longest `body_read_timeout` accepted: beyond it a slow client holds a
 /// slot for as long as it likes.
 pub(crate) const MAX_BODY_READ_TIMEOUT: Duration = Duration::from_secs(300);
@@ -96,14 +101,14 @@ pub struct ListenerSettings {
 impl ListenerSettings {
     /// A listener on `listen` serving `max_connections` at once, with the
     /// defaults both listeners share: 5 s for headers,
-    /// [`DEFAULT_BODY_READ_TIMEOUT`](crate::DEFAULT_BODY_READ_TIMEOUT) for
+    /// [`DEFAULT_BODY_READ_TIMEOUT`] for
     /// a body, no token, no other `Host` names, plain HTTP.
     pub fn on(listen: SocketAddr, max_connections: usize) -> Self {
         Self {
             listen,
             max_connections,
             header_read_timeout: Duration::from_secs(5),
-            body_read_timeout: crate::serve::DEFAULT_BODY_READ_TIMEOUT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             token_env: None,
             allowed_hosts: Vec::new(),
             tls: None,

@@ -183,10 +183,5 @@ pub const DEFAULT_DRAIN_DELAY: Duration = Duration::from_secs(5);
 /// should then be at least 35).
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 
-/// How long a client may take to send a request's body, on both listeners,
-/// unless `body_read_timeout` says otherwise (10 s: nginx's `client_body_timeout` is 60 s for the
-/// open internet; a service on the same network needs far less).
-pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// How long a dashboard session lasts unless `[serve] session_ttl` says otherwise (12 h).
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
