@@ -301,7 +301,7 @@ impl Server {
             ballast_queue::Backend::Sqlite => None,
         };
         let hosts = origin::Hosts::new(addr, &settings.listener.allowed_hosts);
-        let limits = Limits::of(&settings.listener, Limits::default().probe_reserve);
+        let limits = Limits::of(&settings.listener, listener::PROBE_RESERVE);
         let ui = Ui::new(
             systems.clone(),
             deferrals.clone(),

@@ -71,15 +71,16 @@ pub struct Limits {
     pub probe_reserve: usize,
 }
 
+/// Slots the admin listener keeps beyond `max_connections` for
+/// [`PROBE_PATHS`]: a probe still gets through a full listener.
+pub const PROBE_RESERVE: usize = 8;
+
 impl Default for Limits {
-    /// 256 connections, 5 s to send headers, 10 s to send a body, 8 slots kept for probes.
+    /// The admin listener's defaults ([`ServeSettings::default`](ballast_config::ServeSettings)):
+    /// 256 connections, 5 s to send headers, 10 s to send a body, and
+    /// [`PROBE_RESERVE`] slots kept for probes.
     fn default() -> Self {
-        Self {
-            max_connections: 256,
-            header_read_timeout: Duration::from_secs(5),
-            body_read_timeout: Duration::from_secs(10),
-            probe_reserve: 8,
-        }
+        Self::of(&ballast_config::ServeSettings::default().listener, PROBE_RESERVE)
     }
 }
 
